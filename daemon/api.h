@@ -1,0 +1,21 @@
+/*
+ * api: the routes of the REST API (/api/v1/...) and the dashboard's static
+ * files. Answers are built by PostgreSQL as JSON (one query per request on
+ * the daemon's read connection) and passed through unchanged.
+ */
+#ifndef NW_API_H
+#define NW_API_H
+
+struct nwd;
+struct http_req;
+
+/* Routes one request; replies now or from a query's callback. */
+void api_handle(struct nwd *d, struct http_req *r, const char *method, const char *url);
+/* The client is gone: a reply still owed to 'r' is dropped. */
+void api_abandon(struct http_req *r);
+
+/* Whether 's' looks like a commit id: 4 to 40 lowercase hex digits. */
+#include <stdbool.h>
+bool api_valid_sha(const char *s);
+
+#endif

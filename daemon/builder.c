@@ -1,0 +1,449 @@
+/* builder: worktree, build command, runner hash, hello, store. */
+#include "builder.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "caps.h"
+#include "db.h"
+#include "jobs.h"
+#include "log.h"
+#include "nwd.h"
+#include "proc.h"
+#include "protocol.h"
+
+#define CLAIM_POLL_MS 1000
+#define HOUSEKEEPING_TIMEOUT_MS (120 * 1000)
+
+struct builder {
+	struct nwd *d;
+	uv_timer_t timer;
+	bool busy, draining, stopped;
+	struct job job;
+	struct proc *child; /* the build command, while it runs */
+	char worktree[PATH_MAX];
+	char build_dir[PATH_MAX];
+	char runner[PATH_MAX];
+	char *log;       /* the build's output */
+	char status[16]; /* builds.status */
+	char hash[160];
+	uint64_t started_ms;
+	long long started_wall;
+	char *hello_line;
+};
+
+static void claim(struct builder *b);
+
+static int spawn(struct builder *b, const char *const *argv, const char *cwd, const char *const *extra_env,
+		 uint64_t timeout_ms, size_t out_max, bool merge, proc_done_cb cb, struct proc **child)
+{
+	struct proc_opts o = {0};
+	struct proc *p;
+	char **env = nwd_env(b->d, extra_env);
+	int rc;
+
+	if (!env)
+		return -ENOMEM;
+	o.argv = argv;
+	o.cwd = cwd;
+	o.env = (const char *const *)env;
+	o.timeout_ms = timeout_ms;
+	o.out_max = out_max;
+	o.err_max = 4096;
+	o.merge_stderr = merge;
+	o.on_done = cb;
+	o.data = b;
+	rc = proc_spawn(b->d->loop, &o, &p);
+	nwd_env_free(env);
+	if (!rc && child)
+		*child = p;
+	return rc;
+}
+
+static bool failed(const struct proc_result *r)
+{
+	return r->timed_out || r->term_signal || r->exit_status != 0;
+}
+
+static void on_wake(uv_timer_t *t)
+{
+	claim(t->data);
+}
+
+static void on_cleaned(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+
+	b->busy = false;
+	free(b->log);
+	b->log = NULL;
+	free(b->hello_line);
+	b->hello_line = NULL;
+	if (b->draining) {
+		builder_drain(b);
+		return;
+	}
+	claim(b);
+}
+
+/* The worktree is only needed while building; the runner lives in the build directory. */
+static void cleanup(struct builder *b)
+{
+	char mirror[PATH_MAX];
+	const char *argv[] = {"git", "-C", mirror, "worktree", "remove", "--force", b->worktree, NULL};
+
+	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
+	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_cleaned, NULL) < 0)
+		on_cleaned(NULL, NULL, b);
+}
+
+static void on_stored(PGresult *res, const char *error, void *data)
+{
+	struct builder *b = data;
+
+	if (error) {
+		log_error("build %.12s: storing the result failed: %s", b->job.sha, error);
+		jobs_release(b->d, b->job.id);
+	} else {
+		nwd_kick(b->d);
+	}
+	cleanup(b);
+}
+
+static void on_query_error(PGresult *res, const char *error, void *data)
+{
+	if (error)
+		log_warn("build: %s", error);
+}
+
+static const char build_sql[] =
+	"INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)"
+	" VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7)"
+	" ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
+	" runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
+	" duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host";
+
+static const char checks_sql[] =
+	"WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
+	"  dtypes text[], families text[], deterministic boolean)),"
+	" up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic)"
+	"  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
+	"  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
+	"   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
+	"  RETURNING id, dtypes)"
+	" INSERT INTO jobs (kind, commit_id, check_id, dtype)"
+	" SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d ON CONFLICT DO NOTHING";
+
+static const char failed_stats_sql[] =
+	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, verdict)"
+	" SELECT $1, k.id, d, 0, 0, 0, 'build_failed' FROM checks k, unnest(k.dtypes) AS d WHERE k.repo_id = $2"
+	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET verdict = 'build_failed', updated_at = now()";
+
+/* Stores the build, its checks and trials jobs (or build_failed verdicts) in one transaction. */
+static void store(struct builder *b, const char *checks_json)
+{
+	char commit[24], started[24], duration[24], repo[16];
+	const char *bparams[7] = {commit, b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
+				  started, duration, b->d->cfg.node_name};
+	const char *cparams[3] = {repo, checks_json, commit};
+	const char *fparams[2] = {commit, repo};
+	bool ok = strcmp(b->status, "ok") == 0;
+	uint64_t ms = uv_now(b->d->loop) - b->started_ms;
+
+	snprintf(commit, sizeof(commit), "%lld", b->job.commit_id);
+	snprintf(started, sizeof(started), "%lld", b->started_wall);
+	snprintf(duration, sizeof(duration), "%llu", (unsigned long long)ms);
+	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0, ok ? ", runner " : "",
+		 ok ? b->hash : "");
+	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
+	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
+	if (ok)
+		db_query(b->d->db, checks_sql, 3, cparams, on_query_error, NULL);
+	else
+		db_query(b->d->db, failed_stats_sql, 2, fparams, on_query_error, NULL);
+	jobs_finish(b->d, b->job.id, false, NULL);
+	db_query(b->d->db, "COMMIT", 0, NULL, on_stored, b);
+}
+
+static void fail(struct builder *b, const char *status, const char *why)
+{
+	size_t n = b->log ? strlen(b->log) : 0;
+	char *log = realloc(b->log, n + strlen(why) + 2);
+
+	if (log) {
+		sprintf(log + n, "%s%s", n && log[n - 1] != '\n' ? "\n" : "", why);
+		b->log = log;
+	}
+	snprintf(b->status, sizeof(b->status), "%s", status);
+	store(b, NULL);
+}
+
+/* The runner's hello: which checks this build offers. */
+static void on_hello(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+	struct proto_hello hello = {0};
+	char err[512], why[700];
+	const char *nl = strchr(r->out, '\n');
+	json_t *arr;
+	char *json;
+
+	if (!nl) {
+		snprintf(why, sizeof(why), "numwatch: runner '%s' gave no hello (exit %lld%s): %.300s", b->runner,
+			 (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
+		fail(b, "no_runner", why);
+		return;
+	}
+	if (proto_parse_hello(r->out, (size_t)(nl - r->out), &hello, err, sizeof(err)) < 0) {
+		snprintf(why, sizeof(why), "numwatch: runner '%s' answered hello badly: %s", b->runner, err);
+		fail(b, "no_runner", why);
+		return;
+	}
+	arr = json_array();
+	for (unsigned i = 0; arr && i < hello.nchecks; i++) {
+		const struct proto_check *c = &hello.checks[i];
+		json_t *dt = json_array(), *fam = json_array();
+
+		for (unsigned k = 0; k < c->ndtypes; k++)
+			json_array_append_new(dt, json_string(c->dtypes[k]));
+		for (unsigned k = 0; k < c->nfamilies; k++)
+			json_array_append_new(fam, json_string(c->families[k]));
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b}", "name", c->check, "op", c->op,
+						     "pass", c->pass, "dtypes", dt, "families", fam,
+						     "deterministic", c->deterministic));
+	}
+	json = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+	json_decref(arr);
+	proto_hello_release(&hello);
+	if (!json) {
+		fail(b, "no_runner", "numwatch: out of memory");
+		return;
+	}
+	store(b, json);
+	free(json);
+}
+
+static void ask_hello(struct builder *b)
+{
+	const struct config *cfg = &b->d->cfg;
+	const char *argv[] = {"/bin/sh", "-c", "printf '%s\\n%s\\n' \"$1\" \"$2\" | exec \"$0\"", b->runner, NULL,
+			      NULL, NULL};
+	const char *extra[] = {"NUMWATCH_PROTOCOL=1", NULL, NULL};
+	char gpu[32];
+	char *hello = proto_hello_request(), *bye = proto_bye_request();
+
+	if (!hello || !bye) {
+		free(hello);
+		free(bye);
+		fail(b, "no_runner", "numwatch: out of memory");
+		return;
+	}
+	hello[strlen(hello) - 1] = '\0';
+	bye[strlen(bye) - 1] = '\0';
+	argv[4] = hello;
+	argv[5] = bye;
+	/* The hello comes from the runner the first slot uses, on that slot's device. */
+	if (cfg->nslots > 0 && cfg->slots[0].gpu >= 0)
+		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=%d", cfg->slots[0].gpu);
+	else
+		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
+	extra[1] = gpu;
+	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX, false,
+		  on_hello, NULL) < 0)
+		fail(b, "no_runner", "numwatch: cannot start /bin/sh");
+	free(hello);
+	free(bye);
+}
+
+static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+	char why[PATH_MAX + 64];
+	size_t n = 0;
+
+	if (failed(r)) {
+		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'", b->runner);
+		fail(b, "no_runner", why);
+		return;
+	}
+	/* sha256sum prints "HEX  PATH" per runner; the hash is the hex digests joined. */
+	b->hash[0] = '\0';
+	for (const char *line = r->out; *line && n + 66 < sizeof(b->hash);) {
+		const char *sp = strchr(line, ' ');
+		const char *nl = strchr(line, '\n');
+
+		if (!sp || sp - line != 64)
+			break;
+		n += (size_t)snprintf(b->hash + n, sizeof(b->hash) - n, "%s%.64s", n ? "+" : "", line);
+		if (!nl)
+			break;
+		line = nl + 1;
+	}
+	ask_hello(b);
+}
+
+static void on_built(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	char host_runner[PATH_MAX], cuda_runner[PATH_MAX];
+	const char *argv[4] = {"sha256sum", NULL, NULL, NULL};
+	bool want_host = false, want_cuda = false;
+	char why[128];
+	int n = 1;
+
+	b->child = NULL;
+	b->log = strndup(r->out, r->out_len);
+	if (b->draining) {
+		jobs_release(b->d, b->job.id);
+		cleanup(b);
+		return;
+	}
+	if (failed(r)) {
+		if (r->timed_out)
+			snprintf(why, sizeof(why), "numwatch: build timed out after %u s", cfg->build_timeout_s);
+		else if (r->term_signal)
+			snprintf(why, sizeof(why), "numwatch: build killed by signal %d", r->term_signal);
+		else
+			snprintf(why, sizeof(why), "numwatch: build failed with exit status %lld",
+				 (long long)r->exit_status);
+		fail(b, r->timed_out ? "timeout" : "failed", why);
+		return;
+	}
+	for (unsigned i = 0; i < cfg->nslots; i++) {
+		want_host |= cfg->slots[i].gpu < 0;
+		want_cuda |= cfg->slots[i].gpu >= 0;
+	}
+	snprintf(host_runner, sizeof(host_runner), "%s/%s", b->build_dir, cfg->runner_host);
+	snprintf(cuda_runner, sizeof(cuda_runner), "%s/%s", b->build_dir, cfg->runner_cuda);
+	snprintf(b->runner, sizeof(b->runner), "%s",
+		 cfg->nslots > 0 && cfg->slots[0].gpu >= 0 ? cuda_runner : host_runner);
+	if (want_host)
+		argv[n++] = host_runner;
+	if (want_cuda)
+		argv[n++] = cuda_runner;
+	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
+		fail(b, "no_runner", "numwatch: cannot run sha256sum");
+}
+
+static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64];
+	const char *extra[] = {env_wt, env_bd, env_c, NULL};
+	const char *argv[] = {"/bin/sh", "-c", cfg->build_command, NULL};
+	char why[600];
+
+	if (failed(r)) {
+		/* The commit exists in the mirror, so this is the host's problem, not the commit's. */
+		snprintf(why, sizeof(why), "git worktree add failed: %.500s", r->out);
+		log_warn("build %.12s: %s", b->job.sha, why);
+		jobs_finish(b->d, b->job.id, true, why);
+		cleanup(b);
+		return;
+	}
+	snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", b->worktree);
+	snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", b->build_dir);
+	snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", b->job.sha);
+	log_info("build %.12s: started", b->job.sha);
+	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max, true,
+		  on_built, &b->child) < 0)
+		fail(b, "failed", "numwatch: cannot start /bin/sh");
+}
+
+static void on_prepared(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct builder *b = data;
+	char mirror[PATH_MAX];
+	const char *argv[] = {"git", "-C", mirror, "worktree", "add", "--detach", "--force", "--quiet",
+			      b->worktree, b->job.sha, NULL};
+
+	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
+	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
+		on_worktree(NULL, &(struct proc_result){.exit_status = 127, .out = "cannot run git"}, b);
+}
+
+static void on_claimed(struct job *job, void *data)
+{
+	struct builder *b = data;
+	char mirror[PATH_MAX];
+	/* Leftovers of a build killed mid-way are wiped first. */
+	const char *argv[] = {"/bin/sh", "-c",
+			      "rm -rf \"$1\" \"$2\" && mkdir -p \"$2\" && git -C \"$3\" worktree prune", "sh",
+			      b->worktree, b->build_dir, mirror, NULL};
+
+	if (!job) {
+		b->busy = false;
+		if (b->draining)
+			builder_drain(b);
+		else
+			uv_timer_start(&b->timer, on_wake, CLAIM_POLL_MS, 0);
+		return;
+	}
+	if (b->draining) {
+		jobs_release(b->d, job->id);
+		b->busy = false;
+		builder_drain(b);
+		return;
+	}
+	b->job = *job;
+	b->hash[0] = '\0';
+	b->started_ms = uv_now(b->d->loop);
+	b->started_wall = (long long)time(NULL);
+	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
+	snprintf(b->worktree, sizeof(b->worktree), "%s/worktrees/%s", b->d->cfg.state_dir, job->sha);
+	snprintf(b->build_dir, sizeof(b->build_dir), "%s/builds/%s", b->d->cfg.state_dir, job->sha);
+	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
+		on_prepared(NULL, NULL, b);
+}
+
+static void claim(struct builder *b)
+{
+	if (b->busy || b->draining)
+		return;
+	uv_timer_stop(&b->timer);
+	b->busy = true;
+	jobs_claim(b->d, "build", 0, on_claimed, b);
+}
+
+void builder_kick(struct builder *b)
+{
+	claim(b);
+}
+
+void builder_drain(struct builder *b)
+{
+	b->draining = true;
+	uv_timer_stop(&b->timer);
+	if (b->child)
+		proc_kill(b->child); /* on_built gives the job back */
+	if (b->busy || b->stopped)
+		return;
+	b->stopped = true;
+	nwd_service_stopped(b->d);
+}
+
+const char *builder_current(const struct builder *b)
+{
+	return b->busy ? b->job.sha : "";
+}
+
+int builder_start(struct nwd *d, struct builder **out)
+{
+	struct builder *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	b->d = d;
+	uv_timer_init(d->loop, &b->timer);
+	b->timer.data = b;
+	uv_timer_start(&b->timer, on_wake, 0, 0);
+	*out = b;
+	return 0;
+}

@@ -1,0 +1,48 @@
+/*
+ * Every cap on something that comes from outside lives here, so that the
+ * limits of the daemon can be read (and reviewed) in one place.
+ */
+#ifndef NW_CAPS_H
+#define NW_CAPS_H
+
+/* Runner protocol: one JSON object per line, at most this long (PROTOCOL.md). */
+#define NW_PROTO_LINE_MAX (1024 * 1024)
+/* How much of a bad protocol line is kept in the log and database. */
+#define NW_PROTO_LINE_KEEP 512
+/* Tensors reported by one trial response. */
+#define NW_PROTO_TENSORS_MAX 16
+/* Checks one runner may declare in its hello. */
+#define NW_PROTO_CHECKS_MAX 256
+/* Dtypes and families one check may declare. */
+#define NW_PROTO_DTYPES_MAX 8
+#define NW_PROTO_FAMILIES_MAX 32
+/* Dimensions of a trial's shape. */
+#define NW_PROTO_SHAPE_MAX 8
+/* Short strings in protocol messages (names, dtypes, families, digests). */
+#define NW_PROTO_NAME_MAX 64
+/* Free text in protocol messages (error texts, runner and device names). */
+#define NW_PROTO_TEXT_MAX 1024
+
+/* Captured output of a child process (build log, runner stderr, git). */
+#define NW_CAPTURE_MAX (256 * 1024)
+/* Stderr tail stored with a crashed trial. */
+#define NW_STDERR_TAIL_MAX 4096
+/* Output of `git rev-list` for one poll (first-parent history). */
+#define NW_GIT_OUTPUT_MAX (64 * 1024 * 1024)
+
+/* Config file: longest line and longest value. */
+#define NW_CONFIG_LINE_MAX 4096
+#define NW_CONFIG_SLOTS_MAX 64
+
+/* HTTP: request headers and body, and URL length. */
+#define NW_HTTP_HEADER_MAX (16 * 1024)
+#define NW_HTTP_BODY_MAX (64 * 1024)
+#define NW_HTTP_CONNECTIONS_MAX 1024
+#define NW_HTTP_PAGE_MAX 500
+
+/* Trials buffered before a flush is forced (the store writes in batches). */
+#define NW_STORE_BATCH_MAX 512
+/* Trials per commit x check x dtype (config upper bound). */
+#define NW_TRIALS_MAX 100000
+
+#endif

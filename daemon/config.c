@@ -1,0 +1,687 @@
+/*
+ * config: loads numwatch.conf with inih and validates every option.
+ *
+ * inih does the INI syntax; this file feeds it lines through its own reader so
+ * that it knows the line number of every callback (the library is built
+ * without INI_HANDLER_LINENO), can refuse over-long lines and NUL bytes
+ * instead of letting fgets() split or truncate them, and can judge section
+ * headers where they are written (inih reports no section without keys).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef NW_WEB_ROOT
+#define NW_WEB_ROOT "/usr/share/numwatch/web"
+#endif
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A GPU slot is named "gpuN" in a char[16]; real hosts have a few dozen GPUs at most. */
+#define SLOT_GPU_MAX 1023
+
+enum opt_type {
+	OPT_STRING,   /* any non-empty text */
+	OPT_PATH,     /* an absolute path */
+	OPT_ARG,      /* text handed to git: must not look like an option */
+	OPT_ADDRESS,  /* an IPv4 or IPv6 literal */
+	OPT_URL,      /* http:// or https:// */
+	OPT_UINT,     /* decimal integer in [min, max] */
+	OPT_DURATION, /* seconds, optionally with a unit suffix s, m or h, in [min, max] */
+	OPT_SLOTS,    /* the [slots] list */
+};
+
+#define OPT_REQUIRED 0x1
+#define OPT_EMPTY_OK 0x2
+
+struct option {
+	const char *section;
+	const char *key;
+	enum opt_type type;
+	size_t offset; /* of the char * or unsigned in struct config */
+	unsigned flags;
+	unsigned min, max;
+	const char *def; /* default for strings; NULL when computed or required */
+	unsigned def_num;
+};
+
+#define STR(sec, k, t, field, fl, d)                                                                         \
+	{                                                                                                    \
+		.section = sec, .key = k, .type = t, .offset = offsetof(struct config, field), .flags = fl,  \
+		.def = d                                                                                     \
+	}
+#define NUM(sec, k, t, field, lo, hi, d)                                                                     \
+	{                                                                                                    \
+		.section = sec, .key = k, .type = t, .offset = offsetof(struct config, field), .min = lo,    \
+		.max = hi, .def_num = d                                                                      \
+	}
+
+/*
+ * Every option of the file, in the order docs/configuration.md lists them.
+ * The upper bounds keep arithmetic on the values (deadlines in ms, counts
+ * times sizes) far from overflow.
+ */
+static const struct option options[] = {
+    STR("daemon", "state_dir", OPT_PATH, state_dir, 0, "/var/lib/numwatch"),
+    STR("daemon", "database", OPT_STRING, database, OPT_EMPTY_OK, "dbname=numwatch"),
+    STR("daemon", "node_name", OPT_STRING, node_name, 0, NULL),
+    NUM("daemon", "lease", OPT_DURATION, lease_s, 10, 7 * 24 * 3600, 300),
+
+    STR("repository", "name", OPT_STRING, repo_name, 0, NULL),
+    STR("repository", "url", OPT_ARG, repo_url, OPT_REQUIRED, NULL),
+    STR("repository", "branch", OPT_ARG, repo_branch, 0, "main"),
+    NUM("repository", "poll_interval", OPT_DURATION, poll_interval_s, 1, 24 * 3600, 30),
+    NUM("repository", "history_max", OPT_UINT, history_max, 1, 1000000, 500),
+
+    STR("build", "command", OPT_STRING, build_command, OPT_REQUIRED, NULL),
+    NUM("build", "timeout", OPT_DURATION, build_timeout_s, 1, 7 * 24 * 3600, 1800),
+    STR("build", "runner_host", OPT_STRING, runner_host, 0, "numwatch-runner-host"),
+    STR("build", "runner_cuda", OPT_STRING, runner_cuda, 0, "numwatch-runner-cuda"),
+    NUM("build", "log_max", OPT_UINT, build_log_max, 1, NW_CAPTURE_MAX, 262144),
+
+    NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
+    NUM("trials", "timeout", OPT_DURATION, trial_timeout_s, 1, 24 * 3600, 60),
+    NUM("trials", "repeats", OPT_UINT, repeats, 1, 100, 2),
+    NUM("trials", "hello_timeout", OPT_DURATION, hello_timeout_s, 1, 3600, 30),
+
+    STR("slots", "slots", OPT_SLOTS, nslots, 0, "host"),
+
+    STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
+    NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
+    STR("http", "web_root", OPT_PATH, web_root, 0, NW_WEB_ROOT),
+    STR("http", "public_url", OPT_URL, public_url, 0, NULL),
+};
+
+static const char *const sections[] = {"daemon", "repository", "build", "trials", "slots", "http"};
+
+struct parser {
+	struct config cfg; /* filled here, moved to the caller's only on success */
+	const char *path;
+	FILE *file;
+	int lineno;                    /* of the line inih is working on */
+	int seen[ARRAY_SIZE(options)]; /* line where each option was set, 0 if not */
+	/* The line handed to inih, kept to explain the syntax errors inih reports by number only. */
+	char line[NW_CONFIG_LINE_MAX + 3];
+	int rc; /* first error, 0 if none */
+	char *err;
+	size_t errlen;
+};
+
+static void fail(struct parser *p, int rc, int lineno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Records the first error only: later ones are usually its consequences. */
+static void fail(struct parser *p, int rc, int lineno, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (p->rc)
+		return;
+	p->rc = rc;
+	if (!p->errlen)
+		return;
+	n = snprintf(p->err, p->errlen, "%s:%d: ", p->path, lineno);
+	if (n < 0 || (size_t)n >= p->errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(p->err + n, p->errlen - n, fmt, ap);
+	va_end(ap);
+}
+
+static bool section_known(const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(sections); i++)
+		if (strlen(sections[i]) == len && memcmp(sections[i], name, len) == 0)
+			return true;
+	return false;
+}
+
+static const char *skip_space(const char *s)
+{
+	while (*s && isspace((unsigned char)*s))
+		s++;
+	return s;
+}
+
+/*
+ * Judges a "[section]" line before inih sees it, so that an unknown or empty
+ * section is reported on its own line. A line with no ']' is left to inih,
+ * which reports it as a syntax error.
+ */
+static void check_section_line(struct parser *p, const char *s)
+{
+	const char *end = strchr(s, ']');
+	const char *rest;
+
+	if (!end)
+		return;
+	if (!section_known(s + 1, end - (s + 1))) {
+		fail(p, -EINVAL, p->lineno, "unknown section [%.*s]", (int)(end - (s + 1)), s + 1);
+		return;
+	}
+	rest = skip_space(end + 1);
+	if (*rest)
+		fail(p, -EINVAL, p->lineno, "unexpected text '%s' after section header [%.*s]", rest,
+		     (int)(end - (s + 1)), s + 1);
+}
+
+/*
+ * inih's ini_reader: returns one whole line per call, like fgets(), so that
+ * the number of calls is the line number. Returning NULL ends the parse; that
+ * is how an error found here stops inih.
+ */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct parser *p = stream;
+	size_t len = 0, total = 0;
+	bool nul = false;
+	const char *s;
+	int c = EOF;
+
+	if (p->rc)
+		return NULL;
+	/*
+	 * Read up to the newline, storing at most one byte more than the
+	 * limit (so that a CR before the LF can be told from a long line) and
+	 * counting the rest, so that memory stays bounded whatever the file.
+	 */
+	errno = 0;
+	while ((c = getc(p->file)) != EOF && c != '\n') {
+		if (c == '\0')
+			nul = true;
+		if (len < NW_CONFIG_LINE_MAX + 1)
+			p->line[len++] = (char)c;
+		total++;
+	}
+	if (c == EOF && ferror(p->file)) {
+		int e = errno ? errno : EIO;
+
+		p->rc = -e;
+		snprintf(p->err, p->errlen, "cannot read '%s': %s", p->path, strerror(e));
+		return NULL;
+	}
+	if (c == EOF && total == 0)
+		return NULL;
+	p->lineno++;
+	if (total > 0 && total == len && p->line[len - 1] == '\r')
+		total--, len--;
+	p->line[len] = '\0';
+	if (total > NW_CONFIG_LINE_MAX) {
+		fail(p, -EINVAL, p->lineno, "line too long (more than %d bytes)", NW_CONFIG_LINE_MAX);
+		return NULL;
+	}
+	if (nul) {
+		fail(p, -EINVAL, p->lineno, "line contains a NUL byte");
+		return NULL;
+	}
+	if (len + 2 > (size_t)num) {
+		/* Cannot happen while ini_max_line is set as in config_load(). */
+		fail(p, -EINVAL, p->lineno, "line too long for the ini parser");
+		return NULL;
+	}
+	s = p->line;
+	if (p->lineno == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
+		s += 3; /* a UTF-8 byte order mark, which inih skips too */
+	s = skip_space(s);
+	if (*s == '[') {
+		check_section_line(p, s);
+		if (p->rc)
+			return NULL;
+	}
+	memcpy(str, p->line, len);
+	str[len] = '\n';
+	str[len + 1] = '\0';
+	return str;
+}
+
+static const struct option *find_option(const char *section, const char *key, size_t *index)
+{
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(options); i++) {
+		if (strcmp(options[i].section, section) == 0 && strcmp(options[i].key, key) == 0) {
+			*index = i;
+			return &options[i];
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Parses a decimal number with an optional unit suffix (s, m, h; only when
+ * 'units'). Returns 0, -EINVAL when it is not one, or -ERANGE when it does
+ * not fit in an unsigned long long.
+ */
+static int parse_number(const char *s, bool units, unsigned long long *out)
+{
+	unsigned long long v = 0, mult = 1;
+	const char *p = s;
+
+	if (!isdigit((unsigned char)*p))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (v > (ULLONG_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (*p && units) {
+		if (*p == 's')
+			mult = 1;
+		else if (*p == 'm')
+			mult = 60;
+		else if (*p == 'h')
+			mult = 3600;
+		else
+			return -EINVAL;
+		p++;
+	}
+	if (*p)
+		return -EINVAL;
+	if (v > ULLONG_MAX / mult)
+		return -ERANGE;
+	*out = v * mult;
+	return 0;
+}
+
+static int parse_slots(struct parser *p, const char *value)
+{
+	struct config *cfg = &p->cfg;
+	const char *s = value;
+	unsigned nhost = 0;
+
+	cfg->nslots = 0;
+	for (;;) {
+		const char *end = strchr(s, ',');
+		size_t len = end ? (size_t)(end - s) : strlen(s);
+		struct config_slot *slot;
+		unsigned long long gpu;
+		char tok[32];
+		unsigned i;
+
+		/* Trim the entry. */
+		while (len && isspace((unsigned char)*s))
+			s++, len--;
+		while (len && isspace((unsigned char)s[len - 1]))
+			len--;
+		if (!len) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for 'slots': expected a comma-separated list of GPU indices "
+			     "and 'host'",
+			     value);
+			return -EINVAL;
+		}
+		if (len >= sizeof(tok)) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for 'slots': '%.*s' is neither a GPU index nor 'host'",
+			     value, (int)len, s);
+			return -EINVAL;
+		}
+		memcpy(tok, s, len);
+		tok[len] = '\0';
+		if (cfg->nslots == NW_CONFIG_SLOTS_MAX) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for 'slots': more than %d slots",
+			     value, NW_CONFIG_SLOTS_MAX);
+			return -EINVAL;
+		}
+		slot = &cfg->slots[cfg->nslots];
+		if (strcmp(tok, "host") == 0) {
+			slot->gpu = -1;
+			if (nhost == 0)
+				snprintf(slot->name, sizeof(slot->name), "host");
+			else
+				snprintf(slot->name, sizeof(slot->name), "host%u", nhost);
+			nhost++;
+		} else {
+			if (parse_number(tok, false, &gpu) < 0) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': '%s' is neither a GPU index nor 'host'",
+				     value, tok);
+				return -EINVAL;
+			}
+			if (gpu > SLOT_GPU_MAX) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': GPU index %s is out of range (at most "
+				     "%d)",
+				     value, tok, SLOT_GPU_MAX);
+				return -EINVAL;
+			}
+			for (i = 0; i < cfg->nslots; i++) {
+				if (cfg->slots[i].gpu == (int)gpu) {
+					fail(p, -EINVAL, p->lineno,
+					     "invalid value '%s' for 'slots': GPU %d is listed twice", value,
+					     (int)gpu);
+					return -EINVAL;
+				}
+			}
+			slot->gpu = (int)gpu;
+			snprintf(slot->name, sizeof(slot->name), "gpu%d", (int)gpu);
+		}
+		cfg->nslots++;
+		if (!end)
+			break;
+		s = end + 1;
+	}
+	return 0;
+}
+
+/* Checks a string option's value; returns a reason for the error message, or NULL when it is fine. */
+static const char *string_problem(const struct option *o, const char *value)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	if (!*value)
+		return (o->flags & OPT_EMPTY_OK) ? NULL : "expected a non-empty value";
+	switch (o->type) {
+	case OPT_PATH:
+		return value[0] == '/' ? NULL : "expected an absolute path";
+	case OPT_ARG:
+		/* git would take it for an option (the "--upload-pack=" trick). */
+		return value[0] == '-' ? "must not start with '-'" : NULL;
+	case OPT_ADDRESS:
+		if (inet_pton(AF_INET, value, buf) == 1 || inet_pton(AF_INET6, value, buf) == 1)
+			return NULL;
+		return "expected an IPv4 or IPv6 address";
+	case OPT_URL:
+		if (strncmp(value, "http://", 7) == 0 || strncmp(value, "https://", 8) == 0)
+			return NULL;
+		return "expected a url starting with http:// or https://";
+	default:
+		return NULL;
+	}
+}
+
+static int set_option(struct parser *p, const struct option *o, const char *value)
+{
+	unsigned long long v;
+	const char *why;
+	char **str;
+	int r;
+
+	switch (o->type) {
+	case OPT_UINT:
+	case OPT_DURATION:
+		r = parse_number(value, o->type == OPT_DURATION, &v);
+		if (r == -EINVAL || (r == 0 && v == 0 && o->min > 0)) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected a positive integer", value, o->key);
+			return -EINVAL;
+		}
+		if (r < 0 || v < o->min || v > o->max) {
+			if (o->type == OPT_DURATION)
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for '%s': expected from %u to %u seconds", value,
+				     o->key, o->min, o->max);
+			else
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for '%s': expected an integer from %u to %u", value,
+				     o->key, o->min, o->max);
+			return -EINVAL;
+		}
+		*(unsigned *)((char *)&p->cfg + o->offset) = (unsigned)v;
+		return 0;
+	case OPT_SLOTS:
+		return parse_slots(p, value);
+	default:
+		why = string_problem(o, value);
+		if (why) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': %s", value, o->key, why);
+			return -EINVAL;
+		}
+		str = (char **)((char *)&p->cfg + o->offset);
+		free(*str);
+		*str = strdup(value);
+		if (!*str) {
+			fail(p, -ENOMEM, p->lineno, "out of memory");
+			return -ENOMEM;
+		}
+		return 0;
+	}
+}
+
+/* inih's handler: one call per "key = value" line. Returns 0 to stop inih. */
+static int on_option(void *user, const char *section, const char *key, const char *value)
+{
+	struct parser *p = user;
+	const struct option *o;
+	size_t i;
+
+	if (p->rc)
+		return 0;
+	if (!*section) {
+		fail(p, -EINVAL, p->lineno, "key '%s' outside of any section", key);
+		return 0;
+	}
+	o = find_option(section, key, &i);
+	if (!o) {
+		fail(p, -EINVAL, p->lineno, "unknown key '%s' in section [%s]", key, section);
+		return 0;
+	}
+	if (p->seen[i]) {
+		fail(p, -EINVAL, p->lineno, "duplicate key '%s' in section [%s] (first set on line %d)", key,
+		     section, p->seen[i]);
+		return 0;
+	}
+	p->seen[i] = p->lineno;
+	return set_option(p, o, value) == 0;
+}
+
+/* The repository's short name: the last component of its url, without ".git". */
+static char *url_basename(const char *url)
+{
+	size_t len = strlen(url);
+	size_t start;
+
+	while (len > 1 && url[len - 1] == '/')
+		len--;
+	if (len >= 4 && memcmp(url + len - 4, ".git", 4) == 0 && len > 4)
+		len -= 4;
+	start = len;
+	while (start > 0 && url[start - 1] != '/' && url[start - 1] != ':')
+		start--;
+	if (start == len) /* "/" or "host:": nothing better than the url itself */
+		return strdup(url);
+	return strndup(url + start, len - start);
+}
+
+static char *default_node_name(void)
+{
+	char host[HOST_NAME_MAX + 1];
+
+	if (gethostname(host, sizeof(host)) < 0 || !host[0])
+		return strdup("localhost");
+	host[sizeof(host) - 1] = '\0';
+	return strdup(host);
+}
+
+/*
+ * The base of printed links. A wildcard address is where the daemon listens,
+ * not where anyone can reach it, so links use the host's name instead.
+ */
+static char *default_public_url(const struct config *cfg)
+{
+	const char *host = cfg->http_address;
+	bool v6 = strchr(host, ':') != NULL;
+	char *url;
+
+	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
+		host = cfg->node_name;
+		v6 = false;
+	}
+	if (asprintf(&url, v6 ? "http://[%s]:%u" : "http://%s:%u", host, cfg->http_port) < 0)
+		return NULL;
+	return url;
+}
+
+/* Fills in what the file left out, and checks what it must not leave out. */
+static int finish(struct parser *p)
+{
+	struct config *cfg = &p->cfg;
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(options); i++) {
+		const struct option *o = &options[i];
+
+		if (p->seen[i])
+			continue;
+		if (o->flags & OPT_REQUIRED) {
+			fail(p, -EINVAL, 0, "missing required option '%s' in [%s]", o->key, o->section);
+			return p->rc;
+		}
+		if (o->type == OPT_UINT || o->type == OPT_DURATION)
+			*(unsigned *)((char *)cfg + o->offset) = o->def_num;
+		else if (o->def && set_option(p, o, o->def) < 0)
+			return p->rc;
+	}
+	/* Defaults computed from other options, once those are known. */
+	if (!cfg->node_name && !(cfg->node_name = default_node_name()))
+		goto oom;
+	if (!cfg->repo_name && !(cfg->repo_name = url_basename(cfg->repo_url)))
+		goto oom;
+	if (!cfg->public_url && !(cfg->public_url = default_public_url(cfg)))
+		goto oom;
+	/* Links are built as public_url + "/path": one slash, whatever the file says. */
+	for (i = strlen(cfg->public_url); i > 0 && cfg->public_url[i - 1] == '/'; i--)
+		cfg->public_url[i - 1] = '\0';
+	return 0;
+oom:
+	fail(p, -ENOMEM, 0, "out of memory");
+	return p->rc;
+}
+
+/* inih's behaviour is set through globals; config_load() sets them and puts them back. */
+struct ini_options {
+	bool multiline, inline_comments, use_stack, stop_on_first_error, no_value, bom;
+	int max_line;
+	char *start_comment_prefixes;
+};
+
+static void ini_options_set(struct ini_options *saved)
+{
+	saved->multiline = ini_allow_multiline;
+	saved->inline_comments = ini_allow_inline_comments;
+	saved->use_stack = ini_use_stack;
+	saved->stop_on_first_error = ini_stop_on_first_error;
+	saved->no_value = ini_allow_no_value;
+	saved->bom = ini_allow_bom;
+	saved->max_line = ini_max_line;
+	saved->start_comment_prefixes = ini_start_comment_prefixes;
+
+	/*
+	 * No continuation lines: an indented "key = value" must stay a key,
+	 * not silently extend the previous value. No end-of-line comments:
+	 * build commands and conninfo strings may contain ';' and '#'.
+	 */
+	ini_allow_multiline = false;
+	ini_allow_inline_comments = false;
+	ini_use_stack = true;
+	ini_stop_on_first_error = true;
+	ini_allow_no_value = false;
+	ini_allow_bom = true;
+	/* Room for the longest line, its '\n' and the NUL (read_line() already refused longer ones). */
+	ini_max_line = NW_CONFIG_LINE_MAX + 3;
+	ini_start_comment_prefixes = (char *)";#";
+}
+
+static void ini_options_restore(const struct ini_options *saved)
+{
+	ini_allow_multiline = saved->multiline;
+	ini_allow_inline_comments = saved->inline_comments;
+	ini_use_stack = saved->use_stack;
+	ini_stop_on_first_error = saved->stop_on_first_error;
+	ini_allow_no_value = saved->no_value;
+	ini_allow_bom = saved->bom;
+	ini_max_line = saved->max_line;
+	ini_start_comment_prefixes = saved->start_comment_prefixes;
+}
+
+/* Explains a line inih refused (it reports only the number). */
+static void syntax_error(struct parser *p, int lineno)
+{
+	const char *s = p->line;
+
+	if (lineno == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
+		s += 3;
+	s = skip_space(s);
+	if (lineno == p->lineno && *s == '[')
+		fail(p, -EINVAL, lineno, "syntax error: missing ']' in section header");
+	else
+		fail(p, -EINVAL, lineno, "syntax error: expected 'key = value', '[section]' or a comment");
+}
+
+int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
+{
+	struct ini_options saved;
+	struct parser *p;
+	int r;
+
+	if (errlen)
+		err[0] = '\0';
+	memset(cfg, 0, sizeof(*cfg));
+	/* On the heap: the line buffer makes the parser too big for a daemon's stack frame. */
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	p->path = path;
+	p->err = err;
+	p->errlen = errlen;
+	p->file = fopen(path, "re");
+	if (!p->file) {
+		r = -errno;
+		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+		goto out;
+	}
+
+	/* Not thread-safe (inih's options are globals): config is loaded on the loop thread only. */
+	ini_options_set(&saved);
+	r = ini_parse_stream(read_line, p, on_option, p);
+	ini_options_restore(&saved);
+
+	if (r == -2)
+		fail(p, -ENOMEM, 0, "out of memory");
+	else if (r > 0 && !p->rc)
+		syntax_error(p, r);
+	if (!p->rc)
+		finish(p);
+	r = p->rc;
+	if (r == 0)
+		*cfg = p->cfg;
+out:
+	if (r < 0)
+		config_release(&p->cfg);
+	if (p->file)
+		fclose(p->file);
+	free(p);
+	return r;
+}
+
+void config_release(struct config *cfg)
+{
+	free(cfg->state_dir);
+	free(cfg->database);
+	free(cfg->node_name);
+	free(cfg->repo_name);
+	free(cfg->repo_url);
+	free(cfg->repo_branch);
+	free(cfg->build_command);
+	free(cfg->runner_host);
+	free(cfg->runner_cuda);
+	free(cfg->http_address);
+	free(cfg->web_root);
+	free(cfg->public_url);
+	memset(cfg, 0, sizeof(*cfg));
+}

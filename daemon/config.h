@@ -1,0 +1,72 @@
+/*
+ * config: the daemon's INI configuration file (parsed with inih).
+ *
+ * Pure module: no libuv, libpq or libmicrohttpd. Every option is documented in
+ * docs/configuration.md. A bad file is refused with "file:line: what is wrong";
+ * on SIGHUP the daemon loads a new struct config and keeps the old one if the
+ * new file is bad.
+ */
+#ifndef NW_CONFIG_H
+#define NW_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "caps.h"
+
+/* One runner slot: a GPU index, or the host (CPU) build. */
+struct config_slot {
+	char name[16]; /* "host" or "gpu0", "gpu1", ... (unique; "host" may repeat as host, host1, ...) */
+	int gpu;       /* GPU index for CUDA_VISIBLE_DEVICES, or -1 for a host slot */
+};
+
+struct config {
+	/* [daemon] */
+	char *state_dir;  /* worktrees, build directories and the git mirror live here */
+	char *database;   /* libpq connection string */
+	char *node_name;  /* owner name for job leases; default: the host name */
+	unsigned lease_s; /* a claimed job's lease; another daemon takes it over after this */
+
+	/* [repository] */
+	char *repo_name;          /* short name shown on the dashboard */
+	char *repo_url;           /* a local path or any URL git can fetch */
+	char *repo_branch;        /* branch whose first-parent history is watched */
+	unsigned poll_interval_s; /* seconds between polls */
+	unsigned history_max;     /* commits imported on the first poll (newest first) */
+
+	/* [build] */
+	char *build_command;     /* run with /bin/sh -c in the worktree */
+	unsigned build_timeout_s;
+	char *runner_host;       /* runner for host slots, relative to the build directory */
+	char *runner_cuda;       /* runner for GPU slots, relative to the build directory */
+	unsigned build_log_max;  /* bytes of build log kept (capped by NW_CAPTURE_MAX) */
+
+	/* [trials] */
+	unsigned trials_per_commit; /* seeds 0..n-1 for every check x dtype */
+	unsigned trial_timeout_s;   /* deadline for one trial response */
+	unsigned repeats;           /* "repeats" sent with every trial */
+	unsigned hello_timeout_s;   /* deadline for the runner's hello answer */
+
+	/* [slots] */
+	struct config_slot slots[NW_CONFIG_SLOTS_MAX];
+	unsigned nslots;
+
+	/* [http] */
+	char *http_address; /* listen address, e.g. "127.0.0.1" */
+	unsigned http_port;
+	char *web_root; /* directory holding the dashboard's static files */
+	char *public_url; /* base of the links the daemon prints; default http://address:port */
+};
+
+/*
+ * Loads and validates 'path' into 'cfg' (which must not hold a loaded config).
+ * Options missing from the file take their documented defaults. Returns 0, or
+ * a negative errno-style code with a message "path:line: what is wrong" in
+ * 'err' (line 0 for whole-file problems such as a missing required option).
+ */
+int config_load(struct config *cfg, const char *path, char *err, size_t errlen);
+
+/* Frees every string 'cfg' holds and zeroes it. */
+void config_release(struct config *cfg);
+
+#endif

@@ -1,0 +1,395 @@
+/* db: libpq's asynchronous API on the libuv loop. */
+#include "db.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define RECONNECT_MIN_MS 500
+#define RECONNECT_MAX_MS 30000
+/* A connection attempt that has not finished by then is abandoned. */
+#define CONNECT_TIMEOUT_MS 10000
+
+struct db_query {
+	struct db_query *next;
+	const char *sql;
+	int nparams;
+	char **params;
+	db_cb cb;
+	void *data;
+};
+
+enum db_state { DB_CONNECTING, DB_READY, DB_BUSY, DB_DOWN, DB_CLOSING };
+
+struct db {
+	uv_loop_t *loop;
+	char *conninfo;
+	char name[32];
+	PGconn *conn;
+	uv_poll_t *poll; /* own allocation: a closing handle can't be reused at once */
+	uv_timer_t timer; /* reconnect backoff and connect deadline */
+	enum db_state state;
+	unsigned backoff_ms;
+	struct db_query *head, *tail;
+	unsigned queued;
+	PGresult *last;
+	bool logged_down;
+};
+
+static void start_next(struct db *db);
+static void connect_start(struct db *db);
+
+long long db_get_ll(PGresult *res, int row, int col, long long fallback)
+{
+	const char *v = db_get(res, row, col);
+
+	return v ? strtoll(v, NULL, 10) : fallback;
+}
+
+double db_get_double(PGresult *res, int row, int col, double fallback)
+{
+	const char *v = db_get(res, row, col);
+
+	return v ? strtod(v, NULL) : fallback;
+}
+
+static void query_free(struct db_query *q)
+{
+	for (int i = 0; i < q->nparams; i++)
+		free(q->params[i]);
+	free(q->params);
+	free(q);
+}
+
+static struct db_query *pop(struct db *db)
+{
+	struct db_query *q = db->head;
+
+	if (q) {
+		db->head = q->next;
+		if (!db->head)
+			db->tail = NULL;
+		db->queued--;
+	}
+	return q;
+}
+
+static void complete(struct db *db, PGresult *res, const char *error)
+{
+	struct db_query *q = pop(db);
+
+	if (q && q->cb)
+		q->cb(res, error, q->data);
+	if (q)
+		query_free(q);
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+	free(h);
+}
+
+static void stop_poll(struct db *db)
+{
+	if (db->poll) {
+		uv_poll_stop(db->poll);
+		uv_close((uv_handle_t *)db->poll, on_poll_closed);
+		db->poll = NULL;
+	}
+}
+
+static void on_timer(uv_timer_t *t);
+
+/* The connection broke: fail the query in flight, keep the rest, reconnect later. */
+static void connection_lost(struct db *db, const char *why)
+{
+	bool was_busy = db->state == DB_BUSY;
+
+	if (!db->logged_down)
+		log_warn("db %s: connection lost: %s", db->name, why);
+	db->logged_down = true;
+	stop_poll(db);
+	if (db->last) {
+		PQclear(db->last);
+		db->last = NULL;
+	}
+	if (db->conn) {
+		PQfinish(db->conn);
+		db->conn = NULL;
+	}
+	db->state = DB_DOWN;
+	if (was_busy)
+		complete(db, NULL, why);
+	uv_timer_start(&db->timer, on_timer, db->backoff_ms, 0);
+	db->backoff_ms = db->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : db->backoff_ms * 2;
+}
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static int watch(struct db *db, int events)
+{
+	int fd = PQsocket(db->conn);
+
+	if (fd < 0)
+		return -EBADF;
+	if (!db->poll) {
+		int rc;
+
+		db->poll = malloc(sizeof(*db->poll));
+		if (!db->poll)
+			return -ENOMEM;
+		rc = uv_poll_init(db->loop, db->poll, fd);
+		if (rc) {
+			free(db->poll);
+			db->poll = NULL;
+			return rc;
+		}
+		db->poll->data = db;
+	}
+	return uv_poll_start(db->poll, events, on_poll);
+}
+
+static void connect_step(struct db *db)
+{
+	switch (PQconnectPoll(db->conn)) {
+	case PGRES_POLLING_READING:
+		watch(db, UV_READABLE);
+		return;
+	case PGRES_POLLING_WRITING:
+		watch(db, UV_WRITABLE);
+		return;
+	case PGRES_POLLING_OK:
+		uv_timer_stop(&db->timer);
+		PQsetnonblocking(db->conn, 1);
+		db->state = DB_READY;
+		db->backoff_ms = RECONNECT_MIN_MS;
+		if (db->logged_down)
+			log_info("db %s: connected", db->name);
+		db->logged_down = false;
+		start_next(db);
+		return;
+	default:
+		connection_lost(db, PQerrorMessage(db->conn));
+		return;
+	}
+}
+
+static void connect_start(struct db *db)
+{
+	/* The socket may change between attempts: always start with a fresh poll handle. */
+	stop_poll(db);
+	db->state = DB_CONNECTING;
+	db->conn = PQconnectStart(db->conninfo);
+	if (!db->conn) {
+		connection_lost(db, "out of memory");
+		return;
+	}
+	if (PQstatus(db->conn) == CONNECTION_BAD) {
+		connection_lost(db, PQerrorMessage(db->conn));
+		return;
+	}
+	uv_timer_start(&db->timer, on_timer, CONNECT_TIMEOUT_MS, 0);
+	connect_step(db);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	struct db *db = t->data;
+
+	if (db->state == DB_DOWN)
+		connect_start(db);
+	else if (db->state == DB_CONNECTING)
+		connection_lost(db, "connection attempt timed out");
+}
+
+static void read_results(struct db *db)
+{
+	if (!PQconsumeInput(db->conn)) {
+		connection_lost(db, PQerrorMessage(db->conn));
+		return;
+	}
+	while (!PQisBusy(db->conn)) {
+		PGresult *r = PQgetResult(db->conn);
+
+		if (!r) {
+			PGresult *last = db->last;
+			ExecStatusType st = last ? PQresultStatus(last) : PGRES_FATAL_ERROR;
+
+			db->last = NULL;
+			db->state = DB_READY;
+			if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+				complete(db, last, NULL);
+			else
+				complete(db, last, last ? PQresultErrorMessage(last) : "no result");
+			PQclear(last);
+			start_next(db);
+			return;
+		}
+		/* Keep the last result; an error result takes precedence over later ones. */
+		if (db->last && PQresultStatus(db->last) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+		} else {
+			PQclear(db->last);
+			db->last = r;
+		}
+	}
+	watch(db, UV_READABLE);
+}
+
+static void flush(struct db *db)
+{
+	int rc = PQflush(db->conn);
+
+	if (rc < 0)
+		connection_lost(db, PQerrorMessage(db->conn));
+	else if (rc > 0)
+		watch(db, UV_READABLE | UV_WRITABLE);
+	else
+		watch(db, UV_READABLE);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct db *db = h->data;
+
+	if (db->state == DB_CONNECTING) {
+		connect_step(db);
+		return;
+	}
+	if (status < 0) {
+		connection_lost(db, uv_strerror(status));
+		return;
+	}
+	if (db->state == DB_BUSY) {
+		if (events & UV_WRITABLE) {
+			flush(db);
+			if (db->state != DB_BUSY)
+				return;
+		}
+		if (events & UV_READABLE)
+			read_results(db);
+		return;
+	}
+	if (db->state == DB_READY && (events & UV_READABLE)) {
+		/* Idle connection readable: a notice, or the server went away. */
+		if (!PQconsumeInput(db->conn))
+			connection_lost(db, PQerrorMessage(db->conn));
+	}
+}
+
+static void start_next(struct db *db)
+{
+	struct db_query *q = db->head;
+
+	if (db->state != DB_READY || !q)
+		return;
+	if (!PQsendQueryParams(db->conn, q->sql, q->nparams, NULL, (const char *const *)q->params, NULL, NULL,
+			       0)) {
+		connection_lost(db, PQerrorMessage(db->conn));
+		return;
+	}
+	db->state = DB_BUSY;
+	flush(db);
+}
+
+int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data)
+{
+	struct db_query *q;
+
+	if (db->state == DB_CLOSING)
+		return -ESHUTDOWN;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->sql = sql;
+	q->cb = cb;
+	q->data = data;
+	q->nparams = nparams;
+	if (nparams > 0) {
+		q->params = calloc((size_t)nparams, sizeof(char *));
+		if (!q->params) {
+			free(q);
+			return -ENOMEM;
+		}
+		for (int i = 0; i < nparams; i++) {
+			if (params[i] && !(q->params[i] = strdup(params[i]))) {
+				query_free(q);
+				return -ENOMEM;
+			}
+		}
+	}
+	if (db->tail)
+		db->tail->next = q;
+	else
+		db->head = q;
+	db->tail = q;
+	db->queued++;
+	start_next(db);
+	return 0;
+}
+
+int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out)
+{
+	struct db *db = calloc(1, sizeof(*db));
+
+	if (!db)
+		return -ENOMEM;
+	db->conninfo = strdup(conninfo);
+	if (!db->conninfo) {
+		free(db);
+		return -ENOMEM;
+	}
+	snprintf(db->name, sizeof(db->name), "%s", name);
+	db->loop = loop;
+	db->backoff_ms = RECONNECT_MIN_MS;
+	uv_timer_init(loop, &db->timer);
+	db->timer.data = db;
+	connect_start(db);
+	*out = db;
+	return 0;
+}
+
+bool db_idle(const struct db *db)
+{
+	return db->head == NULL;
+}
+
+unsigned db_backlog(const struct db *db)
+{
+	return db->queued;
+}
+
+bool db_connected(const struct db *db)
+{
+	return db->state == DB_READY || db->state == DB_BUSY;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct db *db = h->data;
+
+	free(db->conninfo);
+	free(db);
+}
+
+void db_close(struct db *db)
+{
+	struct db_query *q;
+
+	db->state = DB_CLOSING;
+	stop_poll(db);
+	while ((q = pop(db))) {
+		if (q->cb)
+			q->cb(NULL, "database connection closed", q->data);
+		query_free(q);
+	}
+	PQclear(db->last);
+	if (db->conn)
+		PQfinish(db->conn);
+	db->conn = NULL;
+	uv_close((uv_handle_t *)&db->timer, on_timer_closed);
+}

@@ -1,0 +1,51 @@
+/*
+ * db: a PostgreSQL connection driven by the libuv loop (libpq's asynchronous
+ * API on a uv_poll_t). Queries are queued and run one at a time in order, so a
+ * caller may queue "BEGIN", statements and "COMMIT" back to back to make a
+ * transaction. A lost connection fails the query in flight, keeps the queue,
+ * and reconnects with backoff. Queries are always parameterised.
+ */
+#ifndef NW_DB_H
+#define NW_DB_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct db;
+
+/*
+ * Called once per query. On success 'res' is the query's result (borrowed:
+ * freed after the callback returns) and 'error' is NULL; on failure 'res' may
+ * be NULL and 'error' says what went wrong.
+ */
+typedef void (*db_cb)(PGresult *res, const char *error, void *data);
+
+/* Opens a connection (asynchronously); 'name' labels its log lines. */
+int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out);
+
+/*
+ * Queues a query. 'sql' is borrowed and must outlive the query (use string
+ * literals); 'params' are copied (a NULL entry is SQL NULL). 'cb' may be NULL.
+ */
+int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data);
+
+/* Whether nothing is queued or running (used to drain on shutdown). */
+bool db_idle(const struct db *db);
+/* Queries queued or running. */
+unsigned db_backlog(const struct db *db);
+/* Whether the connection is up. */
+bool db_connected(const struct db *db);
+
+/* Fails every queued query, closes the connection, frees 'db' once its handles are closed. */
+void db_close(struct db *db);
+
+/* Helpers for reading results. */
+static inline const char *db_get(PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
+}
+long long db_get_ll(PGresult *res, int row, int col, long long fallback);
+double db_get_double(PGresult *res, int row, int col, double fallback);
+
+#endif

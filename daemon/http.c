@@ -1,0 +1,333 @@
+/* http: libmicrohttpd on the libuv loop, with suspend/resume for async replies. */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "api.h"
+#include "caps.h"
+#include "log.h"
+#include "nwd.h"
+
+struct http {
+	struct nwd *d;
+	struct MHD_Daemon *mhd;
+	uv_poll_t poll;
+	uv_timer_t timer;
+	unsigned port;
+	int open_handles;
+};
+
+struct http_req {
+	struct http *h;
+	struct MHD_Connection *conn;
+	bool dispatched, suspended, ready, too_large;
+	unsigned status;
+	const char *ctype;
+	char *body;
+	size_t len;
+	int fd; /* a file to send instead of body, or -1 */
+	size_t fd_size;
+	char *upload;
+	size_t upload_len;
+	void *pending;
+};
+
+static void schedule(struct http *h);
+
+static void run(struct http *h)
+{
+	MHD_run(h->mhd);
+	schedule(h);
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+	run(p->data);
+}
+
+static void on_timer(uv_timer_t *t)
+{
+	run(t->data);
+}
+
+/* Arms the timer for libmicrohttpd's own deadlines (idle connection timeouts). */
+static void schedule(struct http *h)
+{
+	MHD_UNSIGNED_LONG_LONG ms;
+
+	if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
+		uv_timer_start(&h->timer, on_timer, ms, 0);
+	else
+		uv_timer_stop(&h->timer);
+}
+
+static enum MHD_Result queue(struct http_req *r)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	if (r->fd >= 0) {
+		resp = MHD_create_response_from_fd(r->fd_size, r->fd);
+		r->fd = -1; /* libmicrohttpd closes it */
+	} else {
+		resp = MHD_create_response_from_buffer(r->len, r->body ? r->body : (char *)"",
+						       r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+		r->body = NULL;
+	}
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, "Content-Type", r->ctype);
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	ret = MHD_queue_response(r->conn, r->status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+void http_reply(struct http_req *r, unsigned status, const char *content_type, char *body, size_t len)
+{
+	if (r->ready) {
+		free(body);
+		return;
+	}
+	r->ready = true;
+	r->status = status;
+	r->ctype = content_type;
+	r->body = body;
+	r->len = len;
+	if (r->suspended) {
+		r->suspended = false;
+		MHD_resume_connection(r->conn);
+		/* The resumed connection is served by the next MHD_run. */
+		uv_timer_start(&r->h->timer, on_timer, 0, 0);
+	}
+}
+
+void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
+{
+	char msg[512], *body;
+	va_list ap;
+	json_t *o;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o = json_pack("{s:s, s:i}", "error", msg, "status", (int)status);
+	body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	http_reply(r, status, "application/json", body, body ? strlen(body) : 0);
+}
+
+static const char *content_type(const char *path)
+{
+	static const struct {
+		const char *ext, *type;
+	} types[] = {
+		{".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
+		{".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
+		{".json", "application/json"}, {".svg", "image/svg+xml"}, {".png", "image/png"},
+		{".ico", "image/x-icon"}, {".map", "application/json"}, {".yaml", "text/yaml; charset=utf-8"},
+	};
+	const char *dot = strrchr(path, '.');
+
+	for (size_t i = 0; dot && i < sizeof(types) / sizeof(types[0]); i++)
+		if (strcmp(dot, types[i].ext) == 0)
+			return types[i].type;
+	return "application/octet-stream";
+}
+
+void http_reply_file(struct http_req *r, const char *rel)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", r->h->d->cfg.web_root, rel);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		http_reply_error(r, 404, "no such page '/%s'", rel);
+		return;
+	}
+	r->fd = fd;
+	r->fd_size = (size_t)st.st_size;
+	http_reply(r, 200, content_type(path), NULL, 0);
+}
+
+void http_set_pending(struct http_req *r, void *pending)
+{
+	r->pending = pending;
+}
+
+void *http_pending(struct http_req *r)
+{
+	return r->pending;
+}
+
+const char *http_arg(struct http_req *r, const char *key)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(struct http_req *r, const char *key)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, key);
+}
+
+const char *http_body(struct http_req *r, size_t *len)
+{
+	if (len)
+		*len = r->upload_len;
+	return r->upload ? r->upload : "";
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				  const char *version, const char *upload_data, size_t *upload_size,
+				  void **con_cls)
+{
+	struct http *h = cls;
+	struct http_req *r = *con_cls;
+
+	if (!r) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			return MHD_NO;
+		r->h = h;
+		r->conn = conn;
+		r->fd = -1;
+		*con_cls = r;
+		return MHD_YES;
+	}
+	if (*upload_size > 0) {
+		/* Bodies are capped; the rest of an oversized one is read and dropped. */
+		if (!r->too_large && r->upload_len + *upload_size <= NW_HTTP_BODY_MAX) {
+			char *grown = realloc(r->upload, r->upload_len + *upload_size + 1);
+
+			if (!grown)
+				return MHD_NO;
+			memcpy(grown + r->upload_len, upload_data, *upload_size);
+			r->upload = grown;
+			r->upload_len += *upload_size;
+			r->upload[r->upload_len] = '\0';
+		} else {
+			r->too_large = true;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	if (!r->dispatched) {
+		r->dispatched = true;
+		if (r->too_large)
+			http_reply_error(r, 413, "request body larger than %d bytes", NW_HTTP_BODY_MAX);
+		else
+			api_handle(h->d, r, method, url);
+		if (!r->ready) {
+			r->suspended = true;
+			MHD_suspend_connection(conn);
+			return MHD_YES;
+		}
+	}
+	if (!r->ready)
+		return MHD_YES;
+	return queue(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode code)
+{
+	struct http_req *r = *con_cls;
+
+	if (!r)
+		return;
+	if (!r->ready) {
+		/* The client went away before its query answered: the reply will find no request. */
+		api_abandon(r);
+	}
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r->body);
+	free(r->upload);
+	free(r);
+	*con_cls = NULL;
+}
+
+int http_start(struct nwd *d, struct http **out)
+{
+	struct http *h = calloc(1, sizeof(*h));
+	struct sockaddr_in sa = {0};
+	const union MHD_DaemonInfo *info;
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	h->d = d;
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)d->cfg.http_port);
+	if (inet_pton(AF_INET, d->cfg.http_address, &sa.sin_addr) != 1) {
+		log_error("http: invalid listen address '%s'", d->cfg.http_address);
+		free(h);
+		return -EINVAL;
+	}
+	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL,
+				  on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)NW_HTTP_HEADER_MAX * 2,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
+				  MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+				  MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+	if (!h->mhd) {
+		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
+			  strerror(errno));
+		free(h);
+		return -EADDRINUSE;
+	}
+	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	rc = uv_poll_init(d->loop, &h->poll, info->epoll_fd);
+	if (rc) {
+		MHD_stop_daemon(h->mhd);
+		free(h);
+		return rc;
+	}
+	h->poll.data = h;
+	uv_timer_init(d->loop, &h->timer);
+	h->timer.data = h;
+	h->open_handles = 2;
+	uv_poll_start(&h->poll, UV_READABLE, on_poll);
+	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	h->port = info ? info->port : d->cfg.http_port;
+	*out = h;
+	return 0;
+}
+
+unsigned http_port(const struct http *h)
+{
+	return h->port;
+}
+
+static void on_http_closed(uv_handle_t *handle)
+{
+	struct http *h = handle->data;
+
+	if (--h->open_handles == 0)
+		free(h);
+}
+
+void http_stop(struct http *h)
+{
+	uv_poll_stop(&h->poll);
+	MHD_stop_daemon(h->mhd);
+	uv_close((uv_handle_t *)&h->poll, on_http_closed);
+	uv_close((uv_handle_t *)&h->timer, on_http_closed);
+}

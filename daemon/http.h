@@ -1,0 +1,39 @@
+/*
+ * http: the dashboard and REST server. libmicrohttpd runs without threads of
+ * its own: its epoll descriptor is watched by the libuv loop, and a request
+ * that needs the database is suspended until its query answers, so the loop
+ * never blocks. Headers and bodies are capped (caps.h); an oversized request
+ * is refused by libmicrohttpd with 431 or 413.
+ */
+#ifndef NW_HTTP_H
+#define NW_HTTP_H
+
+#include <stddef.h>
+
+struct nwd;
+struct http;
+struct http_req;
+
+int http_start(struct nwd *d, struct http **out);
+void http_stop(struct http *h);
+/* The port actually bound. */
+unsigned http_port(const struct http *h);
+
+/* Replies (at most once per request; may be called later, from a callback). Takes 'body'. */
+void http_reply(struct http_req *r, unsigned status, const char *content_type, char *body, size_t len);
+/* A JSON error: {"error": "<message>", "status": N}. */
+void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A static file under the web root ('rel' already checked for ".."). */
+void http_reply_file(struct http_req *r, const char *rel);
+/* The API's state for a request waiting on a query (api_abandon clears it). */
+void http_set_pending(struct http_req *r, void *pending);
+void *http_pending(struct http_req *r);
+/* A query-string argument, or NULL. */
+const char *http_arg(struct http_req *r, const char *key);
+/* A request header, or NULL. */
+const char *http_header(struct http_req *r, const char *key);
+/* The request body (POST), NUL-terminated; "" when none. */
+const char *http_body(struct http_req *r, size_t *len);
+
+#endif

@@ -1,0 +1,136 @@
+/* jobs: claim, lease, finish. */
+#include "jobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "log.h"
+#include "nwd.h"
+
+static const char claim_sql[] =
+	"WITH next AS ("
+	"  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
+	"  WHERE j.kind = $1 AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
+	"    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
+	"  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
+	"  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"
+	" claimed AS ("
+	"  UPDATE jobs SET state = 'running', owner = $2, lease_until = now() + $3 * interval '1 second'"
+	"  FROM next WHERE jobs.id = next.id RETURNING jobs.*)"
+	" SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
+	"  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true)"
+	" FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
+
+struct claim {
+	jobs_claim_cb cb;
+	void *data;
+};
+
+static void on_claimed(PGresult *res, const char *error, void *data)
+{
+	struct claim *c = data;
+	struct job job = {0};
+
+	if (error || PQntuples(res) == 0) {
+		if (error)
+			log_warn("jobs: claim failed: %s", error);
+		c->cb(NULL, c->data);
+		free(c);
+		return;
+	}
+	job.id = db_get_ll(res, 0, 0, 0);
+	job.commit_id = db_get_ll(res, 0, 1, 0);
+	job.check_id = (int)db_get_ll(res, 0, 2, 0);
+	snprintf(job.dtype, sizeof(job.dtype), "%s", PQgetvalue(res, 0, 3));
+	job.strikes = (int)db_get_ll(res, 0, 4, 0);
+	snprintf(job.sha, sizeof(job.sha), "%s", PQgetvalue(res, 0, 5));
+	snprintf(job.check, sizeof(job.check), "%s", PQgetvalue(res, 0, 6));
+	job.deterministic = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
+	c->cb(&job, c->data);
+	free(c);
+}
+
+void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_claim_cb cb, void *data)
+{
+	struct claim *c = malloc(sizeof(*c));
+	char lease[16], prefer[24], repo[16];
+	const char *params[5] = {kind, d->cfg.node_name, lease, prefer, repo};
+
+	if (!c) {
+		cb(NULL, data);
+		return;
+	}
+	c->cb = cb;
+	c->data = data;
+	snprintf(lease, sizeof(lease), "%u", d->cfg.lease_s);
+	snprintf(prefer, sizeof(prefer), "%lld", prefer_commit);
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	if (db_query(d->db, claim_sql, 5, params, on_claimed, c) < 0)
+		on_claimed(NULL, "cannot queue query", c);
+}
+
+static void log_error_cb(PGresult *res, const char *error, void *data)
+{
+	if (error)
+		log_warn("jobs: %s: %s", (const char *)data, error);
+}
+
+void jobs_renew(struct nwd *d, long long job_id)
+{
+	char id[24], lease[16];
+	const char *params[3] = {id, lease, d->cfg.node_name};
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	snprintf(lease, sizeof(lease), "%u", d->cfg.lease_s);
+	db_query(d->db,
+		 "UPDATE jobs SET lease_until = now() + $2 * interval '1 second'"
+		 " WHERE id = $1 AND owner = $3 AND state = 'running'",
+		 3, params, log_error_cb, "renewing a lease");
+}
+
+void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error)
+{
+	char id[24];
+	const char *params[3] = {id, failed ? "failed" : "done", error};
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	db_query(d->db,
+		 "UPDATE jobs SET state = $2, error = $3, finished_at = now(), owner = NULL, lease_until = NULL"
+		 " WHERE id = $1",
+		 3, params, log_error_cb, "finishing a job");
+}
+
+void jobs_release(struct nwd *d, long long job_id)
+{
+	char id[24];
+	const char *params[2] = {id, d->cfg.node_name};
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	db_query(d->db,
+		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
+		 " WHERE id = $1 AND owner = $2 AND state = 'running'",
+		 2, params, log_error_cb, "releasing a job");
+}
+
+void jobs_strike(struct nwd *d, long long job_id, int strikes)
+{
+	char id[24], n[16];
+	const char *params[2] = {id, n};
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	snprintf(n, sizeof(n), "%d", strikes);
+	db_query(d->db, "UPDATE jobs SET strikes = $2 WHERE id = $1", 2, params, log_error_cb,
+		 "recording a strike");
+}
+
+void jobs_requeue_own(struct nwd *d)
+{
+	const char *params[1] = {d->cfg.node_name};
+
+	db_query(d->db,
+		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
+		 " WHERE state = 'running' AND owner = $1",
+		 1, params, log_error_cb, "requeueing this node's jobs");
+}

@@ -1,0 +1,41 @@
+/*
+ * jobs: the shared work queue in PostgreSQL. A daemon claims a job with
+ * FOR UPDATE SKIP LOCKED under a lease it renews while it works; a job whose
+ * lease expired (its daemon died) can be claimed by anyone, so several
+ * daemons on several hosts can share one database.
+ */
+#ifndef NW_JOBS_H
+#define NW_JOBS_H
+
+#include <stdbool.h>
+
+struct nwd;
+
+struct job {
+	long long id;
+	long long commit_id;
+	int check_id;        /* trials jobs only, else 0 */
+	char dtype[16];      /* trials jobs only */
+	int strikes;         /* infrastructure faults so far */
+	char sha[41];
+	char check[64];      /* trials jobs only */
+	bool deterministic;  /* trials jobs only */
+};
+
+/* Called with the claimed job, or NULL when none is claimable (or on error). */
+typedef void (*jobs_claim_cb)(struct job *job, void *data);
+
+/* Claims the next job of 'kind' ("build" or "trials"), preferring 'prefer_commit'. */
+void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_claim_cb cb, void *data);
+/* Extends the lease of a job this daemon holds. */
+void jobs_renew(struct nwd *d, long long job_id);
+/* Marks a job done (or failed, with 'error'). */
+void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error);
+/* Gives a job back to the queue (on drain), untouched. */
+void jobs_release(struct nwd *d, long long job_id);
+/* Records one more infrastructure fault against a job. */
+void jobs_strike(struct nwd *d, long long job_id, int strikes);
+/* At start-up: jobs this node held when it died go back to the queue at once. */
+void jobs_requeue_own(struct nwd *d);
+
+#endif

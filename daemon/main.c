@@ -1,0 +1,317 @@
+/*
+ * numwatchd: the daemon. Loads the configuration, applies migrations, then
+ * runs every service (poller, builder, runner slots, store, HTTP) on one
+ * libuv loop until SIGTERM drains it.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+#ifdef NW_HAVE_SYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "builder.h"
+#include "db.h"
+#include "http.h"
+#include "jobs.h"
+#include "log.h"
+#include "migrate.h"
+#include "nwd.h"
+#include "poller.h"
+#include "slot.h"
+#include "store.h"
+
+/* How long a drain may take before the daemon exits anyway. */
+#define DRAIN_DEADLINE_MS (60 * 1000)
+/* How long start-up waits for the database before giving up. */
+#define DB_WAIT_S 60
+
+static struct nwd daemon_ctx;
+static uv_signal_t sig_term, sig_int, sig_hup;
+static uv_timer_t drain_timer, watchdog_timer;
+static unsigned term_count;
+
+static void notify(const char *state)
+{
+#ifdef NW_HAVE_SYSTEMD
+	sd_notify(0, state);
+#else
+	(void)state;
+#endif
+}
+
+static void close_walk(uv_handle_t *h, void *arg)
+{
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+/* Everything has stopped and the store is flushed: close the connections and leave the loop. */
+static void finish_exit(void)
+{
+	struct nwd *d = &daemon_ctx;
+
+	uv_timer_stop(&drain_timer);
+	if (d->http)
+		http_stop(d->http);
+	d->http = NULL;
+	db_close(d->db_http);
+	db_close(d->db);
+	uv_stop(d->loop);
+}
+
+static void on_drain_check(uv_timer_t *t)
+{
+	struct nwd *d = &daemon_ctx;
+	uint64_t waited = uv_now(d->loop) - (uint64_t)(uintptr_t)t->data;
+
+	if (d->running_services == 0)
+		store_flush(d->store);
+	if ((d->running_services == 0 && store_pending(d->store) == 0 && db_idle(d->db)) ||
+	    waited > DRAIN_DEADLINE_MS) {
+		if (waited > DRAIN_DEADLINE_MS)
+			log_warn("drain: deadline passed with %u services running, %u batches unwritten",
+				 d->running_services, store_pending(d->store));
+		finish_exit();
+	}
+}
+
+void nwd_service_stopped(struct nwd *d)
+{
+	if (d->running_services > 0)
+		d->running_services--;
+}
+
+static void drain(struct nwd *d)
+{
+	d->draining = true;
+	notify("STOPPING=1");
+	log_info("draining: finishing the trials in flight");
+	if (d->poller)
+		poller_stop(d->poller);
+	d->running_services = d->nslots + 1;
+	builder_drain(d->builder);
+	for (unsigned i = 0; i < d->nslots; i++)
+		slot_drain(d->slots[i]);
+	drain_timer.data = (void *)(uintptr_t)uv_now(d->loop);
+	uv_timer_start(&drain_timer, on_drain_check, 20, 20);
+}
+
+static void on_term(uv_signal_t *s, int signum)
+{
+	if (++term_count > 1) {
+		log_warn("second signal: exiting at once");
+		exit(1);
+	}
+	drain(&daemon_ctx);
+}
+
+/* Options that only a restart changes keep their running values. */
+static void keep_restart_only(struct config *next, struct config *cur)
+{
+#define KEEP(field)                                                                                                    \
+	do {                                                                                                           \
+		char *t = next->field;                                                                                 \
+		next->field = cur->field;                                                                              \
+		cur->field = t;                                                                                        \
+	} while (0)
+	KEEP(state_dir);
+	KEEP(database);
+	KEEP(node_name);
+	KEEP(repo_name);
+	KEEP(repo_url);
+	KEEP(repo_branch);
+	KEEP(http_address);
+	KEEP(web_root);
+	KEEP(public_url);
+#undef KEEP
+	next->http_port = cur->http_port;
+	memcpy(next->slots, cur->slots, sizeof(cur->slots));
+	next->nslots = cur->nslots;
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+	struct nwd *d = &daemon_ctx;
+	struct config next = {0};
+	char err[1024];
+
+	notify("RELOADING=1");
+	if (config_load(&next, d->config_path, err, sizeof(err)) < 0) {
+		log_error("reload: keeping the running configuration: %s", err);
+		notify("READY=1");
+		return;
+	}
+	keep_restart_only(&next, &d->cfg);
+	config_release(&d->cfg);
+	d->cfg = next;
+	log_info("reload: configuration reloaded from '%s'", d->config_path);
+	notify("READY=1");
+	if (d->poller)
+		poller_poll_now(d->poller);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+	notify("WATCHDOG=1");
+}
+
+static int make_dirs(const char *state_dir)
+{
+	const char *subs[] = {"", "/builds", "/worktrees"};
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", state_dir, subs[i]);
+		if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+			log_error("cannot create '%s': %s", path, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int migrate_with_wait(const struct config *cfg)
+{
+	char err[1024];
+	unsigned applied = 0;
+
+	for (int waited = 0;; waited++) {
+		if (migrate_run(cfg->database, &applied, err, sizeof(err)) == 0)
+			break;
+		if (waited >= DB_WAIT_S || !strstr(err, "cannot connect")) {
+			log_error("%s", err);
+			return -1;
+		}
+		if (waited == 0)
+			log_warn("waiting for the database: %s", err);
+		sleep(1); /* before the loop runs: nothing else to serve yet */
+	}
+	if (applied)
+		log_info("database: applied %u migrations", applied);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: numwatchd --config FILE [--migrate | --check-config] [--verbose]\n"
+		   "       numwatchd --version\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"config", required_argument, NULL, 'c'}, {"migrate", no_argument, NULL, 'm'},
+		{"check-config", no_argument, NULL, 'k'}, {"verbose", no_argument, NULL, 'v'},
+		{"version", no_argument, NULL, 'V'},      {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct nwd *d = &daemon_ctx;
+	bool only_migrate = false, only_check = false;
+	char err[1024];
+	int c, rc;
+	uint64_t watchdog_us = 0;
+
+	while ((c = getopt_long(argc, argv, "c:mkvVh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			d->config_path = optarg;
+			break;
+		case 'm':
+			only_migrate = true;
+			break;
+		case 'k':
+			only_check = true;
+			break;
+		case 'v':
+			log_set_level(LOG_LEVEL_DEBUG);
+			break;
+		case 'V':
+			printf("numwatchd %s\n", NW_VERSION);
+			return 0;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!d->config_path || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (config_load(&d->cfg, d->config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "numwatchd: %s\n", err);
+		return 2;
+	}
+	if (only_check) {
+		printf("%s: ok\n", d->config_path);
+		return 0;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (migrate_with_wait(&d->cfg) < 0)
+		return 1;
+	if (only_migrate)
+		return 0;
+	if (make_dirs(d->cfg.state_dir) < 0)
+		return 1;
+	d->repo_id = migrate_repository(d->cfg.database, d->cfg.repo_name, d->cfg.repo_url, d->cfg.repo_branch, err,
+					sizeof(err));
+	if (d->repo_id < 0) {
+		log_error("%s", err);
+		return 1;
+	}
+
+	d->loop = uv_default_loop();
+	d->started_ms = uv_now(d->loop);
+	if (db_open(d->loop, d->cfg.database, "main", &d->db) < 0 ||
+	    db_open(d->loop, d->cfg.database, "http", &d->db_http) < 0 ||
+	    store_init(d->loop, d->db, d->cfg.node_name, &d->store) < 0) {
+		log_error("out of memory");
+		return 1;
+	}
+	rc = http_start(d, &d->http);
+	if (rc < 0)
+		return 1;
+	jobs_requeue_own(d);
+	if (poller_start(d, &d->poller) < 0 || builder_start(d, &d->builder) < 0)
+		return 1;
+	for (unsigned i = 0; i < d->cfg.nslots; i++) {
+		if (slot_start(d, &d->cfg.slots[i], &d->slots[i]) < 0)
+			return 1;
+		d->nslots++;
+	}
+	uv_signal_init(d->loop, &sig_term);
+	uv_signal_init(d->loop, &sig_int);
+	uv_signal_init(d->loop, &sig_hup);
+	uv_signal_start(&sig_term, on_term, SIGTERM);
+	uv_signal_start(&sig_int, on_term, SIGINT);
+	uv_signal_start(&sig_hup, on_hup, SIGHUP);
+	uv_timer_init(d->loop, &drain_timer);
+	uv_timer_init(d->loop, &watchdog_timer);
+#ifdef NW_HAVE_SYSTEMD
+	if (sd_watchdog_enabled(0, &watchdog_us) > 0)
+		uv_timer_start(&watchdog_timer, on_watchdog, watchdog_us / 2000, watchdog_us / 2000);
+#endif
+	(void)watchdog_us;
+	log_info("numwatchd %s: watching %s (%s) with %u slots; http://%s:%u/", NW_VERSION, d->cfg.repo_url,
+		 d->cfg.repo_branch, d->nslots, d->cfg.http_address, http_port(d->http));
+	notify("READY=1");
+
+	uv_run(d->loop, UV_RUN_DEFAULT);
+
+	/* Close whatever handles remain (finished children, timers) and let their callbacks run. */
+	uv_walk(d->loop, close_walk, NULL);
+	uv_run(d->loop, UV_RUN_DEFAULT);
+	log_info("stopped");
+	config_release(&d->cfg);
+	return 0;
+}

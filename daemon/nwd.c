@@ -1,0 +1,67 @@
+/* nwd: small services of the shared context. */
+#include "nwd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "builder.h"
+#include "slot.h"
+
+/* What children inherit from the daemon's environment; everything else is explicit. */
+static const char *const passthrough[] = {"PATH",   "HOME",    "LANG", "LC_ALL", "TMPDIR",
+					  "USER",   "LOGNAME", "LD_LIBRARY_PATH",  "CUDA_HOME",
+					  "CUDA_PATH"};
+
+void nwd_kick(struct nwd *d)
+{
+	if (d->draining)
+		return;
+	if (d->builder)
+		builder_kick(d->builder);
+	for (unsigned i = 0; i < d->nslots; i++)
+		slot_kick(d->slots[i]);
+}
+
+char **nwd_env(const struct nwd *d, const char *const *extra)
+{
+	size_t n = 0, cap = sizeof(passthrough) / sizeof(passthrough[0]) + 1;
+	char **env;
+
+	for (size_t i = 0; extra && extra[i]; i++)
+		cap++;
+	env = calloc(cap, sizeof(char *));
+	if (!env)
+		return NULL;
+	for (size_t i = 0; i < sizeof(passthrough) / sizeof(passthrough[0]); i++) {
+		const char *v = getenv(passthrough[i]);
+		size_t len;
+
+		if (!v)
+			continue;
+		len = strlen(passthrough[i]) + strlen(v) + 2;
+		env[n] = malloc(len);
+		if (!env[n])
+			goto fail;
+		strcpy(env[n], passthrough[i]);
+		strcat(env[n], "=");
+		strcat(env[n], v);
+		n++;
+	}
+	for (size_t i = 0; extra && extra[i]; i++) {
+		env[n] = strdup(extra[i]);
+		if (!env[n])
+			goto fail;
+		n++;
+	}
+	return env;
+fail:
+	nwd_env_free(env);
+	return NULL;
+}
+
+void nwd_env_free(char **env)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		free(env[i]);
+	free(env);
+}

@@ -1,0 +1,47 @@
+/*
+ * nwd: the daemon's shared context, owned by main.c and handed to every
+ * service module (poller, builder, slots, store, http). Everything in here is
+ * touched on the loop thread only.
+ */
+#ifndef NW_NWD_H
+#define NW_NWD_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "config.h"
+
+struct db;
+struct store;
+struct poller;
+struct builder;
+struct slot;
+struct http;
+
+struct nwd {
+	uv_loop_t *loop;
+	struct config cfg;
+	const char *config_path;
+	int repo_id;
+	struct db *db;      /* scheduler and store writes */
+	struct db *db_http; /* dashboard and API reads */
+	struct store *store;
+	struct poller *poller;
+	struct builder *builder;
+	struct slot *slots[NW_CONFIG_SLOTS_MAX];
+	unsigned nslots;
+	struct http *http;
+	bool draining;      /* SIGTERM: claim nothing new, finish what runs */
+	uint64_t started_ms;
+	unsigned running_services; /* builder and slots not yet stopped after a drain */
+};
+
+/* Wakes idle slots and the builder: new work may be claimable. */
+void nwd_kick(struct nwd *d);
+/* Called by a service when it has stopped after a drain; main exits when all have. */
+void nwd_service_stopped(struct nwd *d);
+/* Builds the environment of a child: the daemon's base plus 'extra' ("K=V", NULL-terminated). Caller frees with nwd_env_free. */
+char **nwd_env(const struct nwd *d, const char *const *extra);
+void nwd_env_free(char **env);
+
+#endif

@@ -1,0 +1,803 @@
+/*
+ * protocol: runner protocol v1 codec (docs/protocol.md), on jansson.
+ *
+ * Every response line comes from a program built from an arbitrary commit, so
+ * nothing in it is trusted: the line is bounded, each field is type-checked,
+ * each string and array is bounded by caps.h, and a value that does not fit is
+ * an error rather than something silently truncated (free text excepted).
+ * Fields this file does not know are ignored, so that runners can add some.
+ */
+#include "protocol.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Longest field path quoted in a message ("checks[255].families[31]"). */
+#define PATH_MAX_LEN 96
+
+static int proto_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int proto_error(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return -EPROTO;
+}
+
+/* ---- requests ---- */
+
+/* Returns 'value' as a JSON string literal (malloc'd), or NULL (out of memory, invalid UTF-8). */
+static char *json_quote(const char *value)
+{
+	json_t *s = json_string(value);
+	char *out;
+
+	if (!s)
+		return NULL;
+	out = json_dumps(s, JSON_ENCODE_ANY | JSON_COMPACT);
+	json_decref(s);
+	return out;
+}
+
+char *proto_hello_request(void)
+{
+	return strdup("{\"op\":\"hello\",\"protocol\":1}\n");
+}
+
+char *proto_bye_request(void)
+{
+	return strdup("{\"op\":\"bye\"}\n");
+}
+
+/*
+ * Written by hand rather than with json_pack(): the seed is unsigned and
+ * jansson's integers are signed, and the key order "op" first is part of what
+ * a simple runner may rely on.
+ */
+char *proto_trial_request(long id, const char *check, const char *dtype, unsigned long long seed,
+			  unsigned repeats, const char *family)
+{
+	char *qcheck = NULL, *qdtype = NULL, *qfamily = NULL, *line = NULL;
+
+	qcheck = json_quote(check);
+	qdtype = json_quote(dtype);
+	qfamily = family ? json_quote(family) : strdup("null");
+	if (!qcheck || !qdtype || !qfamily)
+		goto out;
+	if (asprintf(&line,
+		     "{\"op\":\"trial\",\"id\":%ld,\"check\":%s,\"dtype\":%s,\"seed\":%llu,\"repeats\":%u,"
+		     "\"family\":%s}\n",
+		     id, qcheck, qdtype, seed, repeats, qfamily) < 0)
+		line = NULL;
+out:
+	free(qcheck);
+	free(qdtype);
+	free(qfamily);
+	return line;
+}
+
+/* ---- compact re-encoding ---- */
+
+struct buf {
+	char *data;
+	size_t len, cap;
+	bool oom;
+};
+
+static void buf_add(struct buf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->data, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->data = p;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+static void buf_adds(struct buf *b, const char *s)
+{
+	buf_add(b, s, strlen(s));
+}
+
+static void buf_add_string(struct buf *b, const char *s)
+{
+	char *q = json_quote(s);
+
+	if (!q) {
+		b->oom = true;
+		return;
+	}
+	buf_adds(b, q);
+	free(q);
+}
+
+/*
+ * The shortest "%.Ng" that reads back as the same double. jansson always
+ * writes 17 digits (4.72 becomes 4.7199999999999998), which is exact but is
+ * not what the runner sent and not what a person reading the dashboard
+ * expects. Up to 15 digits, %g output is already the shortest.
+ */
+static void buf_add_real(struct buf *b, double v)
+{
+	char tmp[40];
+	int prec;
+
+	for (prec = 15; prec <= 17; prec++) {
+		snprintf(tmp, sizeof(tmp), "%.*g", prec, v);
+		if (strtod(tmp, NULL) == v)
+			break;
+	}
+	/* Keep it a real for a reader that tells integers from reals, as jansson does. */
+	if (!strpbrk(tmp, ".eE"))
+		strcat(tmp, ".0");
+	buf_adds(b, tmp);
+}
+
+static void dump_value(struct buf *b, json_t *v)
+{
+	char tmp[32];
+	const char *key;
+	json_t *item;
+	size_t i;
+	bool first = true;
+
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		buf_add(b, "{", 1);
+		json_object_foreach(v, key, item)
+		{
+			if (!first)
+				buf_add(b, ",", 1);
+			first = false;
+			buf_add_string(b, key);
+			buf_add(b, ":", 1);
+			dump_value(b, item);
+		}
+		buf_add(b, "}", 1);
+		break;
+	case JSON_ARRAY:
+		buf_add(b, "[", 1);
+		json_array_foreach(v, i, item)
+		{
+			if (i)
+				buf_add(b, ",", 1);
+			dump_value(b, item);
+		}
+		buf_add(b, "]", 1);
+		break;
+	case JSON_STRING:
+		buf_add_string(b, json_string_value(v));
+		break;
+	case JSON_INTEGER:
+		snprintf(tmp, sizeof(tmp), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		buf_adds(b, tmp);
+		break;
+	case JSON_REAL:
+		buf_add_real(b, json_real_value(v));
+		break;
+	case JSON_TRUE:
+		buf_adds(b, "true");
+		break;
+	case JSON_FALSE:
+		buf_adds(b, "false");
+		break;
+	case JSON_NULL:
+		buf_adds(b, "null");
+		break;
+	}
+}
+
+/* Returns the compact encoding of 'v' (malloc'd), or NULL when out of memory. */
+static char *encode_compact(json_t *v)
+{
+	struct buf b = {0};
+
+	dump_value(&b, v);
+	if (b.oom) {
+		free(b.data);
+		return NULL;
+	}
+	return b.data;
+}
+
+/* ---- field validation ---- */
+
+enum str_kind {
+	STR_NAME,  /* identifier: non-empty, bounded, letters, digits and . _ - + : */
+	STR_TOKEN, /* non-empty, bounded, no control characters (digests, tensor names) */
+	STR_TEXT,  /* free text: truncated to fit, never refused for its length */
+};
+
+/*
+ * Names end up in URLs, file names and the shell command of a repro email,
+ * so they are kept to characters that need no quoting anywhere.
+ */
+static bool name_char_ok(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+	       c == '_' || c == '-' || c == '+' || c == ':';
+}
+
+/* Copies UTF-8 'src' into 'dst', cutting at a character boundary if it does not fit. */
+static void copy_truncated(char *dst, size_t dstlen, const char *src)
+{
+	size_t n = strlen(src);
+
+	if (n >= dstlen) {
+		n = dstlen - 1;
+		while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+/*
+ * Each getter: 'pfx' names the enclosing object in messages ("" or
+ * "tensors[0]."); an absent or null optional field leaves *out as it is and
+ * returns 0; otherwise 0 or -EPROTO with the reason in err.
+ */
+static int check_string(json_t *v, const char *path, enum str_kind kind, char *dst, size_t dstlen, char *err,
+			size_t errlen)
+{
+	const char *s;
+	size_t len, i;
+
+	if (!json_is_string(v))
+		return proto_error(err, errlen, "field '%s' must be a string", path);
+	s = json_string_value(v);
+	len = strlen(s); /* jansson refuses \u0000 in strings, so this is the length */
+	if (kind == STR_TEXT) {
+		copy_truncated(dst, dstlen, s);
+		return 0;
+	}
+	if (len == 0)
+		return proto_error(err, errlen, "field '%s' must not be empty", path);
+	if (len >= dstlen)
+		return proto_error(err, errlen, "field '%s' is too long (%zu bytes, at most %zu)", path, len,
+				   dstlen - 1);
+	for (i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (kind == STR_NAME && !name_char_ok(c))
+			return proto_error(err, errlen,
+					   "field '%s' must contain only letters, digits and '._-+:'", path);
+		if (kind == STR_TOKEN && (c < 0x20 || c == 0x7f))
+			return proto_error(err, errlen, "field '%s' must not contain control characters",
+					   path);
+	}
+	memcpy(dst, s, len + 1);
+	return 0;
+}
+
+static int get_string(json_t *obj, const char *pfx, const char *key, bool required, enum str_kind kind,
+		      char *dst, size_t dstlen, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+	char path[PATH_MAX_LEN];
+
+	if (!v || (json_is_null(v) && !required)) {
+		if (required)
+			return proto_error(err, errlen, "missing field '%s%s'", pfx, key);
+		return 0;
+	}
+	snprintf(path, sizeof(path), "%s%s", pfx, key);
+	return check_string(v, path, kind, dst, dstlen, err, errlen);
+}
+
+static int get_integer(json_t *obj, const char *pfx, const char *key, bool required, long long min,
+		       long long max, long long *out, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+	long long n;
+
+	if (!v || (json_is_null(v) && !required)) {
+		if (required)
+			return proto_error(err, errlen, "missing field '%s%s'", pfx, key);
+		return 0;
+	}
+	if (!json_is_integer(v))
+		return proto_error(err, errlen, "field '%s%s' must be an integer", pfx, key);
+	n = json_integer_value(v);
+	if (n < min || n > max)
+		return proto_error(err, errlen, "field '%s%s' is out of range (%lld, expected %lld to %lld)",
+				   pfx, key, n, min, max);
+	*out = n;
+	return 0;
+}
+
+/*
+ * A non-negative number. JSON has no NaN or infinity (jansson refuses them on
+ * input), so a value that is not finite is sent as null when 'nullable', and
+ * read as NAN.
+ */
+static int get_number(json_t *obj, const char *pfx, const char *key, bool required, bool nullable,
+		      double *out, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+	double d;
+
+	if (!v) {
+		if (required)
+			return proto_error(err, errlen, "missing field '%s%s'", pfx, key);
+		return 0;
+	}
+	if (json_is_null(v) && nullable) {
+		*out = NAN;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return proto_error(err, errlen, "field '%s%s' must be a number%s", pfx, key,
+				   nullable ? " or null" : "");
+	d = json_number_value(v);
+	if (!isfinite(d) || d < 0)
+		return proto_error(err, errlen, "field '%s%s' must be a non-negative number", pfx, key);
+	*out = d;
+	return 0;
+}
+
+static int get_bool(json_t *obj, const char *pfx, const char *key, bool required, bool *out, char *err,
+		    size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v || (json_is_null(v) && !required)) {
+		if (required)
+			return proto_error(err, errlen, "missing field '%s%s'", pfx, key);
+		return 0;
+	}
+	if (!json_is_boolean(v))
+		return proto_error(err, errlen, "field '%s%s' must be true or false", pfx, key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+/*
+ * An array field: returns the array (borrowed) in *out, NULL when absent or
+ * null and optional; refuses more than 'max' elements.
+ */
+static int get_array(json_t *obj, const char *pfx, const char *key, bool required, size_t max, json_t **out,
+		     char *err, size_t errlen)
+{
+	json_t *v = json_object_get(obj, key);
+
+	*out = NULL;
+	if (!v || (json_is_null(v) && !required)) {
+		if (required)
+			return proto_error(err, errlen, "missing field '%s%s'", pfx, key);
+		return 0;
+	}
+	if (!json_is_array(v))
+		return proto_error(err, errlen, "field '%s%s' must be an array", pfx, key);
+	if (json_array_size(v) > max)
+		return proto_error(err, errlen, "field '%s%s' has too many elements (%zu, at most %zu)", pfx,
+				   key, json_array_size(v), max);
+	*out = v;
+	return 0;
+}
+
+/* An array of distinct names, e.g. a check's dtypes. */
+static int get_name_list(json_t *obj, const char *pfx, const char *key, bool required, size_t max,
+			 char (*names)[NW_PROTO_NAME_MAX], unsigned *n, char *err, size_t errlen)
+{
+	char path[PATH_MAX_LEN];
+	json_t *arr, *item;
+	size_t i, j;
+	int r;
+
+	*n = 0;
+	r = get_array(obj, pfx, key, required, max, &arr, err, errlen);
+	if (r < 0 || !arr)
+		return r;
+	json_array_foreach(arr, i, item)
+	{
+		snprintf(path, sizeof(path), "%s%s[%zu]", pfx, key, i);
+		r = check_string(item, path, STR_NAME, names[i], NW_PROTO_NAME_MAX, err, errlen);
+		if (r < 0)
+			return r;
+		for (j = 0; j < i; j++)
+			if (strcmp(names[j], names[i]) == 0)
+				return proto_error(err, errlen, "field '%s%s' lists '%s' twice", pfx, key,
+						   names[i]);
+	}
+	*n = (unsigned)json_array_size(arr);
+	return 0;
+}
+
+/* An array of non-negative integers, e.g. a shape. */
+static int get_index_list(json_t *obj, const char *pfx, const char *key, size_t max, long *dims, unsigned *n,
+			  char *err, size_t errlen)
+{
+	json_t *arr, *item;
+	size_t i;
+	int r;
+
+	*n = 0;
+	r = get_array(obj, pfx, key, false, max, &arr, err, errlen);
+	if (r < 0 || !arr)
+		return r;
+	json_array_foreach(arr, i, item)
+	{
+		if (!json_is_integer(item) || json_integer_value(item) < 0 ||
+		    json_integer_value(item) > LONG_MAX)
+			return proto_error(err, errlen, "field '%s%s[%zu]' must be a non-negative integer",
+					   pfx, key, i);
+		if (dims)
+			dims[i] = (long)json_integer_value(item);
+	}
+	*n = (unsigned)json_array_size(arr);
+	return 0;
+}
+
+/* ---- responses ---- */
+
+/*
+ * Parses one line into an object whose "op" is 'op'. Returns 0 with a new
+ * reference in *root, -ENOTSUP for an "unknown op" answer, or -EPROTO.
+ */
+static int load_line(const char *line, size_t len, const char *op, json_t **root, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *obj, *v;
+	const char *error;
+	int r;
+
+	*root = NULL;
+	if (len > NW_PROTO_LINE_MAX)
+		return proto_error(err, errlen, "line too long (%zu bytes, at most %d)", len,
+				   NW_PROTO_LINE_MAX);
+	if (memchr(line, '\0', len))
+		return proto_error(err, errlen, "line contains a nul byte");
+	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj) {
+		/* The usual mistake of a Python runner: json.dumps() writes NaN and Infinity. */
+		bool nonfinite = memmem(line, len, "NaN", 3) || memmem(line, len, "Infinity", 8);
+
+		return proto_error(err, errlen, "not json: %s at column %d%s", jerr.text, jerr.column,
+				   nonfinite ? " (nan and infinity are not json: send null)" : "");
+	}
+	if (!json_is_object(obj)) {
+		r = proto_error(err, errlen, "not a json object");
+		goto fail;
+	}
+	v = json_object_get(obj, "op");
+	if (!v) {
+		r = proto_error(err, errlen, "missing field 'op'");
+		goto fail;
+	}
+	if (!json_is_string(v)) {
+		r = proto_error(err, errlen, "field 'op' must be a string");
+		goto fail;
+	}
+	if (strcmp(json_string_value(v), op) != 0) {
+		r = proto_error(err, errlen, "op '%.64s' does not match request '%s'", json_string_value(v),
+				op);
+		goto fail;
+	}
+	error = json_string_value(json_object_get(obj, "error"));
+	if (error && strcmp(error, "unknown op") == 0 && !json_object_get(obj, "verdict")) {
+		if (errlen)
+			snprintf(err, errlen, "runner does not know op '%s'", op);
+		r = -ENOTSUP;
+		goto fail;
+	}
+	*root = obj;
+	return 0;
+fail:
+	json_decref(obj);
+	return r;
+}
+
+static int parse_check(json_t *obj, size_t index, struct proto_check *c, char *err, size_t errlen)
+{
+	char pfx[PATH_MAX_LEN];
+	int r;
+
+	snprintf(pfx, sizeof(pfx), "checks[%zu].", index);
+	if (!json_is_object(obj))
+		return proto_error(err, errlen, "field 'checks[%zu]' must be an object", index);
+	if ((r = get_string(obj, pfx, "check", true, STR_NAME, c->check, sizeof(c->check), err, errlen)) <
+		0 ||
+	    (r = get_string(obj, pfx, "op", true, STR_NAME, c->op, sizeof(c->op), err, errlen)) < 0 ||
+	    (r = get_string(obj, pfx, "pass", true, STR_NAME, c->pass, sizeof(c->pass), err, errlen)) < 0 ||
+	    (r = get_name_list(obj, pfx, "dtypes", true, NW_PROTO_DTYPES_MAX, c->dtypes, &c->ndtypes, err,
+			       errlen)) < 0 ||
+	    (r = get_name_list(obj, pfx, "families", false, NW_PROTO_FAMILIES_MAX, c->families, &c->nfamilies,
+			       err, errlen)) < 0 ||
+	    (r = get_bool(obj, pfx, "deterministic", true, &c->deterministic, err, errlen)) < 0)
+		return r;
+	return 0;
+}
+
+static int parse_device(json_t *root, struct proto_hello *out, char *err, size_t errlen)
+{
+	json_t *dev = json_object_get(root, "device");
+	char *json;
+	size_t len;
+	int r;
+
+	strcpy(out->device_json, "{}");
+	if (!dev || json_is_null(dev))
+		return 0;
+	if (!json_is_object(dev))
+		return proto_error(err, errlen, "field 'device' must be an object");
+	if ((r = get_string(dev, "device.", "backend", false, STR_NAME, out->backend, sizeof(out->backend),
+			    err, errlen)) < 0 ||
+	    (r = get_string(dev, "device.", "name", false, STR_TEXT, out->device_name,
+			    sizeof(out->device_name), err, errlen)) < 0)
+		return r;
+	/* Stored whole for the health page; cutting JSON would make it invalid, so a huge one is refused. */
+	json = encode_compact(dev);
+	if (!json)
+		return proto_error(err, errlen, "out of memory");
+	len = strlen(json);
+	if (len >= sizeof(out->device_json)) {
+		free(json);
+		return proto_error(err, errlen, "field 'device' is too long (%zu bytes encoded, at most %zu)",
+				   len, sizeof(out->device_json) - 1);
+	}
+	memcpy(out->device_json, json, len + 1);
+	free(json);
+	return 0;
+}
+
+int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen)
+{
+	long long protocol = 0;
+	json_t *root = NULL, *checks, *item;
+	size_t i, j;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	if (errlen)
+		err[0] = '\0';
+	r = load_line(line, len, "hello", &root, err, errlen);
+	if (r < 0)
+		return r;
+	/* A runner that cannot serve at all may say why instead of listing checks. */
+	if (json_is_string(json_object_get(root, "error")) && !json_object_get(root, "checks")) {
+		r = proto_error(err, errlen, "runner refused hello: '%.200s'",
+				json_string_value(json_object_get(root, "error")));
+		goto out;
+	}
+	if ((r = get_integer(root, "", "protocol", true, LLONG_MIN, LLONG_MAX, &protocol, err, errlen)) < 0)
+		goto out;
+	if (protocol != PROTO_VERSION) {
+		r = proto_error(err, errlen, "unsupported protocol version %lld (expected %d)", protocol,
+				PROTO_VERSION);
+		goto out;
+	}
+	out->protocol = PROTO_VERSION;
+	if ((r = get_string(root, "", "runner", false, STR_TEXT, out->runner, sizeof(out->runner), err,
+			    errlen)) < 0 ||
+	    (r = parse_device(root, out, err, errlen)) < 0 ||
+	    (r = get_array(root, "", "checks", true, NW_PROTO_CHECKS_MAX, &checks, err, errlen)) < 0)
+		goto out;
+	if (json_array_size(checks)) {
+		out->checks = calloc(json_array_size(checks), sizeof(*out->checks));
+		if (!out->checks) {
+			r = proto_error(err, errlen, "out of memory");
+			goto out;
+		}
+	}
+	json_array_foreach(checks, i, item)
+	{
+		r = parse_check(item, i, &out->checks[i], err, errlen);
+		if (r < 0)
+			goto out;
+		/* The check name is the key the daemon stores results under. */
+		for (j = 0; j < i; j++) {
+			if (strcmp(out->checks[j].check, out->checks[i].check) == 0) {
+				r = proto_error(err, errlen, "duplicate check '%s' in field 'checks'",
+						out->checks[i].check);
+				goto out;
+			}
+		}
+		out->nchecks++;
+	}
+	r = 0;
+out:
+	json_decref(root);
+	if (r < 0)
+		proto_hello_release(out);
+	return r;
+}
+
+static int parse_tensor(json_t *obj, size_t index, struct proto_tensor *t, char *err, size_t errlen)
+{
+	static const char *const counters[] = {"nonfinite", "ref_nonfinite", "unwritten", "canary",
+					       "excluded"};
+	long *const fields[] = {&t->nonfinite, &t->ref_nonfinite, &t->unwritten, &t->canary, &t->excluded};
+	char pfx[PATH_MAX_LEN];
+	double unused;
+	bool flag;
+	unsigned n;
+	size_t i;
+	int r;
+
+	snprintf(pfx, sizeof(pfx), "tensors[%zu].", index);
+	if (!json_is_object(obj))
+		return proto_error(err, errlen, "field 'tensors[%zu]' must be an object", index);
+	if ((r = get_string(obj, pfx, "name", true, STR_TOKEN, t->name, sizeof(t->name), err, errlen)) < 0 ||
+	    (r = get_number(obj, pfx, "ratio", true, true, &t->ratio, err, errlen)) < 0)
+		return r;
+	for (i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+		long long v = 0;
+
+		if ((r = get_integer(obj, pfx, counters[i], false, 0, LONG_MAX, &v, err, errlen)) < 0)
+			return r;
+		*fields[i] = (long)v;
+	}
+	/*
+	 * Not kept in the struct, but stored with the trial (tensors_json):
+	 * checked so that what is stored has the documented types.
+	 */
+	if ((r = get_number(obj, pfx, "max_abs", false, true, &unused, err, errlen)) < 0 ||
+	    (r = get_number(obj, pfx, "max_rel", false, true, &unused, err, errlen)) < 0 ||
+	    (r = get_number(obj, pfx, "max_ulp", false, true, &unused, err, errlen)) < 0 ||
+	    (r = get_index_list(obj, pfx, "worst", NW_PROTO_SHAPE_MAX, NULL, &n, err, errlen)) < 0 ||
+	    (r = get_bool(obj, pfx, "tail", false, &flag, err, errlen)) < 0)
+		return r;
+	return 0;
+}
+
+static int parse_case(json_t *root, struct proto_trial *out, char *err, size_t errlen)
+{
+	json_t *c = json_object_get(root, "case");
+	long long gen = -1;
+	int r;
+
+	if (!c || json_is_null(c))
+		return 0;
+	if (!json_is_object(c))
+		return proto_error(err, errlen, "field 'case' must be an object");
+	if ((r = get_string(c, "case.", "family", false, STR_NAME, out->family, sizeof(out->family), err,
+			    errlen)) < 0 ||
+	    (r = get_index_list(c, "case.", "shape", NW_PROTO_SHAPE_MAX, out->shape, &out->ndim, err,
+				errlen)) < 0 ||
+	    (r = get_integer(c, "case.", "gen", false, 0, INT_MAX, &gen, err, errlen)) < 0)
+		return r;
+	out->gen = (int)gen;
+	return 0;
+}
+
+static int parse_verdict(json_t *root, struct proto_trial *out, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(root, "verdict");
+	const char *s;
+
+	if (!v)
+		return proto_error(err, errlen, "missing field 'verdict'");
+	if (!json_is_string(v))
+		return proto_error(err, errlen, "field 'verdict' must be a string");
+	s = json_string_value(v);
+	if (strcmp(s, "pass") == 0)
+		out->verdict = OUTCOME_PASS;
+	else if (strcmp(s, "fail") == 0)
+		out->verdict = OUTCOME_FAIL;
+	else if (strcmp(s, "error") == 0)
+		out->verdict = OUTCOME_ERROR;
+	else
+		return proto_error(err, errlen,
+				   "field 'verdict' must be 'pass', 'fail' or 'error', not '%.64s'", s);
+	return 0;
+}
+
+int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+		      size_t errlen)
+{
+	long long id = 0, differ = 0;
+	json_t *root = NULL, *tensors, *item;
+	size_t i;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	out->gen = -1;
+	out->ratio = NAN;
+	out->kernel_us = NAN;
+	if (errlen)
+		err[0] = '\0';
+	r = load_line(line, len, "trial", &root, err, errlen);
+	if (r < 0)
+		goto out;
+	if ((r = get_integer(root, "", "id", true, LLONG_MIN, LLONG_MAX, &id, err, errlen)) < 0)
+		goto out;
+	if (id != expect_id) {
+		r = proto_error(err, errlen, "id %lld does not match request %ld", id, expect_id);
+		goto out;
+	}
+	out->id = (long)id;
+	if ((r = parse_verdict(root, out, err, errlen)) < 0 ||
+	    (r = get_bool(root, "", "fatal", false, &out->fatal, err, errlen)) < 0)
+		goto out;
+	if (out->verdict == OUTCOME_ERROR) {
+		/* The runner's own words, kept even when long: they are what the user will read. */
+		if ((r = get_string(root, "", "error", false, STR_TEXT, out->error, sizeof(out->error), err,
+				    errlen)) < 0)
+			goto out;
+	} else if (out->fatal) {
+		r = proto_error(err, errlen, "field 'fatal' is true but verdict is not 'error'");
+		goto out;
+	}
+	/* A pass or a fail is judged by its ratio; an error may have none. */
+	if ((r = get_number(root, "", "ratio", out->verdict != OUTCOME_ERROR, true, &out->ratio, err,
+			    errlen)) < 0 ||
+	    (r = parse_case(root, out, err, errlen)) < 0 ||
+	    (r = get_string(root, "", "digest", false, STR_TOKEN, out->digest, sizeof(out->digest), err,
+			    errlen)) < 0 ||
+	    (r = get_integer(root, "", "digests_differ", false, 0, INT_MAX, &differ, err, errlen)) < 0 ||
+	    (r = get_number(root, "", "kernel_us", false, true, &out->kernel_us, err, errlen)) < 0 ||
+	    (r = get_array(root, "", "tensors", false, NW_PROTO_TENSORS_MAX, &tensors, err, errlen)) < 0)
+		goto out;
+	out->digests_differ = (long)differ;
+	json_array_foreach(tensors, i, item)
+	{
+		r = parse_tensor(item, i, &out->tensors[i], err, errlen);
+		if (r < 0)
+			goto out;
+		out->ntensors++;
+	}
+	out->tensors_json = tensors ? encode_compact(tensors) : strdup("[]");
+	if (!out->tensors_json) {
+		r = proto_error(err, errlen, "out of memory");
+		goto out;
+	}
+	r = 0;
+out:
+	json_decref(root);
+	if (r < 0) {
+		proto_trial_release(out);
+		out->gen = -1;
+		out->ratio = NAN;
+		out->kernel_us = NAN;
+	}
+	return r;
+}
+
+int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen)
+{
+	json_t *root = NULL;
+	int r;
+
+	if (errlen)
+		err[0] = '\0';
+	r = load_line(line, len, "bye", &root, err, errlen);
+	json_decref(root);
+	return r;
+}
+
+void proto_hello_release(struct proto_hello *h)
+{
+	free(h->checks);
+	memset(h, 0, sizeof(*h));
+}
+
+void proto_trial_release(struct proto_trial *t)
+{
+	free(t->tensors_json);
+	memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,90 @@
+/*
+ * protocol: encoder and decoder for runner protocol v1 (docs/protocol.md).
+ *
+ * Pure module (jansson only): it turns requests into lines and response lines
+ * into validated structs. It never trusts a line: every field is type-checked
+ * and every string and array is bounded by the caps in caps.h. A line that
+ * fails validation is a protocol error; the caller kills the runner.
+ */
+#ifndef NW_PROTOCOL_H
+#define NW_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "caps.h"
+#include "outcome.h"
+
+#define PROTO_VERSION 1
+
+struct proto_check {
+	char check[NW_PROTO_NAME_MAX]; /* "softmax.fwd" */
+	char op[NW_PROTO_NAME_MAX];    /* "softmax" */
+	char pass[NW_PROTO_NAME_MAX];  /* "fwd" / "bwd" */
+	char dtypes[NW_PROTO_DTYPES_MAX][NW_PROTO_NAME_MAX];
+	unsigned ndtypes;
+	char families[NW_PROTO_FAMILIES_MAX][NW_PROTO_NAME_MAX];
+	unsigned nfamilies;
+	bool deterministic;
+};
+
+struct proto_hello {
+	int protocol;
+	char runner[NW_PROTO_TEXT_MAX];  /* free text, may be empty */
+	char backend[NW_PROTO_NAME_MAX]; /* "cuda" or "host" */
+	char device_name[NW_PROTO_TEXT_MAX];
+	char device_json[NW_PROTO_TEXT_MAX]; /* the "device" object re-encoded compactly, "{}" if absent */
+	struct proto_check *checks; /* owned; freed by proto_hello_release() */
+	unsigned nchecks;
+};
+
+struct proto_tensor {
+	char name[NW_PROTO_NAME_MAX];
+	double ratio;
+	long nonfinite, ref_nonfinite, unwritten, canary, excluded;
+};
+
+/* A decoded trial answer. verdict is OUTCOME_PASS, OUTCOME_FAIL or OUTCOME_ERROR. */
+struct proto_trial {
+	long id;
+	enum outcome verdict;
+	bool fatal;                       /* only with OUTCOME_ERROR */
+	char error[NW_PROTO_TEXT_MAX];    /* only with OUTCOME_ERROR */
+	char family[NW_PROTO_NAME_MAX];   /* "" when the runner gave no case */
+	long shape[NW_PROTO_SHAPE_MAX];
+	unsigned ndim;
+	int gen;                          /* generator version, -1 if absent */
+	double ratio;                     /* NAN if absent (error answers) */
+	struct proto_tensor tensors[NW_PROTO_TENSORS_MAX];
+	unsigned ntensors;
+	char digest[NW_PROTO_NAME_MAX];
+	long digests_differ;
+	double kernel_us;                 /* NAN if absent */
+	char *tensors_json;               /* owned: the "tensors" array re-encoded compactly, for storage */
+};
+
+/*
+ * Requests. Each returns a malloc'd, '\n'-terminated line (caller frees), or
+ * NULL when out of memory. 'family' may be NULL (the runner picks by seed).
+ */
+char *proto_hello_request(void);
+char *proto_trial_request(long id, const char *check, const char *dtype, unsigned long long seed,
+			  unsigned repeats, const char *family);
+char *proto_bye_request(void);
+
+/*
+ * Responses. 'line' need not be NUL-terminated; 'len' excludes the '\n'.
+ * Each returns 0 on success, or -EPROTO with a lowercase message in 'err'
+ * saying what is wrong ("missing field 'checks'", "id 18 does not match
+ * request 17", "not json: ..."). An "error":"unknown op" answer to the
+ * request is reported as -ENOTSUP.
+ */
+int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen);
+int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+		      size_t errlen);
+int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
+
+void proto_hello_release(struct proto_hello *h);
+void proto_trial_release(struct proto_trial *t);
+
+#endif

@@ -1,0 +1,735 @@
+/* slot: one runner slot working through "trials" jobs. */
+#include "slot.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "caps.h"
+#include "db.h"
+#include "jobs.h"
+#include "log.h"
+#include "nwd.h"
+#include "proc.h"
+#include "protocol.h"
+#include "store.h"
+#include "verdict.h"
+
+#define CLAIM_POLL_MS 1000
+#define RESTART_MIN_MS 100
+#define RESTART_MAX_MS 5000
+#define FINISH_RETRY_MS 500
+#define FINISH_RETRIES 20
+
+enum slot_state {
+	SLOT_IDLE,       /* no job; polling for one */
+	SLOT_CLAIMING,   /* claim query in flight */
+	SLOT_LOADING,    /* reading the job's stored trials */
+	SLOT_STARTING,   /* runner started, hello sent */
+	SLOT_RUNNING,    /* job in progress (a trial may be in flight) */
+	SLOT_RESTARTING, /* waiting out a backoff before the next runner */
+	SLOT_FINISHING,  /* verdict and job state being written */
+	SLOT_STOPPED,
+};
+
+static const char *const state_names[] = {"idle",       "claiming",  "loading", "starting",
+					  "running",    "restarting", "finishing", "stopped"};
+
+struct seed_rec {
+	struct verdict_seed v;
+	int next_attempt;
+	double worst_ratio;
+};
+
+struct slot {
+	struct nwd *d;
+	struct config_slot cfg;
+	enum slot_state state;
+	uv_timer_t wake;     /* claim polling and restart backoff */
+	uv_timer_t deadline; /* hello or trial deadline */
+	uv_timer_t lease;    /* renews the job's lease */
+	int open_handles;
+	bool draining;
+
+	struct proc *runner;
+	long long runner_commit;
+	bool runner_ready;
+
+	bool has_job;
+	struct job job;
+	struct seed_rec *seeds;
+	unsigned nseeds;
+	int finish_tries;
+
+	bool in_trial;
+	long req_id;
+	unsigned cur_seed;
+	int cur_attempt;
+
+	unsigned crash_streak;
+	unsigned restarts;
+	unsigned long long trials;
+};
+
+static void advance(struct slot *s);
+static void claim(struct slot *s);
+
+static void set_state(struct slot *s, enum slot_state st)
+{
+	s->state = st;
+}
+
+/* Stops talking to the runner: it is killed and its exit ignored. */
+static void drop_runner(struct slot *s)
+{
+	uv_timer_stop(&s->deadline);
+	s->in_trial = false;
+	s->runner_ready = false;
+	if (s->runner) {
+		proc_kill(s->runner);
+		s->runner = NULL;
+	}
+}
+
+static void record(struct slot *s, enum outcome outcome, const struct proto_trial *result, const char *error)
+{
+	struct seed_rec *rec = &s->seeds[s->cur_seed];
+	struct trial_row row = {
+		.commit_id = s->job.commit_id,
+		.check_id = s->job.check_id,
+		.dtype = s->job.dtype,
+		.seed = s->cur_seed,
+		.attempt = s->cur_attempt,
+		.outcome = outcome,
+		.result = result,
+		.error = error,
+		.slot = s->cfg.name,
+	};
+
+	s->in_trial = false;
+	uv_timer_stop(&s->deadline);
+	if (store_add_trial(s->d->store, &row) < 0)
+		log_error("slot %s: out of memory storing a trial", s->cfg.name);
+	s->trials++;
+	rec->next_attempt = s->cur_attempt + 1;
+	if (result && isfinite(result->ratio) && !(result->ratio <= rec->worst_ratio))
+		rec->worst_ratio = result->ratio;
+	if (outcome == OUTCOME_INFRA_ERROR)
+		return;
+	if (rec->v.first == OUTCOME_NONE)
+		rec->v.first = outcome;
+	else if (rec->v.second == OUTCOME_NONE)
+		rec->v.second = outcome;
+}
+
+static void on_wake(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+
+	if (s->state == SLOT_IDLE)
+		claim(s);
+	else if (s->state == SLOT_RESTARTING) {
+		set_state(s, SLOT_RUNNING);
+		advance(s);
+	}
+}
+
+static void restart_later(struct slot *s)
+{
+	unsigned ms = RESTART_MIN_MS << (s->crash_streak < 6 ? s->crash_streak : 6);
+
+	if (ms > RESTART_MAX_MS)
+		ms = RESTART_MAX_MS;
+	s->restarts++;
+	set_state(s, SLOT_RESTARTING);
+	uv_timer_start(&s->wake, on_wake, ms, 0);
+}
+
+static void finish_job(struct slot *s, bool infra_failed);
+
+/* An infrastructure fault: counts against the job, never against the commit. */
+static void strike(struct slot *s, const char *why)
+{
+	s->job.strikes++;
+	jobs_strike(s->d, s->job.id, s->job.strikes);
+	log_warn("slot %s: %.12s %s %s: strike %d of %d: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
+		 s->job.strikes, SLOT_MAX_STRIKES, why);
+	drop_runner(s);
+	if (s->job.strikes >= SLOT_MAX_STRIKES)
+		finish_job(s, true);
+	else
+		restart_later(s);
+}
+
+static void protocol_fault(struct slot *s, const char *line, size_t len, const char *err)
+{
+	char why[NW_PROTO_LINE_KEEP + NW_PROTO_TEXT_MAX];
+	int keep = len > NW_PROTO_LINE_KEEP ? NW_PROTO_LINE_KEEP : (int)len;
+
+	snprintf(why, sizeof(why), "protocol_error: %s: '%.*s'%s", err, keep, line ? line : "",
+		 len > NW_PROTO_LINE_KEEP ? "..." : "");
+	if (s->in_trial)
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+	strike(s, why);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+	char why[128];
+
+	if (s->state == SLOT_STARTING) {
+		snprintf(why, sizeof(why), "runner did not answer hello within %u s", s->d->cfg.hello_timeout_s);
+		strike(s, why);
+		return;
+	}
+	if (!s->in_trial)
+		return;
+	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
+	log_warn("slot %s: %.12s %s %s seed %u: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
+		 s->cur_seed, why);
+	record(s, OUTCOME_TIMEOUT, NULL, why);
+	drop_runner(s);
+	s->crash_streak++;
+	restart_later(s);
+}
+
+static void handle_hello(struct slot *s, const char *line, size_t len)
+{
+	struct proto_hello hello = {0};
+	char err[256];
+
+	if (proto_parse_hello(line, len, &hello, err, sizeof(err)) < 0) {
+		protocol_fault(s, line, len, err);
+		return;
+	}
+	log_debug("slot %s: runner '%s' (%s, %s) ready for %.12s", s->cfg.name, hello.runner, hello.backend,
+		  hello.device_name, s->job.sha);
+	proto_hello_release(&hello);
+	uv_timer_stop(&s->deadline);
+	s->runner_ready = true;
+	set_state(s, SLOT_RUNNING);
+	advance(s);
+}
+
+static void handle_trial(struct slot *s, const char *line, size_t len)
+{
+	struct proto_trial t = {0};
+	enum outcome outcome;
+	char err[256];
+	int rc = proto_parse_trial(line, len, s->req_id, &t, err, sizeof(err));
+
+	if (rc < 0) {
+		proto_trial_release(&t);
+		protocol_fault(s, line, len, err);
+		return;
+	}
+	outcome = t.verdict;
+	if (outcome == OUTCOME_ERROR && t.fatal) {
+		/* The runner's device context is gone: a property of the commit (PROTOCOL.md). */
+		outcome = OUTCOME_CRASH;
+		record(s, outcome, &t, t.error);
+		proto_trial_release(&t);
+		drop_runner(s);
+		s->crash_streak++;
+		restart_later(s);
+		return;
+	}
+	s->crash_streak = 0;
+	record(s, outcome, &t, NULL);
+	proto_trial_release(&t);
+	advance(s);
+}
+
+static void on_line(struct proc *p, const char *line, size_t len, void *data)
+{
+	struct slot *s = data;
+
+	if (p != s->runner)
+		return;
+	if (s->state == SLOT_STARTING)
+		handle_hello(s, line, len);
+	else if (s->in_trial)
+		handle_trial(s, line, len);
+	else
+		protocol_fault(s, line, len, "unrequested line");
+}
+
+static void on_overflow(struct proc *p, void *data)
+{
+	struct slot *s = data;
+
+	if (p == s->runner)
+		protocol_fault(s, NULL, 0, "line longer than 1 MiB");
+}
+
+static void on_runner_done(struct proc *p, const struct proc_result *r, void *data)
+{
+	struct slot *s = data;
+	char why[NW_STDERR_TAIL_MAX + 128];
+	const char *tail = r->err;
+
+	if (p != s->runner)
+		return; /* a runner we dropped on purpose */
+	s->runner = NULL;
+	s->runner_ready = false;
+	if (r->err_len > 1024)
+		tail = r->err + r->err_len - 1024;
+	if (r->term_signal)
+		snprintf(why, sizeof(why), "runner killed by signal %d; stderr: %s", r->term_signal, tail);
+	else
+		snprintf(why, sizeof(why), "runner exited with status %lld; stderr: %s", (long long)r->exit_status,
+			 tail);
+	if (s->in_trial) {
+		log_warn("slot %s: %.12s %s %s seed %u: crash: %s", s->cfg.name, s->job.sha, s->job.check,
+			 s->job.dtype, s->cur_seed, why);
+		record(s, OUTCOME_CRASH, NULL, why);
+		s->crash_streak++;
+		restart_later(s);
+	} else if (s->state == SLOT_STARTING) {
+		strike(s, why);
+	}
+}
+
+static int start_runner(struct slot *s)
+{
+	const struct config *cfg = &s->d->cfg;
+	char build_dir[PATH_MAX], path[PATH_MAX], gpu[32];
+	const char *extra[3] = {"NUMWATCH_PROTOCOL=1", gpu, NULL};
+	const char *argv[2] = {path, NULL};
+	struct proc_opts o = {0};
+	char **env;
+	int rc;
+
+	snprintf(build_dir, sizeof(build_dir), "%s/builds/%s", cfg->state_dir, s->job.sha);
+	snprintf(path, sizeof(path), "%s/%s", build_dir, s->cfg.gpu < 0 ? cfg->runner_host : cfg->runner_cuda);
+	if (s->cfg.gpu < 0)
+		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
+	else
+		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=%d", s->cfg.gpu);
+	env = nwd_env(s->d, extra);
+	if (!env)
+		return -ENOMEM;
+	o.argv = argv;
+	o.cwd = build_dir;
+	o.env = (const char *const *)env;
+	o.err_max = NW_STDERR_TAIL_MAX;
+	o.stdin_pipe = true;
+	o.on_line = on_line;
+	o.on_overflow = on_overflow;
+	o.line_max = NW_PROTO_LINE_MAX;
+	o.on_done = on_runner_done;
+	o.data = s;
+	rc = proc_spawn(s->d->loop, &o, &s->runner);
+	nwd_env_free(env);
+	if (rc < 0) {
+		char why[PATH_MAX + 64];
+
+		s->runner = NULL;
+		snprintf(why, sizeof(why), "cannot start runner '%s': %s", path, uv_strerror(rc));
+		strike(s, why);
+		return rc;
+	}
+	s->runner_commit = s->job.commit_id;
+	set_state(s, SLOT_STARTING);
+	uv_timer_start(&s->deadline, on_deadline, (uint64_t)cfg->hello_timeout_s * 1000, 0);
+	{
+		char *line = proto_hello_request();
+
+		if (!line || proc_write(s->runner, line, strlen(line)) < 0)
+			log_warn("slot %s: cannot write hello", s->cfg.name);
+		free(line);
+	}
+	return 0;
+}
+
+/* The next seed to run: the plan first, then reruns of seeds that failed once. */
+static bool pick_seed(struct slot *s, unsigned *seed)
+{
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		if (s->seeds[i].v.first == OUTCOME_NONE) {
+			*seed = i;
+			return true;
+		}
+	}
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		if (verdict_seed_needs_rerun(&s->seeds[i].v)) {
+			*seed = i;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void advance(struct slot *s)
+{
+	unsigned seed;
+	char *line;
+
+	if (!s->has_job || s->state != SLOT_RUNNING || s->in_trial)
+		return;
+	if (s->draining) {
+		jobs_release(s->d, s->job.id);
+		s->has_job = false;
+		set_state(s, SLOT_IDLE);
+		slot_drain(s);
+		return;
+	}
+	if (!pick_seed(s, &seed)) {
+		finish_job(s, false);
+		return;
+	}
+	if (!s->runner || s->runner_commit != s->job.commit_id || !s->runner_ready) {
+		drop_runner(s);
+		start_runner(s);
+		return;
+	}
+	s->cur_seed = seed;
+	s->cur_attempt = s->seeds[seed].next_attempt;
+	s->req_id++;
+	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, seed, s->d->cfg.repeats, NULL);
+	if (!line) {
+		log_error("slot %s: out of memory", s->cfg.name);
+		restart_later(s);
+		return;
+	}
+	s->in_trial = true;
+	uv_timer_start(&s->deadline, on_deadline, (uint64_t)s->d->cfg.trial_timeout_s * 1000, 0);
+	if (proc_write(s->runner, line, strlen(line)) < 0)
+		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
+	free(line);
+}
+
+static void on_lease(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+
+	if (s->has_job)
+		jobs_renew(s->d, s->job.id);
+}
+
+static void job_done(struct slot *s)
+{
+	uv_timer_stop(&s->lease);
+	free(s->seeds);
+	s->seeds = NULL;
+	s->nseeds = 0;
+	s->has_job = false;
+	set_state(s, SLOT_IDLE);
+	if (s->draining)
+		slot_drain(s);
+	else
+		claim(s);
+}
+
+static const char stats_sql[] =
+	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
+	" failing_seeds, evidence, updated_at)"
+	" SELECT $1, $2, $3, $4, $5,"
+	"  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
+	"   AND outcome = 'infra_error'),"
+	"  $6, $7, $8::bigint[],"
+	"  $9::jsonb || jsonb_build_object('baseline', (SELECT c.sha FROM stats s JOIN commits c ON c.id = s.commit_id"
+	"   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'clean' AND c.reachable"
+	"   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
+	"   AND c.position < (SELECT position FROM commits WHERE id = $1)"
+	"   ORDER BY c.position DESC LIMIT 1)), now()"
+	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
+	"  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
+	"  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
+	"  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
+
+/* Done only once every planned seed has a stored result: trials are written in batches. */
+static const char done_sql[] =
+	"UPDATE jobs SET state = $5, finished_at = now(), owner = NULL, lease_until = NULL"
+	" WHERE id = $4 AND ($5 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $1"
+	"  AND check_id = $2 AND dtype = $3 AND outcome <> 'infra_error' AND seed < $6) >= $6)";
+
+static void write_verdict(struct slot *s, bool infra_failed);
+
+static void on_finish_retry(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+
+	write_verdict(s, false);
+}
+
+static void on_job_written(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+
+	if (!error && atoi(PQcmdTuples(res)) == 1) {
+		job_done(s);
+		return;
+	}
+	if (++s->finish_tries >= FINISH_RETRIES) {
+		log_warn("slot %s: %.12s %s %s: results not all stored yet (%s); giving the job back", s->cfg.name,
+			 s->job.sha, s->job.check, s->job.dtype, error ? error : "rows missing");
+		jobs_release(s->d, s->job.id);
+		job_done(s);
+		return;
+	}
+	store_flush(s->d->store);
+	uv_timer_start(&s->wake, on_finish_retry, FINISH_RETRY_MS, 0);
+}
+
+static void write_verdict(struct slot *s, bool infra_failed)
+{
+	struct verdict_seed *vs = calloc(s->nseeds ? s->nseeds : 1, sizeof(*vs));
+	struct verdict_input in = {.infra_failed = infra_failed, .seeds = vs, .nseeds = s->nseeds};
+	struct verdict_summary sum;
+	enum verdict v;
+	double worst = NAN;
+	char commit[24], check[16], trials[16], failures[16], worst_s[32], id[24], n[16];
+	char *seeds = NULL, *evidence = NULL;
+	size_t seeds_cap = 2 + (size_t)s->nseeds * 12, len = 0;
+	json_t *ev = json_object(), *confirmed = json_array(), *unconfirmed = json_array();
+
+	seeds = malloc(seeds_cap);
+	if (!vs || !seeds || !ev || !confirmed || !unconfirmed) {
+		log_error("slot %s: out of memory writing a verdict", s->cfg.name);
+		goto out;
+	}
+	seeds[len++] = '{';
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		vs[i] = s->seeds[i].v;
+		if (!isnan(s->seeds[i].worst_ratio) && !(s->seeds[i].worst_ratio <= worst))
+			worst = s->seeds[i].worst_ratio;
+		if (outcome_is_failure(vs[i].first))
+			len += (size_t)snprintf(seeds + len, seeds_cap - len, "%s%u", len > 1 ? "," : "", i);
+		if (verdict_seed_confirmed(&vs[i]))
+			json_array_append_new(confirmed, json_integer(i));
+		if (verdict_seed_unconfirmed(&vs[i]))
+			json_array_append_new(unconfirmed, json_integer(i));
+	}
+	seeds[len++] = '}';
+	seeds[len] = '\0';
+	v = verdict_decide(&in, &sum);
+	json_object_set_new(ev, "rule", json_string("v1: a seed that fails twice fails; fails then passes is flaky"));
+	json_object_set_new(ev, "deterministic", json_boolean(s->job.deterministic));
+	json_object_set_new(ev, "planned", json_integer(s->nseeds));
+	json_object_set_new(ev, "confirmed_seeds", json_incref(confirmed));
+	json_object_set_new(ev, "unconfirmed_seeds", json_incref(unconfirmed));
+	json_object_set_new(ev, "strikes", json_integer(s->job.strikes));
+	evidence = json_dumps(ev, JSON_COMPACT);
+	if (!evidence)
+		goto out;
+
+	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
+	snprintf(check, sizeof(check), "%d", s->job.check_id);
+	snprintf(trials, sizeof(trials), "%u", sum.trials);
+	snprintf(failures, sizeof(failures), "%u", sum.failures);
+	snprintf(worst_s, sizeof(worst_s), "%.17g", worst);
+	snprintf(id, sizeof(id), "%lld", s->job.id);
+	snprintf(n, sizeof(n), "%u", s->nseeds);
+	{
+		const char *stats[9] = {commit,       check, s->job.dtype, trials,  failures,
+					isnan(worst) ? NULL : worst_s, verdict_name(v), seeds, evidence};
+		const char *done[6] = {commit, check, s->job.dtype, id, infra_failed ? "failed" : "done", n};
+
+		if (s->finish_tries == 0)
+			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g)", s->job.sha,
+				 s->job.check, s->job.dtype, verdict_name(v), sum.trials, sum.failures, worst);
+		store_flush(s->d->store);
+		db_query(s->d->db, stats_sql, 9, stats, NULL, NULL);
+		db_query(s->d->db, done_sql, 6, done, on_job_written, s);
+	}
+out:
+	json_decref(ev);
+	json_decref(confirmed);
+	json_decref(unconfirmed);
+	free(evidence);
+	free(seeds);
+	free(vs);
+}
+
+static void finish_job(struct slot *s, bool infra_failed)
+{
+	set_state(s, SLOT_FINISHING);
+	s->finish_tries = 0;
+	write_verdict(s, infra_failed);
+}
+
+static void on_loaded(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+	int rows;
+
+	if (error) {
+		log_warn("slot %s: cannot read trials of job %lld: %s", s->cfg.name, s->job.id, error);
+		jobs_release(s->d, s->job.id);
+		job_done(s);
+		return;
+	}
+	rows = PQntuples(res);
+	for (int i = 0; i < rows; i++) {
+		long long seed = db_get_ll(res, i, 0, -1);
+		int attempt = (int)db_get_ll(res, i, 1, 0);
+		enum outcome o = outcome_parse(PQgetvalue(res, i, 2));
+		struct seed_rec *rec;
+
+		if (seed < 0 || seed >= s->nseeds)
+			continue;
+		rec = &s->seeds[seed];
+		if (attempt + 1 > rec->next_attempt)
+			rec->next_attempt = attempt + 1;
+		if (!PQgetisnull(res, i, 3)) {
+			double r = db_get_double(res, i, 3, NAN);
+
+			if (!(r <= rec->worst_ratio))
+				rec->worst_ratio = r;
+		}
+		if (o == OUTCOME_INFRA_ERROR || o == OUTCOME_NONE)
+			continue;
+		if (rec->v.first == OUTCOME_NONE)
+			rec->v.first = o;
+		else if (rec->v.second == OUTCOME_NONE)
+			rec->v.second = o;
+	}
+	if (s->job.strikes >= SLOT_MAX_STRIKES) {
+		finish_job(s, true);
+		return;
+	}
+	set_state(s, SLOT_RUNNING);
+	advance(s);
+}
+
+static void on_claimed(struct job *job, void *data)
+{
+	struct slot *s = data;
+	char commit[24], check[16];
+	const char *params[3] = {commit, check, NULL};
+
+	if (!job) {
+		set_state(s, SLOT_IDLE);
+		if (s->draining)
+			slot_drain(s);
+		else
+			uv_timer_start(&s->wake, on_wake, CLAIM_POLL_MS, 0);
+		return;
+	}
+	if (s->draining) {
+		jobs_release(s->d, job->id);
+		set_state(s, SLOT_IDLE);
+		slot_drain(s);
+		return;
+	}
+	s->job = *job;
+	s->has_job = true;
+	s->nseeds = s->d->cfg.trials_per_commit;
+	s->seeds = calloc(s->nseeds, sizeof(*s->seeds));
+	if (!s->seeds) {
+		jobs_release(s->d, job->id);
+		job_done(s);
+		return;
+	}
+	for (unsigned i = 0; i < s->nseeds; i++)
+		s->seeds[i].worst_ratio = NAN;
+	log_debug("slot %s: job %lld: %.12s %s %s", s->cfg.name, job->id, job->sha, job->check, job->dtype);
+	uv_timer_start(&s->lease, on_lease, (uint64_t)s->d->cfg.lease_s * 1000 / 3,
+		       (uint64_t)s->d->cfg.lease_s * 1000 / 3);
+	set_state(s, SLOT_LOADING);
+	snprintf(commit, sizeof(commit), "%lld", job->commit_id);
+	snprintf(check, sizeof(check), "%d", job->check_id);
+	params[2] = s->job.dtype;
+	db_query(s->d->db,
+		 "SELECT seed, attempt, outcome, ratio FROM trials"
+		 " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3 ORDER BY seed, attempt",
+		 3, params, on_loaded, s);
+}
+
+static void claim(struct slot *s)
+{
+	if (s->draining || s->state != SLOT_IDLE)
+		return;
+	uv_timer_stop(&s->wake);
+	set_state(s, SLOT_CLAIMING);
+	jobs_claim(s->d, "trials", s->runner ? s->runner_commit : 0, on_claimed, s);
+}
+
+void slot_kick(struct slot *s)
+{
+	if (s->state == SLOT_IDLE)
+		claim(s);
+}
+
+void slot_drain(struct slot *s)
+{
+	if (s->state == SLOT_STOPPED)
+		return;
+	s->draining = true;
+	if (s->state == SLOT_RESTARTING && s->has_job) {
+		uv_timer_stop(&s->wake);
+		jobs_release(s->d, s->job.id);
+		job_done(s); /* comes back here, idle */
+		return;
+	}
+	if (s->state != SLOT_IDLE)
+		return; /* what is in flight finishes first, then comes back here */
+	uv_timer_stop(&s->wake);
+	if (s->runner) {
+		char *bye = proto_bye_request();
+
+		/* A polite bye; proc kills the group if it lingers. */
+		if (bye)
+			proc_write(s->runner, bye, strlen(bye));
+		free(bye);
+		drop_runner(s);
+	}
+	set_state(s, SLOT_STOPPED);
+	nwd_service_stopped(s->d);
+}
+
+int slot_start(struct nwd *d, const struct config_slot *cfg, struct slot **out)
+{
+	struct slot *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->cfg = *cfg;
+	uv_timer_init(d->loop, &s->wake);
+	uv_timer_init(d->loop, &s->deadline);
+	uv_timer_init(d->loop, &s->lease);
+	s->wake.data = s->deadline.data = s->lease.data = s;
+	s->open_handles = 3;
+	set_state(s, SLOT_IDLE);
+	claim(s);
+	*out = s;
+	return 0;
+}
+
+static void on_slot_handle_closed(uv_handle_t *h)
+{
+	struct slot *s = h->data;
+
+	if (--s->open_handles == 0) {
+		free(s->seeds);
+		free(s);
+	}
+}
+
+void slot_free(struct slot *s)
+{
+	drop_runner(s);
+	uv_close((uv_handle_t *)&s->wake, on_slot_handle_closed);
+	uv_close((uv_handle_t *)&s->deadline, on_slot_handle_closed);
+	uv_close((uv_handle_t *)&s->lease, on_slot_handle_closed);
+}
+
+void slot_status(const struct slot *s, struct slot_status *out)
+{
+	out->name = s->cfg.name;
+	out->gpu = s->cfg.gpu;
+	out->state = state_names[s->state];
+	out->commit = s->has_job ? s->job.sha : "";
+	out->check = s->has_job ? s->job.check : "";
+	out->dtype = s->has_job ? s->job.dtype : "";
+	out->runner_pid = s->runner ? proc_pid(s->runner) : 0;
+	out->restarts = s->restarts;
+	out->trials = s->trials;
+}

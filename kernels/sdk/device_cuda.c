@@ -1,0 +1,168 @@
+/*
+ * CUDA backend, written against the CUDA runtime's C API. Every return code
+ * is checked. After an error, a non-sticky one is cleared and the context is
+ * probed with cudaDeviceSynchronize(): if that fails too, the error is sticky
+ * (illegal address, launch failure, ...), the context is unusable, and the
+ * error is fatal; every later call fails at once.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "nw_device.h"
+
+static struct nw_device_info info;
+static bool probed, broken;
+static char last_error[256];
+static bool last_fatal;
+static cudaEvent_t ev_start, ev_stop;
+
+static int fail(cudaError_t e, const char *what)
+{
+	if (!broken) {
+		(void)cudaGetLastError();
+		broken = cudaDeviceSynchronize() != cudaSuccess;
+	}
+	snprintf(last_error, sizeof(last_error), "%s: %s", what, cudaGetErrorString(e));
+	last_fatal = broken;
+	return -EIO;
+}
+
+static int refuse(void)
+{
+	if (!info.available)
+		snprintf(last_error, sizeof(last_error), "%s", info.name);
+	last_fatal = broken;
+	return -EIO;
+}
+
+/* The kernel module's version ("580.159.04"): cudart only knows the CUDA version the driver supports. */
+static void driver_version(char *buf, size_t len)
+{
+	char line[256], *p;
+	int v = 0;
+	FILE *f = fopen("/proc/driver/nvidia/version", "r");
+
+	if (f) {
+		if (fgets(line, sizeof(line), f) && (p = strstr(line, "Kernel Module")) != NULL) {
+			p += strlen("Kernel Module");
+			while (*p == ' ')
+				p++;
+			p[strcspn(p, " \n")] = '\0';
+			snprintf(buf, len, "%s", p);
+		}
+		fclose(f);
+		if (buf[0])
+			return;
+	}
+	if (cudaDriverGetVersion(&v) == cudaSuccess)
+		snprintf(buf, len, "cuda %d.%d", v / 1000, v % 1000 / 10);
+}
+
+const struct nw_device_info *nw_dev_init(void)
+{
+	struct cudaDeviceProp prop;
+	int n = 0;
+
+	if (probed)
+		return &info;
+	probed = true;
+	info.backend = "cuda";
+	snprintf(info.toolkit, sizeof(info.toolkit), "%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		(void)cudaGetLastError();
+		snprintf(info.name, sizeof(info.name), "no CUDA device");
+		return &info;
+	}
+	if (cudaSetDevice(0) != cudaSuccess || cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
+	    cudaFree(NULL) != cudaSuccess || cudaEventCreate(&ev_start) != cudaSuccess ||
+	    cudaEventCreate(&ev_stop) != cudaSuccess) {
+		snprintf(info.name, sizeof(info.name), "cannot initialise CUDA device 0: %s",
+			 cudaGetErrorString(cudaGetLastError()));
+		return &info;
+	}
+	snprintf(info.name, sizeof(info.name), "%s", prop.name);
+	snprintf(info.cc, sizeof(info.cc), "%d.%d", prop.major, prop.minor);
+	driver_version(info.driver, sizeof(info.driver));
+	info.available = true;
+	return &info;
+}
+
+int nw_dev_alloc(void **p, size_t bytes)
+{
+	cudaError_t e;
+
+	*p = NULL;
+	if (!info.available || broken)
+		return refuse();
+	e = cudaMalloc(p, bytes ? bytes : 1);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMalloc");
+}
+
+void nw_dev_free(void *p)
+{
+	/* After a sticky error the context is gone; the process exits anyway. */
+	if (p && !broken)
+		(void)cudaFree(p);
+}
+
+int nw_dev_upload(void *dst, const void *src, size_t bytes)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy to device");
+}
+
+int nw_dev_download(void *dst, const void *src, size_t bytes)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy from device");
+}
+
+int nw_dev_timer_start(void)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaEventRecord(ev_start, NULL);
+	return e == cudaSuccess ? 0 : fail(e, "cudaEventRecord");
+}
+
+int nw_dev_timer_stop(double *us)
+{
+	cudaError_t e;
+	float ms = 0.0f;
+
+	*us = 0.0;
+	if (!info.available || broken)
+		return refuse();
+	e = cudaEventRecord(ev_stop, NULL);
+	if (e != cudaSuccess)
+		return fail(e, "cudaEventRecord");
+	/* Errors raised while the kernel ran surface here. */
+	e = cudaEventSynchronize(ev_stop);
+	if (e != cudaSuccess)
+		return fail(e, "kernel");
+	e = cudaEventElapsedTime(&ms, ev_start, ev_stop);
+	if (e != cudaSuccess)
+		return fail(e, "cudaEventElapsedTime");
+	*us = (double)ms * 1e3;
+	return 0;
+}
+
+const char *nw_dev_error(bool *fatal)
+{
+	if (fatal)
+		*fatal = last_fatal;
+	return last_error;
+}

@@ -1,0 +1,166 @@
+/*
+ * dtype names and host-side conversions. Written independently of any
+ * library's conversions so that a library bug in rounding is not mirrored in
+ * the checks that judge it.
+ */
+#include <string.h>
+
+#include "numwatch_check.h"
+
+static const char *const dtype_names[NW_DTYPE_COUNT] = {"f32", "f16", "bf16"};
+
+const char *nw_dtype_name(enum nw_dtype d)
+{
+	return (unsigned)d < NW_DTYPE_COUNT ? dtype_names[d] : "?";
+}
+
+int nw_dtype_parse(const char *name)
+{
+	int d;
+
+	for (d = 0; d < NW_DTYPE_COUNT; d++)
+		if (name && strcmp(name, dtype_names[d]) == 0)
+			return d;
+	return -1;
+}
+
+size_t nw_dtype_size(enum nw_dtype d)
+{
+	return d == NW_F32 ? 4 : 2;
+}
+
+double nw_dtype_eps(enum nw_dtype d)
+{
+	switch (d) {
+	case NW_F16:
+		return 0x1p-10;
+	case NW_BF16:
+		return 0x1p-7;
+	default:
+		return 0x1p-23;
+	}
+}
+
+double nw_dtype_tiny(enum nw_dtype d)
+{
+	return d == NW_F16 ? 0x1p-14 : 0x1p-126;
+}
+
+static uint32_t bits_of(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static float float_of(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* v / 2^s rounded to nearest, ties to even; 1 <= s <= 31. */
+static uint32_t shift_rne(uint32_t v, unsigned s)
+{
+	uint32_t q = v >> s, r = v & ((1u << s) - 1), half = 1u << (s - 1);
+
+	return q + (r > half || (r == half && (q & 1)));
+}
+
+uint16_t nw_f32_to_f16(float f)
+{
+	uint32_t u = bits_of(f), ax = u & 0x7fffffffu;
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+	uint32_t biased = ax >> 23, m, h;
+	int e;
+
+	if (ax > 0x7f800000u)
+		return sign | 0x7e00 | (uint16_t)((ax >> 13) & 0x3ff);
+	if (ax == 0x7f800000u)
+		return sign | 0x7c00;
+	if (ax == 0)
+		return sign;
+	/* value = m * 2^e exactly, m < 2^24 */
+	m = (ax & 0x7fffffu) | (biased ? 0x800000u : 0);
+	e = biased ? (int)biased - 150 : -149;
+	if (biased >= 113) {
+		/* Normal in f16 unless it overflows: keep 11 significant bits. */
+		h = ((biased - 127 + 14) << 10) + shift_rne(m, 13);
+		return sign | (uint16_t)(h >= 0x7c00 ? 0x7c00 : h);
+	}
+	/* Subnormal (or zero) in f16: count units of 2^-24. */
+	if (-(e + 24) >= 25)
+		return sign;
+	return sign | (uint16_t)shift_rne(m, (unsigned)(-(e + 24)));
+}
+
+float nw_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+	float v;
+
+	if (exp == 31)
+		return float_of(sign | 0x7f800000u | (mant << 13));
+	if (exp == 0) {
+		v = (float)mant * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return float_of(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t nw_f32_to_bf16(float f)
+{
+	uint32_t u = bits_of(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x0040);
+	/* shift_rne would overflow 32 bits for values next to infinity: round by hand. */
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+float nw_bf16_to_f32(uint16_t b)
+{
+	return float_of((uint32_t)b << 16);
+}
+
+float nw_load(enum nw_dtype d, const void *buf, size_t i)
+{
+	switch (d) {
+	case NW_F16:
+		return nw_f16_to_f32(((const uint16_t *)buf)[i]);
+	case NW_BF16:
+		return nw_bf16_to_f32(((const uint16_t *)buf)[i]);
+	default:
+		return ((const float *)buf)[i];
+	}
+}
+
+void nw_store(enum nw_dtype d, void *buf, size_t i, float v)
+{
+	switch (d) {
+	case NW_F16:
+		((uint16_t *)buf)[i] = nw_f32_to_f16(v);
+		break;
+	case NW_BF16:
+		((uint16_t *)buf)[i] = nw_f32_to_bf16(v);
+		break;
+	default:
+		((float *)buf)[i] = v;
+		break;
+	}
+}
+
+float nw_round(enum nw_dtype d, float v)
+{
+	switch (d) {
+	case NW_F16:
+		return nw_f16_to_f32(nw_f32_to_f16(v));
+	case NW_BF16:
+		return nw_bf16_to_f32(nw_f32_to_bf16(v));
+	default:
+		return v;
+	}
+}

@@ -1,0 +1,260 @@
+/*
+ * numwatch check SDK: how a check is declared and what it may use.
+ *
+ * A check is one pass of one op ("softmax.fwd"). It derives its shape and data
+ * from (check, dtype, seed) through the seeded generator, computes a float64
+ * reference and a plain same-dtype result on the host, runs the library's
+ * kernel through nw_run_kernel() (which poisons and guards every output and
+ * times the call), and fills one nw_tensor_result per output with
+ * nw_compare(). The runner turns the trial into a protocol answer.
+ *
+ * Everything here is backend-neutral C; the device side (host memory or CUDA)
+ * sits behind nw_device.h and is chosen when a runner is linked.
+ */
+#ifndef NUMWATCH_CHECK_H
+#define NUMWATCH_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Version of the case derivation: family choice, shapes and data as functions
+ * of the seed. Results with different versions are not comparable seed by
+ * seed; bump it whenever any check draws anything differently.
+ */
+#define NW_GEN_VERSION 1
+
+/* Caps, kept in step with the daemon's caps.h. */
+#define NW_SHAPE_MAX      8
+#define NW_TENSORS_MAX    16
+#define NW_FAMILIES_MAX   32
+#define NW_REPEATS_MAX    1000
+#define NW_ERROR_MAX      256
+#define NW_TENSOR_NAME_MAX 32
+
+/* ---- dtypes and conversions ---------------------------------------------- */
+
+enum nw_dtype {
+	NW_F32 = 0,
+	NW_F16,
+	NW_BF16,
+	NW_DTYPE_COUNT,
+};
+
+#define NW_DTYPE_BIT(d) (1u << (d))
+
+/* "f32", "f16", "bf16". */
+const char *nw_dtype_name(enum nw_dtype d);
+/* Returns the dtype, or -1 for an unknown name. */
+int nw_dtype_parse(const char *name);
+size_t nw_dtype_size(enum nw_dtype d);
+/* Machine epsilon (the spacing of values near 1): 2^-23, 2^-10, 2^-7. */
+double nw_dtype_eps(enum nw_dtype d);
+/* Smallest positive normal value. */
+double nw_dtype_tiny(enum nw_dtype d);
+
+/* Host-side conversions, round to nearest even; NaN stays NaN (quieted). */
+uint16_t nw_f32_to_f16(float f);
+float nw_f16_to_f32(uint16_t h);
+uint16_t nw_f32_to_bf16(float f);
+float nw_bf16_to_f32(uint16_t b);
+
+/* Element i of a buffer of dtype d, as float / stored from float. */
+float nw_load(enum nw_dtype d, const void *buf, size_t i);
+void nw_store(enum nw_dtype d, void *buf, size_t i, float v);
+/* v rounded to dtype d and back: one rounding step of a same-dtype program. */
+float nw_round(enum nw_dtype d, float v);
+
+/* ---- seeded generator ------------------------------------------------------ */
+
+/*
+ * Counter-based generator: value k of a stream is splitmix64's finaliser of
+ * key + k * golden-ratio, so any value can be recomputed from (key, k). The
+ * derived draws use integer arithmetic and exact IEEE operations only (no
+ * libm), so a case is bit-identical on every machine.
+ */
+struct nw_rng {
+	uint64_t key;
+	uint64_t ctr;
+};
+
+uint64_t nw_mix64(uint64_t z);
+/* FNV-1a 64 of a string, for keying streams by name. */
+uint64_t nw_hash_str(const char *s);
+/* A stream for (name, seed, stream): distinct purposes use distinct streams. */
+void nw_rng_init(struct nw_rng *r, const char *name, uint64_t seed, uint64_t stream);
+uint64_t nw_rng_u64(struct nw_rng *r);
+/* Uniform integer in [lo, hi] (inclusive; hi >= lo). */
+long nw_rng_range(struct nw_rng *r, long lo, long hi);
+/* Uniform in [0, 1) with 53 random bits. */
+double nw_rng_uniform(struct nw_rng *r);
+/* Approximately standard normal (Irwin-Hall of 4 uniforms, unit variance, |v| < 3.47). */
+double nw_rng_normal(struct nw_rng *r);
+
+/* ---- checks and trials ----------------------------------------------------- */
+
+/* What nw_compare() measured for one output tensor (PROTOCOL.md "tensors"). */
+struct nw_tensor_result {
+	char name[NW_TENSOR_NAME_MAX];
+	double ratio;         /* max_abs / budget; fail above 1 */
+	double max_abs;       /* over elements where kernel and reference are finite */
+	double max_rel;       /* same elements, reference non-zero */
+	double max_ulp;       /* fp32 only: distance to the reference rounded to fp32 */
+	bool has_ulp;
+	double plain_max_abs; /* error of the plain same-dtype program */
+	double budget;        /* factor * plain_max_abs + floor, or the fixed atol */
+	long nonfinite;       /* written kernel elements that are NaN or Inf */
+	long ref_nonfinite;   /* reference elements that are NaN or Inf */
+	long mismatch;        /* elements whose finiteness (or NaN/Inf class) differs from the reference */
+	long unwritten;       /* elements still holding the poison pattern */
+	long canary;          /* guard elements around the output that were overwritten */
+	long excluded;        /* elements left out as non-smooth (counted, never hidden) */
+	long worst[NW_SHAPE_MAX]; /* index of the worst element */
+	unsigned worst_ndim;  /* 0 when there is no worst element (no error at all) */
+	bool tail;            /* the worst element lies in a tail tile */
+};
+
+struct nw_check;
+
+/* One trial: the request, then what the check and the SDK filled in. */
+struct nw_trial {
+	/* request */
+	enum nw_dtype dtype;
+	uint64_t seed;
+	int family; /* index into the check's families; -1: derive from the seed */
+	unsigned repeats;
+
+	/* case (the family index is resolved before the check runs) */
+	uint64_t index; /* seed / nfamilies: position within the family's sweep */
+	long shape[NW_SHAPE_MAX];
+	unsigned ndim;
+
+	/* result */
+	struct nw_tensor_result tensors[NW_TENSORS_MAX];
+	unsigned ntensors;
+	uint64_t digest;
+	unsigned digests_differ;
+	double kernel_us; /* median over repeats */
+
+	/* an error answer instead of a verdict */
+	bool error;
+	bool fatal;
+	char errmsg[NW_ERROR_MAX];
+};
+
+struct nw_check {
+	const char *name; /* "softmax.fwd" */
+	const char *op;   /* "softmax" */
+	const char *pass; /* "fwd" or "bwd" */
+	unsigned dtypes;  /* NW_DTYPE_BIT() mask */
+	const char *const *families;
+	unsigned nfamilies;
+	bool deterministic;
+	/* Budget factor on the plain program's error (the FlashAttention rule uses 2). */
+	double budget_factor;
+	/* Op-specific table of library entry points (borrowed; see checks/<op>.h). */
+	const void *kernels;
+	/*
+	 * Runs one trial: t->family and t->index are resolved. Returns 0 with the
+	 * tensors filled, or a negative error after nw_trial_error() (or after a
+	 * failed nw_run_kernel(), which records the device error itself).
+	 */
+	int (*run)(const struct nw_check *check, struct nw_trial *t);
+};
+
+/* All checks this runner knows, in hello order (checks/registry.c). */
+const struct nw_check *const *nw_checks(unsigned *count);
+const struct nw_check *nw_check_find(const char *name);
+/* Returns the family index, or -1. */
+int nw_check_family(const struct nw_check *c, const char *name);
+
+/*
+ * Resolves the family (seed % nfamilies unless t->family is set) and the
+ * family index, runs the check, and returns its result. The caller sets
+ * dtype, seed, family and repeats; everything else is reset here.
+ */
+int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
+/* Records an error answer; returns -EIO for the caller to pass up. */
+int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Whether the finished trial fails under the check contract (PRODUCT.md). */
+bool nw_trial_failed(const struct nw_trial *t);
+/* The largest tensor ratio. */
+double nw_trial_ratio(const struct nw_trial *t);
+
+/* ---- outputs: poison, canaries, repeats, timing ------------------------------ */
+
+/*
+ * An output tensor on the device, with NW_GUARD_BYTES of canary on each side.
+ * Before every launch the data is filled with the dtype's poison NaN (a
+ * payload no arithmetic produces) and the guards with a canary pattern.
+ */
+#define NW_GUARD_BYTES 256
+
+struct nw_output {
+	const char *name; /* borrowed */
+	enum nw_dtype dtype;
+	size_t count;
+	void *dev;  /* where the kernel writes: count elements */
+	void *host; /* the first repeat's data, fetched after the kernel */
+	long canary; /* guard elements found overwritten in any repeat */
+	/* private */
+	void *dev_alloc;
+	unsigned char *image; /* guard + poison + guard, uploaded before each launch */
+	unsigned char *fetch;
+};
+
+int nw_output_init(struct nw_output *o, const char *name, enum nw_dtype d, size_t count);
+void nw_output_release(struct nw_output *o);
+/* Bits of the poison value of dtype d (the low bytes are used for 16-bit types). */
+uint32_t nw_poison_bits(enum nw_dtype d);
+/* Whether element i of a host buffer of dtype d still holds the poison. */
+bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i);
+
+/* An input tensor uploaded to the device (owned; nw_input_release() frees). */
+int nw_input_upload(void **dev, const void *host, size_t bytes);
+void nw_input_release(void *dev);
+
+/*
+ * Runs launch(ctx) t->repeats times on the same inputs, re-arming every output
+ * before each run. Fills t->digest (FNV-1a 64 over all outputs of the first
+ * repeat), t->digests_differ, t->kernel_us, and each output's host copy and
+ * canary count. A non-zero return of launch() is an error answer
+ * ("<what> returned -22"). Returns 0 or a negative error (already recorded).
+ */
+int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
+		  int (*launch)(void *ctx), void *ctx);
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+/* Inputs of nw_compare(). ref and plain hold out->count elements. */
+struct nw_compare_spec {
+	const struct nw_output *out; /* kernel data (host copy) and canary count */
+	const double *ref;           /* float64 reference */
+	const double *plain;         /* plain same-dtype program, NULL with a fixed atol/rtol */
+	double factor;               /* budget factor on the plain error */
+	/* Absolute floor of the budget in units of eps(dtype) * max|ref|; 0 picks NW_FLOOR_EPS. */
+	double floor_eps;
+	double atol, rtol;           /* fixed tolerance, used when plain is NULL */
+	const unsigned char *exclude; /* per element, non-zero: left out as non-smooth; may be NULL */
+	const long *dims;            /* shape for the worst index */
+	unsigned ndim;
+	unsigned tail_width;         /* last-dim tile width: worst in [dim - dim % w, dim) is a tail */
+};
+
+/*
+ * Default floor: 4 units of eps(dtype) at the tensor's largest reference
+ * value, so a kernel a few roundings away from an exact plain result (tiny
+ * shapes, where the plain program can be exact by luck) still passes.
+ */
+#define NW_FLOOR_EPS 4.0
+
+/* Fills r (name included) from s. Returns 0. */
+int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s);
+bool nw_tensor_failed(const struct nw_tensor_result *r);
+
+/* FNV-1a 64, continuing from h (start with NW_FNV_OFFSET). */
+#define NW_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t nw_fnv1a(uint64_t h, const void *data, size_t len);
+
+#endif

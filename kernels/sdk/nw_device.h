@@ -1,0 +1,40 @@
+/*
+ * nw_device: the memory and timing a trial needs, on the runner's backend.
+ * Two implementations, chosen when a runner is linked: device_host.c (plain
+ * memory, monotonic clock) and device_cuda.c (CUDA runtime, cudaEvents).
+ *
+ * Every function returns 0 or a negative error and, on error, records a
+ * message and whether the device context is unusable (a sticky CUDA error);
+ * nw_dev_error() reads them back.
+ */
+#ifndef NW_DEVICE_H
+#define NW_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct nw_device_info {
+	const char *backend; /* "host" or "cuda" */
+	char name[128];
+	char cc[16];      /* "9.0"; empty on the host */
+	char driver[64];  /* empty when unknown */
+	char toolkit[16]; /* CUDA runtime the runner was built with; empty on the host */
+	bool available;   /* false: every trial answers a non-fatal error, 'name' says why */
+};
+
+/* Probes the device once; later calls return the cached answer. */
+const struct nw_device_info *nw_dev_init(void);
+
+int nw_dev_alloc(void **p, size_t bytes);
+void nw_dev_free(void *p);
+int nw_dev_upload(void *dst, const void *src, size_t bytes);
+int nw_dev_download(void *dst, const void *src, size_t bytes);
+
+/* Brackets one kernel launch; stop waits for the kernel and reports its errors. */
+int nw_dev_timer_start(void);
+int nw_dev_timer_stop(double *us);
+
+/* The last error's message (borrowed), and whether it left the context unusable. */
+const char *nw_dev_error(bool *fatal);
+
+#endif

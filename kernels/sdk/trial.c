@@ -1,0 +1,97 @@
+/*
+ * Trials: family resolution, error answers and the verdict rule.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "numwatch_check.h"
+#include "nw_device.h"
+
+const struct nw_check *nw_check_find(const char *name)
+{
+	const struct nw_check *const *all;
+	unsigned n, i;
+
+	all = nw_checks(&n);
+	for (i = 0; i < n; i++)
+		if (name && strcmp(all[i]->name, name) == 0)
+			return all[i];
+	return NULL;
+}
+
+int nw_check_family(const struct nw_check *c, const char *name)
+{
+	unsigned i;
+
+	for (i = 0; i < c->nfamilies; i++)
+		if (name && strcmp(c->families[i], name) == 0)
+			return (int)i;
+	return -1;
+}
+
+int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(t->errmsg, sizeof(t->errmsg), fmt, ap);
+	va_end(ap);
+	t->error = true;
+	t->fatal = fatal;
+	return -EIO;
+}
+
+int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
+{
+	const struct nw_device_info *dev;
+	unsigned i;
+	int rc;
+
+	memset(&t->index, 0, sizeof(*t) - offsetof(struct nw_trial, index));
+	if (!(c->dtypes & NW_DTYPE_BIT(t->dtype)))
+		return nw_trial_error(t, false, "check '%s' does not run at dtype '%s'", c->name,
+				      nw_dtype_name(t->dtype));
+	if (t->family >= (int)c->nfamilies)
+		return nw_trial_error(t, false, "no family %d in check '%s'", t->family, c->name);
+	if (t->repeats < 1 || t->repeats > NW_REPEATS_MAX)
+		return nw_trial_error(t, false, "repeats must be 1..%d", NW_REPEATS_MAX);
+	/* Consecutive seeds walk through the families; seed / n is the step within one. */
+	if (t->family < 0)
+		t->family = (int)(t->seed % c->nfamilies);
+	t->index = t->seed / c->nfamilies;
+
+	dev = nw_dev_init();
+	if (!dev->available)
+		return nw_trial_error(t, false, "%s", dev->name);
+	rc = c->run(c, t);
+	if (rc && !t->error)
+		nw_trial_error(t, false, "%s: %s", c->name, strerror(-rc));
+	if (!rc)
+		for (i = 0; i < t->ntensors; i++)
+			if (t->tensors[i].ratio != t->tensors[i].ratio) /* NaN: never report a pass */
+				t->tensors[i].ratio = 1e300;
+	return rc;
+}
+
+bool nw_trial_failed(const struct nw_trial *t)
+{
+	unsigned i;
+
+	for (i = 0; i < t->ntensors; i++)
+		if (nw_tensor_failed(&t->tensors[i]))
+			return true;
+	return false;
+}
+
+double nw_trial_ratio(const struct nw_trial *t)
+{
+	double r = 0.0;
+	unsigned i;
+
+	for (i = 0; i < t->ntensors; i++)
+		if (t->tensors[i].ratio > r)
+			r = t->tensors[i].ratio;
+	return r;
+}

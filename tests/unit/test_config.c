@@ -1,0 +1,656 @@
+/*
+ * Unit tests for daemon/config.c: every option, the defaults, and the exact
+ * message a user gets for each kind of mistake, on real files in /tmp.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+/* The smallest valid file: the two required options. */
+#define MINIMAL                                                                                              \
+	"[repository]\n"                                                                                     \
+	"url = https://github.com/example/demo-kernels.git\n"                                                \
+	"[build]\n"                                                                                          \
+	"command = make\n"
+
+struct conf_file {
+	char path[64];
+};
+
+/* Writes 'len' bytes of 'text' to a new temporary file. */
+static void conf_write_len(struct conf_file *f, const char *text, size_t len)
+{
+	FILE *fp;
+	int fd;
+
+	snprintf(f->path, sizeof(f->path), "/tmp/nw_test_config_XXXXXX");
+	fd = mkstemp(f->path);
+	assert_true(fd >= 0);
+	fp = fdopen(fd, "w");
+	assert_non_null(fp);
+	assert_int_equal(fwrite(text, 1, len, fp), len);
+	assert_int_equal(fclose(fp), 0);
+}
+
+static void conf_write(struct conf_file *f, const char *text)
+{
+	conf_write_len(f, text, strlen(text));
+}
+
+/*
+ * Loads 'text'; on failure checks that cfg came back zeroed and that the
+ * message is "PATH:" followed by 'expect' (NULL: the load must succeed).
+ */
+static int load_text_len(const char *text, size_t len, struct config *cfg, const char *expect)
+{
+	static const struct config zero;
+	struct conf_file f;
+	char err[512], want[600];
+	int r;
+
+	conf_write_len(&f, text, len);
+	memset(err, 'x', sizeof(err));
+	r = config_load(cfg, f.path, err, sizeof(err));
+	unlink(f.path);
+	if (!expect) {
+		if (r != 0)
+			print_error("unexpected error: %s\n", err);
+		assert_int_equal(r, 0);
+		return r;
+	}
+	assert_int_not_equal(r, 0);
+	assert_true(memcmp(cfg, &zero, sizeof(zero)) == 0);
+	snprintf(want, sizeof(want), "%s:%s", f.path, expect);
+	assert_string_equal(err, want);
+	return r;
+}
+
+static int load_text(const char *text, struct config *cfg, const char *expect)
+{
+	return load_text_len(text, strlen(text), cfg, expect);
+}
+
+/* Loads MINIMAL plus 'extra' appended (which may open sections of its own). */
+static int load_extra(const char *extra, struct config *cfg, const char *expect)
+{
+	char text[8192];
+
+	snprintf(text, sizeof(text), "%s%s", MINIMAL, extra);
+	return load_text(text, cfg, expect);
+}
+
+static void test_defaults(void **state)
+{
+	struct config cfg;
+	char host[256] = "";
+
+	load_text(MINIMAL, &cfg, NULL);
+	assert_string_equal(cfg.state_dir, "/var/lib/numwatch");
+	assert_string_equal(cfg.database, "dbname=numwatch");
+	gethostname(host, sizeof(host) - 1);
+	assert_string_equal(cfg.node_name, host);
+	assert_int_equal(cfg.lease_s, 300);
+
+	assert_string_equal(cfg.repo_name, "demo-kernels");
+	assert_string_equal(cfg.repo_url, "https://github.com/example/demo-kernels.git");
+	assert_string_equal(cfg.repo_branch, "main");
+	assert_int_equal(cfg.poll_interval_s, 30);
+	assert_int_equal(cfg.history_max, 500);
+
+	assert_string_equal(cfg.build_command, "make");
+	assert_int_equal(cfg.build_timeout_s, 1800);
+	assert_string_equal(cfg.runner_host, "numwatch-runner-host");
+	assert_string_equal(cfg.runner_cuda, "numwatch-runner-cuda");
+	assert_int_equal(cfg.build_log_max, 262144);
+
+	assert_int_equal(cfg.trials_per_commit, 64);
+	assert_int_equal(cfg.trial_timeout_s, 60);
+	assert_int_equal(cfg.repeats, 2);
+	assert_int_equal(cfg.hello_timeout_s, 30);
+
+	assert_int_equal(cfg.nslots, 1);
+	assert_string_equal(cfg.slots[0].name, "host");
+	assert_int_equal(cfg.slots[0].gpu, -1);
+
+	assert_string_equal(cfg.http_address, "127.0.0.1");
+	assert_int_equal(cfg.http_port, 8080);
+	assert_non_null(cfg.web_root);
+	assert_int_equal(cfg.web_root[0], '/');
+	assert_string_equal(cfg.public_url, "http://127.0.0.1:8080");
+	config_release(&cfg);
+	assert_null(cfg.state_dir);
+}
+
+static void test_every_option(void **state)
+{
+	struct config cfg;
+
+	load_text("[daemon]\n"
+		  "state_dir = /srv/numwatch\n"
+		  "database = host=/run/postgresql dbname=nw user=nw\n"
+		  "node_name = gpu-box-7\n"
+		  "lease = 120\n"
+		  "\n"
+		  "[repository]\n"
+		  "name = kernels\n"
+		  "url = /srv/git/lib\n"
+		  "branch = release/2.x\n"
+		  "poll_interval = 15\n"
+		  "history_max = 2000\n"
+		  "\n"
+		  "[build]\n"
+		  "command = cmake -S . -B \"$NUMWATCH_BUILD_DIR\" && cmake --build \"$NUMWATCH_BUILD_DIR\"\n"
+		  "timeout = 3600\n"
+		  "runner_host = bin/runner-cpu\n"
+		  "runner_cuda = bin/runner-gpu\n"
+		  "log_max = 65536\n"
+		  "\n"
+		  "[trials]\n"
+		  "per_commit = 200\n"
+		  "timeout = 90\n"
+		  "repeats = 3\n"
+		  "hello_timeout = 45\n"
+		  "\n"
+		  "[slots]\n"
+		  "slots = 1, 0, host\n"
+		  "\n"
+		  "[http]\n"
+		  "address = 0.0.0.0\n"
+		  "port = 9090\n"
+		  "web_root = /opt/numwatch/web\n"
+		  "public_url = https://numwatch.example.org/\n",
+		  &cfg, NULL);
+	assert_string_equal(cfg.state_dir, "/srv/numwatch");
+	assert_string_equal(cfg.database, "host=/run/postgresql dbname=nw user=nw");
+	assert_string_equal(cfg.node_name, "gpu-box-7");
+	assert_int_equal(cfg.lease_s, 120);
+	assert_string_equal(cfg.repo_name, "kernels");
+	assert_string_equal(cfg.repo_url, "/srv/git/lib");
+	assert_string_equal(cfg.repo_branch, "release/2.x");
+	assert_int_equal(cfg.poll_interval_s, 15);
+	assert_int_equal(cfg.history_max, 2000);
+	assert_string_equal(cfg.build_command,
+			    "cmake -S . -B \"$NUMWATCH_BUILD_DIR\" && cmake --build \"$NUMWATCH_BUILD_DIR\"");
+	assert_int_equal(cfg.build_timeout_s, 3600);
+	assert_string_equal(cfg.runner_host, "bin/runner-cpu");
+	assert_string_equal(cfg.runner_cuda, "bin/runner-gpu");
+	assert_int_equal(cfg.build_log_max, 65536);
+	assert_int_equal(cfg.trials_per_commit, 200);
+	assert_int_equal(cfg.trial_timeout_s, 90);
+	assert_int_equal(cfg.repeats, 3);
+	assert_int_equal(cfg.hello_timeout_s, 45);
+	assert_int_equal(cfg.nslots, 3);
+	assert_string_equal(cfg.slots[0].name, "gpu1");
+	assert_int_equal(cfg.slots[0].gpu, 1);
+	assert_string_equal(cfg.slots[1].name, "gpu0");
+	assert_int_equal(cfg.slots[1].gpu, 0);
+	assert_string_equal(cfg.slots[2].name, "host");
+	assert_int_equal(cfg.slots[2].gpu, -1);
+	assert_string_equal(cfg.http_address, "0.0.0.0");
+	assert_int_equal(cfg.http_port, 9090);
+	assert_string_equal(cfg.web_root, "/opt/numwatch/web");
+	/* The trailing slash goes: links are built as public_url + "/...". */
+	assert_string_equal(cfg.public_url, "https://numwatch.example.org");
+	config_release(&cfg);
+}
+
+static void test_public_url_default(void **state)
+{
+	struct config cfg;
+	char want[300], host[256] = "";
+
+	load_extra("[http]\naddress = ::1\nport = 8443\n", &cfg, NULL);
+	assert_string_equal(cfg.public_url, "http://[::1]:8443");
+	config_release(&cfg);
+
+	/* A wildcard address is not reachable: links name the node instead. */
+	load_extra("[daemon]\nnode_name = box1\n[http]\naddress = 0.0.0.0\n", &cfg, NULL);
+	assert_string_equal(cfg.public_url, "http://box1:8080");
+	config_release(&cfg);
+
+	load_extra("[http]\naddress = ::\n", &cfg, NULL);
+	gethostname(host, sizeof(host) - 1);
+	snprintf(want, sizeof(want), "http://%s:8080", host);
+	assert_string_equal(cfg.public_url, want);
+	config_release(&cfg);
+}
+
+static void test_repo_name_from_url(void **state)
+{
+	static const struct {
+		const char *url, *name;
+	} cases[] = {
+		{ "https://github.com/org/flash-attn.git", "flash-attn" },
+		{ "https://github.com/org/flash-attn", "flash-attn" },
+		{ "/srv/git/msda/", "msda" },
+		{ "git@github.com:org/lib.git", "lib" },
+		{ "host:lib", "lib" },
+	};
+	struct config cfg;
+	char text[512];
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(text, sizeof(text), "[repository]\nurl = %s\n[build]\ncommand = make\n", cases[i].url);
+		load_text(text, &cfg, NULL);
+		assert_string_equal(cfg.repo_name, cases[i].name);
+		config_release(&cfg);
+	}
+}
+
+static void test_durations(void **state)
+{
+	static const struct {
+		const char *value;
+		unsigned seconds;
+	} ok[] = {
+		{ "45", 45 }, { "30s", 30 }, { "5m", 300 }, { "2h", 7200 }, { "24h", 86400 }, { "0090", 90 },
+	};
+	struct config cfg;
+	char text[256];
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		snprintf(text, sizeof(text), "[repository]\npoll_interval = %s\n", ok[i].value);
+		load_extra(text, &cfg, NULL);
+		assert_int_equal(cfg.poll_interval_s, ok[i].seconds);
+		config_release(&cfg);
+	}
+	load_extra("[trials]\ntimeout = 1m\nhello_timeout = 10s\n[build]\ntimeout=2h\n", &cfg, NULL);
+	assert_int_equal(cfg.trial_timeout_s, 60);
+	assert_int_equal(cfg.hello_timeout_s, 10);
+	assert_int_equal(cfg.build_timeout_s, 7200);
+	config_release(&cfg);
+
+	/* MINIMAL is 4 lines, the section header line 5, the key line 6. */
+	load_extra("[repository]\npoll_interval = abc\n", &cfg,
+		   "6: invalid value 'abc' for 'poll_interval': expected a positive integer");
+	load_extra("[repository]\npoll_interval = 5x\n", &cfg,
+		   "6: invalid value '5x' for 'poll_interval': expected a positive integer");
+	load_extra("[repository]\npoll_interval = 5 m\n", &cfg,
+		   "6: invalid value '5 m' for 'poll_interval': expected a positive integer");
+	load_extra("[repository]\npoll_interval = 0s\n", &cfg,
+		   "6: invalid value '0s' for 'poll_interval': expected a positive integer");
+	load_extra("[repository]\npoll_interval = m\n", &cfg,
+		   "6: invalid value 'm' for 'poll_interval': expected a positive integer");
+	load_extra("[repository]\npoll_interval = 25h\n", &cfg,
+		   "6: invalid value '25h' for 'poll_interval': expected from 1 to 86400 seconds");
+	/* 2^64 / 3600 < this < 2^64: the multiplication, not the digits, overflows. */
+	load_extra("[repository]\npoll_interval = 18446744073709551h\n", &cfg,
+		   "6: invalid value '18446744073709551h' for 'poll_interval': expected from 1 to 86400 seconds");
+	load_extra("[daemon]\nlease = 5\n", &cfg, "6: invalid value '5' for 'lease': expected from 10 to 604800 seconds");
+}
+
+static void test_integers(void **state)
+{
+	struct config cfg;
+
+	load_extra("[trials]\nrepeats = 100\nper_commit = 100000\n[http]\nport = 65535\n", &cfg, NULL);
+	assert_int_equal(cfg.repeats, 100);
+	assert_int_equal(cfg.trials_per_commit, 100000);
+	assert_int_equal(cfg.http_port, 65535);
+	config_release(&cfg);
+
+	load_extra("[trials]\nrepeats = 101\n", &cfg,
+		   "6: invalid value '101' for 'repeats': expected an integer from 1 to 100");
+	load_extra("[trials]\nrepeats = 0\n", &cfg, "6: invalid value '0' for 'repeats': expected a positive integer");
+	load_extra("[trials]\nrepeats = -1\n", &cfg, "6: invalid value '-1' for 'repeats': expected a positive integer");
+	load_extra("[trials]\nrepeats = +2\n", &cfg, "6: invalid value '+2' for 'repeats': expected a positive integer");
+	load_extra("[trials]\nrepeats = 2.5\n", &cfg,
+		   "6: invalid value '2.5' for 'repeats': expected a positive integer");
+	/* No unit suffix on plain integers. */
+	load_extra("[trials]\nrepeats = 2s\n", &cfg, "6: invalid value '2s' for 'repeats': expected a positive integer");
+	/* 2^32 + 2 would wrap to 2 in an unsigned: it must be refused, not truncated. */
+	load_extra("[trials]\nrepeats = 4294967298\n", &cfg,
+		   "6: invalid value '4294967298' for 'repeats': expected an integer from 1 to 100");
+	load_extra("[trials]\nper_commit = 99999999999999999999999999\n", &cfg,
+		   "6: invalid value '99999999999999999999999999' for 'per_commit': expected an integer from 1 to "
+		   "100000");
+	load_extra("[trials]\nper_commit = 100001\n", &cfg,
+		   "6: invalid value '100001' for 'per_commit': expected an integer from 1 to 100000");
+	load_extra("[http]\nport = 0\n", &cfg, "6: invalid value '0' for 'port': expected a positive integer");
+	load_extra("[http]\nport = 65536\n", &cfg,
+		   "6: invalid value '65536' for 'port': expected an integer from 1 to 65535");
+	load_extra("[build]\nlog_max = 262145\n", &cfg,
+		   "6: invalid value '262145' for 'log_max': expected an integer from 1 to 262144");
+	load_extra("[repository]\nhistory_max =\n", &cfg,
+		   "6: invalid value '' for 'history_max': expected a positive integer");
+}
+
+static void test_slots(void **state)
+{
+	struct config cfg;
+	char list[512], text[1024], want[1024];
+	size_t n;
+	int i;
+
+	load_extra("[slots]\nslots = 0, 1, host\n", &cfg, NULL);
+	assert_int_equal(cfg.nslots, 3);
+	assert_string_equal(cfg.slots[0].name, "gpu0");
+	assert_int_equal(cfg.slots[0].gpu, 0);
+	assert_string_equal(cfg.slots[1].name, "gpu1");
+	assert_int_equal(cfg.slots[1].gpu, 1);
+	assert_string_equal(cfg.slots[2].name, "host");
+	assert_int_equal(cfg.slots[2].gpu, -1);
+	config_release(&cfg);
+
+	load_extra("[slots]\nslots=host,host ,  7,host\n", &cfg, NULL);
+	assert_int_equal(cfg.nslots, 4);
+	assert_string_equal(cfg.slots[0].name, "host");
+	assert_string_equal(cfg.slots[1].name, "host1");
+	assert_string_equal(cfg.slots[2].name, "gpu7");
+	assert_int_equal(cfg.slots[2].gpu, 7);
+	assert_string_equal(cfg.slots[3].name, "host2");
+	assert_int_equal(cfg.slots[3].gpu, -1);
+	config_release(&cfg);
+
+	/* Exactly NW_CONFIG_SLOTS_MAX is fine, one more is not. */
+	n = 0;
+	for (i = 0; i < NW_CONFIG_SLOTS_MAX; i++)
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", i ? "," : "", i);
+	snprintf(text, sizeof(text), "[slots]\nslots = %s\n", list);
+	load_extra(text, &cfg, NULL);
+	assert_int_equal(cfg.nslots, NW_CONFIG_SLOTS_MAX);
+	assert_string_equal(cfg.slots[NW_CONFIG_SLOTS_MAX - 1].name, "gpu63");
+	assert_int_equal(cfg.slots[NW_CONFIG_SLOTS_MAX - 1].gpu, 63);
+	config_release(&cfg);
+	snprintf(text, sizeof(text), "[slots]\nslots = %s,host\n", list);
+	snprintf(want, sizeof(want), "6: invalid value '%s,host' for 'slots': more than %d slots", list,
+		 NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, want);
+
+	load_extra("[slots]\nslots = 0, 1, 0\n", &cfg,
+		   "6: invalid value '0, 1, 0' for 'slots': GPU 0 is listed twice");
+	load_extra("[slots]\nslots = 00, 0\n", &cfg, "6: invalid value '00, 0' for 'slots': GPU 0 is listed twice");
+	load_extra("[slots]\nslots = 0,,1\n", &cfg,
+		   "6: invalid value '0,,1' for 'slots': expected a comma-separated list of GPU indices and 'host'");
+	load_extra("[slots]\nslots = 0, 1,\n", &cfg,
+		   "6: invalid value '0, 1,' for 'slots': expected a comma-separated list of GPU indices and 'host'");
+	load_extra("[slots]\nslots =\n", &cfg,
+		   "6: invalid value '' for 'slots': expected a comma-separated list of GPU indices and 'host'");
+	load_extra("[slots]\nslots = gpu0\n", &cfg,
+		   "6: invalid value 'gpu0' for 'slots': 'gpu0' is neither a GPU index nor 'host'");
+	load_extra("[slots]\nslots = 0 1\n", &cfg,
+		   "6: invalid value '0 1' for 'slots': '0 1' is neither a GPU index nor 'host'");
+	load_extra("[slots]\nslots = -1\n", &cfg,
+		   "6: invalid value '-1' for 'slots': '-1' is neither a GPU index nor 'host'");
+	load_extra("[slots]\nslots = 1024\n", &cfg,
+		   "6: invalid value '1024' for 'slots': GPU index 1024 is out of range (at most 1023)");
+}
+
+static void test_unknown_key(void **state)
+{
+	struct config cfg;
+
+	/* The message of the brief, line for line. */
+	load_text("[repository]\n"
+		  "url = /srv/git/lib\n"
+		  "\n"
+		  "[build]\n"
+		  "command = make\n"
+		  "; a comment\n"
+		  "timout = 60\n",
+		  &cfg, "7: unknown key 'timout' in section [build]");
+	/* A key of another section is unknown here. */
+	load_extra("[http]\nurl = x\n", &cfg, "6: unknown key 'url' in section [http]");
+	/* Keys are case-sensitive. */
+	load_extra("[http]\nPort = 80\n", &cfg, "6: unknown key 'Port' in section [http]");
+	load_text("url = /srv/git/lib\n", &cfg, "1: key 'url' outside of any section");
+}
+
+static void test_unknown_section(void **state)
+{
+	struct config cfg;
+
+	load_text("[repository]\n"
+		  "url = /srv/git/lib\n"
+		  "[build]\n"
+		  "command = make\n"
+		  "\n\n\n\n\n\n\n"
+		  "[slot]\n"
+		  "slots = 0\n",
+		  &cfg, "12: unknown section [slot]");
+	/* Reported on its own line even when it holds no key. */
+	load_extra("[Build]\n", &cfg, "5: unknown section [Build]");
+	load_extra("  [ http ]\n", &cfg, "5: unknown section [ http ]");
+	load_extra("[http] port = 80\n", &cfg, "5: unexpected text 'port = 80' after section header [http]");
+}
+
+static void test_missing_required(void **state)
+{
+	struct config cfg;
+
+	load_text("[build]\ncommand = make\n", &cfg, "0: missing required option 'url' in [repository]");
+	load_text("[repository]\nurl = /srv/git/lib\n", &cfg, "0: missing required option 'command' in [build]");
+	load_text("", &cfg, "0: missing required option 'url' in [repository]");
+	load_text("[repository]\nurl =\n[build]\ncommand = make\n", &cfg,
+		  "2: invalid value '' for 'url': expected a non-empty value");
+}
+
+static void test_duplicate_key(void **state)
+{
+	struct config cfg;
+
+	load_text("[repository]\n"
+		  "url = /srv/git/a\n"
+		  "[build]\n"
+		  "command = make\n"
+		  "[repository]\n"
+		  "url = /srv/git/b\n",
+		  &cfg, "6: duplicate key 'url' in section [repository] (first set on line 2)");
+	/* A section may be opened twice as long as its keys are not repeated. */
+	load_text("[repository]\nurl = /srv/git/a\n[build]\ncommand = make\n[repository]\nbranch = dev\n", &cfg,
+		  NULL);
+	assert_string_equal(cfg.repo_branch, "dev");
+	config_release(&cfg);
+}
+
+static void test_cannot_open(void **state)
+{
+	struct config cfg;
+	char err[256], dir[] = "/tmp/nw_test_config_dir_XXXXXX", want[300];
+	int r;
+
+	memset(&cfg, 0xff, sizeof(cfg)); /* config_load() must not read what was there */
+	r = config_load(&cfg, "/tmp/nw-no-such-dir/numwatch.conf", err, sizeof(err));
+	assert_int_equal(r, -ENOENT);
+	assert_string_equal(err, "cannot open '/tmp/nw-no-such-dir/numwatch.conf': No such file or directory");
+	assert_null(cfg.repo_url);
+	assert_int_equal(cfg.nslots, 0);
+	config_release(&cfg);
+
+	/* A directory opens but cannot be read. */
+	assert_non_null(mkdtemp(dir));
+	r = config_load(&cfg, dir, err, sizeof(err));
+	rmdir(dir);
+	assert_int_equal(r, -EISDIR);
+	snprintf(want, sizeof(want), "cannot read '%s': Is a directory", dir);
+	assert_string_equal(err, want);
+	assert_null(cfg.repo_url);
+}
+
+static void test_unreadable_file(void **state)
+{
+	struct config cfg;
+	struct conf_file f;
+	char err[256], want[300];
+	int r;
+
+	if (geteuid() == 0)
+		skip(); /* root reads any file */
+	conf_write(&f, MINIMAL);
+	assert_int_equal(chmod(f.path, 0), 0);
+	r = config_load(&cfg, f.path, err, sizeof(err));
+	unlink(f.path);
+	assert_int_equal(r, -EACCES);
+	snprintf(want, sizeof(want), "cannot open '%s': Permission denied", f.path);
+	assert_string_equal(err, want);
+}
+
+static void test_long_line(void **state)
+{
+	struct config cfg;
+	size_t prefix = strlen("command = ");
+	char *text, *line;
+	size_t n;
+
+	text = malloc(3 * NW_CONFIG_LINE_MAX);
+	assert_non_null(text);
+	/* A line of exactly NW_CONFIG_LINE_MAX bytes is accepted whole... */
+	n = (size_t)sprintf(text, "[repository]\nurl = /srv/git/lib\n[build]\ncommand = ");
+	line = text + n - prefix;
+	memset(text + n, 'x', NW_CONFIG_LINE_MAX - prefix);
+	n += NW_CONFIG_LINE_MAX - prefix;
+	assert_int_equal(text + n - line, NW_CONFIG_LINE_MAX);
+	strcpy(text + n, "\r\n[trials]\nrepeats = 3\n");
+	load_text(text, &cfg, NULL);
+	assert_int_equal(strlen(cfg.build_command), NW_CONFIG_LINE_MAX - prefix);
+	assert_int_equal(cfg.repeats, 3);
+	config_release(&cfg);
+
+	/* ... one byte more is refused, not split into two lines. */
+	n = (size_t)sprintf(text, "[repository]\nurl = /srv/git/lib\n[build]\ncommand = ");
+	memset(text + n, 'x', NW_CONFIG_LINE_MAX - prefix + 1);
+	n += NW_CONFIG_LINE_MAX - prefix + 1;
+	strcpy(text + n, "\n[trials]\nrepeats = 3\n");
+	load_text(text, &cfg, "4: line too long (more than 4096 bytes)");
+
+	/* Also without a final newline, far past the limit. */
+	n = (size_t)sprintf(text, "[repository]\nurl = /srv/git/lib\n[build]\n\ncommand = ");
+	memset(text + n, 'y', 2 * NW_CONFIG_LINE_MAX);
+	text[n + 2 * NW_CONFIG_LINE_MAX] = '\0';
+	load_text(text, &cfg, "5: line too long (more than 4096 bytes)");
+	free(text);
+}
+
+static void test_syntax_errors(void **state)
+{
+	struct config cfg;
+	static const char nul[] = "[repository]\nurl = /srv/git/lib\n[build]\ncommand = ma\0ke\n";
+
+	load_extra("[trials]\nthis line has no equals sign\n", &cfg,
+		   "6: syntax error: expected 'key = value', '[section]' or a comment");
+	load_extra("[trials\nrepeats = 3\n", &cfg, "5: syntax error: missing ']' in section header");
+	load_text_len(nul, sizeof(nul) - 1, &cfg, "4: line contains a NUL byte");
+	/* Errors stop at the first one: a later bad line does not change the message. */
+	load_extra("[trials]\nrepeats = 0\nbogus\n[nope]\n", &cfg,
+		   "6: invalid value '0' for 'repeats': expected a positive integer");
+}
+
+static void test_comments_and_whitespace(void **state)
+{
+	struct config cfg;
+
+	load_text("\xEF\xBB\xBF; numwatch test configuration\r\n"
+		  "# hash comments too\r\n"
+		  "   ; indented comment\r\n"
+		  "\r\n"
+		  "  [repository]   \r\n"
+		  "\turl\t=\t/srv/git/lib  \r\n"
+		  "    branch=dev\r\n"
+		  "poll_interval : 5m\r\n"
+		  "[build]\r\n"
+		  "command = make -j8 all; make check # both\r\n"
+		  "[daemon]\r\n"
+		  "database = password=a;b#c dbname=nw\r\n",
+		  &cfg, NULL);
+	assert_string_equal(cfg.repo_url, "/srv/git/lib");
+	/* An indented key is a key, not the continuation of the previous value. */
+	assert_string_equal(cfg.repo_branch, "dev");
+	assert_int_equal(cfg.poll_interval_s, 300);
+	/* No end-of-line comments: ';' and '#' belong to the value. */
+	assert_string_equal(cfg.build_command, "make -j8 all; make check # both");
+	assert_string_equal(cfg.database, "password=a;b#c dbname=nw");
+	config_release(&cfg);
+
+	/* An empty conninfo means libpq's defaults (PGHOST, PGDATABASE, ...). */
+	load_extra("[daemon]\ndatabase =\n", &cfg, NULL);
+	assert_string_equal(cfg.database, "");
+	config_release(&cfg);
+}
+
+static void test_string_values(void **state)
+{
+	struct config cfg;
+
+	load_extra("[daemon]\nstate_dir = var/numwatch\n", &cfg,
+		   "6: invalid value 'var/numwatch' for 'state_dir': expected an absolute path");
+	load_extra("[http]\nweb_root = web\n", &cfg,
+		   "6: invalid value 'web' for 'web_root': expected an absolute path");
+	load_text("[repository]\nurl = --upload-pack=touch /tmp/pwned\n[build]\ncommand = make\n", &cfg,
+		  "2: invalid value '--upload-pack=touch /tmp/pwned' for 'url': must not start with '-'");
+	load_extra("[repository]\nbranch = -x\n", &cfg, "6: invalid value '-x' for 'branch': must not start with '-'");
+	load_extra("[http]\naddress = localhost\n", &cfg,
+		   "6: invalid value 'localhost' for 'address': expected an IPv4 or IPv6 address");
+	load_extra("[http]\npublic_url = numwatch.example.org\n", &cfg,
+		   "6: invalid value 'numwatch.example.org' for 'public_url': expected a url starting with http:// "
+		   "or https://");
+	load_extra("[daemon]\nnode_name =\n", &cfg, "6: invalid value '' for 'node_name': expected a non-empty value");
+	load_extra("[build]\ncommand = make\n", &cfg,
+		   "6: duplicate key 'command' in section [build] (first set on line 4)");
+}
+
+/* An error late in the file, after many strings were set: nothing may leak (run under ASan). */
+static void test_error_after_allocations(void **state)
+{
+	struct config cfg;
+
+	load_text("[daemon]\nstate_dir = /a\ndatabase = dbname=x\nnode_name = n\n"
+		  "[repository]\nname = r\nurl = /u\nbranch = b\n"
+		  "[build]\ncommand = c\nrunner_host = h\nrunner_cuda = c\n"
+		  "[http]\naddress = ::1\nweb_root = /w\npublic_url = http://x\n"
+		  "[slots]\nslots = 0, bad\n",
+		  &cfg, "18: invalid value '0, bad' for 'slots': 'bad' is neither a GPU index nor 'host'");
+	/* Releasing a zeroed or already released config is harmless. */
+	config_release(&cfg);
+	config_release(&cfg);
+}
+
+/* A small error buffer truncates the message and nothing else. */
+static void test_small_error_buffer(void **state)
+{
+	struct config cfg;
+	char err[8];
+
+	assert_int_equal(config_load(&cfg, "/tmp/nw-no-such-dir/x.conf", err, sizeof(err)), -ENOENT);
+	assert_string_equal(err, "cannot ");
+	assert_int_equal(config_load(&cfg, "/tmp/nw-no-such-dir/x.conf", NULL, 0), -ENOENT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_every_option),
+		cmocka_unit_test(test_public_url_default),
+		cmocka_unit_test(test_repo_name_from_url),
+		cmocka_unit_test(test_durations),
+		cmocka_unit_test(test_integers),
+		cmocka_unit_test(test_slots),
+		cmocka_unit_test(test_unknown_key),
+		cmocka_unit_test(test_unknown_section),
+		cmocka_unit_test(test_missing_required),
+		cmocka_unit_test(test_duplicate_key),
+		cmocka_unit_test(test_cannot_open),
+		cmocka_unit_test(test_unreadable_file),
+		cmocka_unit_test(test_long_line),
+		cmocka_unit_test(test_syntax_errors),
+		cmocka_unit_test(test_comments_and_whitespace),
+		cmocka_unit_test(test_string_values),
+		cmocka_unit_test(test_error_after_allocations),
+		cmocka_unit_test(test_small_error_buffer),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
