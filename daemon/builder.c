@@ -105,6 +105,9 @@ static void on_stored(PGresult *res, const char *error, void *data)
 {
 	struct builder *b = data;
 
+	/* COMMIT of a transaction that failed earlier answers ROLLBACK. */
+	if (!error && strcmp(PQcmdStatus(res), "COMMIT") != 0)
+		error = "transaction rolled back";
 	if (error) {
 		log_error("build %.12s: storing the result failed: %s", b->job.sha, error);
 		jobs_release(b->d, b->job.id);
@@ -315,6 +318,7 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 		fail(b, r->timed_out ? "timeout" : "failed", why);
 		return;
 	}
+	snprintf(b->status, sizeof(b->status), "ok");
 	for (unsigned i = 0; i < cfg->nslots; i++) {
 		want_host |= cfg->slots[i].gpu < 0;
 		want_cuda |= cfg->slots[i].gpu >= 0;

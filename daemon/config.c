@@ -33,8 +33,9 @@
 enum opt_type {
 	OPT_STRING,   /* any non-empty text */
 	OPT_PATH,     /* an absolute path */
+	OPT_RELPATH,  /* a path inside the build directory */
 	OPT_ARG,      /* text handed to git: must not look like an option */
-	OPT_ADDRESS,  /* an IPv4 or IPv6 literal */
+	OPT_ADDRESS,  /* an IPv4 literal (http.c binds AF_INET only) */
 	OPT_URL,      /* http:// or https:// */
 	OPT_UINT,     /* decimal integer in [min, max] */
 	OPT_DURATION, /* seconds, optionally with a unit suffix s, m or h, in [min, max] */
@@ -69,7 +70,8 @@ struct option {
 /*
  * Every option of the file, in the order docs/configuration.md lists them.
  * The upper bounds keep arithmetic on the values (deadlines in ms, counts
- * times sizes) far from overflow.
+ * times sizes) far from overflow; history_max also keeps the first poll's
+ * `git log` within NW_GIT_OUTPUT_MAX.
  */
 static const struct option options[] = {
     STR("daemon", "state_dir", OPT_PATH, state_dir, 0, "/var/lib/numwatch"),
@@ -81,12 +83,12 @@ static const struct option options[] = {
     STR("repository", "url", OPT_ARG, repo_url, OPT_REQUIRED, NULL),
     STR("repository", "branch", OPT_ARG, repo_branch, 0, "main"),
     NUM("repository", "poll_interval", OPT_DURATION, poll_interval_s, 1, 24 * 3600, 30),
-    NUM("repository", "history_max", OPT_UINT, history_max, 1, 1000000, 500),
+    NUM("repository", "history_max", OPT_UINT, history_max, 1, 100000, 500),
 
     STR("build", "command", OPT_STRING, build_command, OPT_REQUIRED, NULL),
     NUM("build", "timeout", OPT_DURATION, build_timeout_s, 1, 7 * 24 * 3600, 1800),
-    STR("build", "runner_host", OPT_STRING, runner_host, 0, "numwatch-runner-host"),
-    STR("build", "runner_cuda", OPT_STRING, runner_cuda, 0, "numwatch-runner-cuda"),
+    STR("build", "runner_host", OPT_RELPATH, runner_host, 0, "numwatch-runner-host"),
+    STR("build", "runner_cuda", OPT_RELPATH, runner_cuda, 0, "numwatch-runner-cuda"),
     NUM("build", "log_max", OPT_UINT, build_log_max, 1, NW_CAPTURE_MAX, 262144),
 
     NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
@@ -380,20 +382,21 @@ static int parse_slots(struct parser *p, const char *value)
 /* Checks a string option's value; returns a reason for the error message, or NULL when it is fine. */
 static const char *string_problem(const struct option *o, const char *value)
 {
-	unsigned char buf[sizeof(struct in6_addr)];
+	struct in_addr addr;
 
 	if (!*value)
 		return (o->flags & OPT_EMPTY_OK) ? NULL : "expected a non-empty value";
 	switch (o->type) {
 	case OPT_PATH:
 		return value[0] == '/' ? NULL : "expected an absolute path";
+	case OPT_RELPATH:
+		/* The daemon runs build_dir + "/" + value. */
+		return value[0] != '/' ? NULL : "expected a path relative to the build directory";
 	case OPT_ARG:
 		/* git would take it for an option (the "--upload-pack=" trick). */
 		return value[0] == '-' ? "must not start with '-'" : NULL;
 	case OPT_ADDRESS:
-		if (inet_pton(AF_INET, value, buf) == 1 || inet_pton(AF_INET6, value, buf) == 1)
-			return NULL;
-		return "expected an IPv4 or IPv6 address";
+		return inet_pton(AF_INET, value, &addr) == 1 ? NULL : "expected an IPv4 address";
 	case OPT_URL:
 		if (strncmp(value, "http://", 7) == 0 || strncmp(value, "https://", 8) == 0)
 			return NULL;
@@ -513,14 +516,11 @@ static char *default_node_name(void)
 static char *default_public_url(const struct config *cfg)
 {
 	const char *host = cfg->http_address;
-	bool v6 = strchr(host, ':') != NULL;
 	char *url;
 
-	if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0) {
+	if (strcmp(host, "0.0.0.0") == 0)
 		host = cfg->node_name;
-		v6 = false;
-	}
-	if (asprintf(&url, v6 ? "http://[%s]:%u" : "http://%s:%u", host, cfg->http_port) < 0)
+	if (asprintf(&url, "http://%s:%u", host, cfg->http_port) < 0)
 		return NULL;
 	return url;
 }

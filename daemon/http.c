@@ -286,7 +286,7 @@ int http_start(struct nwd *d, struct http **out)
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)NW_HTTP_HEADER_MAX * 2,
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
 				  MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-				  MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+				  MHD_OPTION_END);
 	if (!h->mhd) {
 		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
 			  strerror(errno));
@@ -327,6 +327,8 @@ static void on_http_closed(uv_handle_t *handle)
 void http_stop(struct http *h)
 {
 	uv_poll_stop(&h->poll);
+	/* Requests resumed by their failed queries must be served before the stop. */
+	MHD_run(h->mhd);
 	MHD_stop_daemon(h->mhd);
 	uv_close((uv_handle_t *)&h->poll, on_http_closed);
 	uv_close((uv_handle_t *)&h->timer, on_http_closed);

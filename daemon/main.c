@@ -59,10 +59,11 @@ static void finish_exit(void)
 	struct nwd *d = &daemon_ctx;
 
 	uv_timer_stop(&drain_timer);
+	/* Closing the read connection answers the requests still waiting on it. */
+	db_close(d->db_http);
 	if (d->http)
 		http_stop(d->http);
 	d->http = NULL;
-	db_close(d->db_http);
 	db_close(d->db);
 	uv_stop(d->loop);
 }

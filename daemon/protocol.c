@@ -19,7 +19,61 @@
 #include <string.h>
 
 /* Longest field path quoted in a message ("checks[255].families[31]"). */
-#define PATH_MAX_LEN 96
+#define FIELD_PATH_MAX 96
+
+/* Length of the valid UTF-8 sequence at 's' (as PostgreSQL judges it), or 0. */
+static size_t utf8_valid_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xBF;
+	size_t n, i;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xC2 && s[0] <= 0xDF)
+		n = 2;
+	else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+		n = 3;
+	else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+		n = 4;
+	else
+		return 0;
+	/* No overlong forms, no surrogates, nothing past U+10FFFF. */
+	if (s[0] == 0xE0)
+		lo = 0xA0;
+	else if (s[0] == 0xED)
+		hi = 0x9F;
+	else if (s[0] == 0xF0)
+		lo = 0x90;
+	else if (s[0] == 0xF4)
+		hi = 0x8F;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xBF)
+			return 0;
+	return n;
+}
+
+/*
+ * Messages quote what the runner sent, and end up in the log and in a text
+ * column: bytes that are not valid UTF-8 (jansson quotes the raw bytes of a
+ * bad token; a cut may split a character) and control characters (a forged
+ * log line) become '?'.
+ */
+static void sanitize_message(char *msg)
+{
+	unsigned char *s = (unsigned char *)msg;
+	size_t n;
+
+	while (*s) {
+		n = utf8_valid_len(s);
+		if (n == 0 || (n == 1 && (*s < 0x20 || *s == 0x7f))) {
+			*s++ = '?';
+			continue;
+		}
+		s += n;
+	}
+}
 
 static int proto_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -31,6 +85,7 @@ static int proto_error(char *err, size_t errlen, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(err, errlen, fmt, ap);
 		va_end(ap);
+		sanitize_message(err);
 	}
 	return -EPROTO;
 }
@@ -298,7 +353,7 @@ static int get_string(json_t *obj, const char *pfx, const char *key, bool requir
 		      char *dst, size_t dstlen, char *err, size_t errlen)
 {
 	json_t *v = json_object_get(obj, key);
-	char path[PATH_MAX_LEN];
+	char path[FIELD_PATH_MAX];
 
 	if (!v || (json_is_null(v) && !required)) {
 		if (required)
@@ -404,7 +459,7 @@ static int get_array(json_t *obj, const char *pfx, const char *key, bool require
 static int get_name_list(json_t *obj, const char *pfx, const char *key, bool required, size_t max,
 			 char (*names)[NW_PROTO_NAME_MAX], unsigned *n, char *err, size_t errlen)
 {
-	char path[PATH_MAX_LEN];
+	char path[FIELD_PATH_MAX];
 	json_t *arr, *item;
 	size_t i, j;
 	int r;
@@ -467,6 +522,8 @@ static int load_line(const char *line, size_t len, const char *op, json_t **root
 	int r;
 
 	*root = NULL;
+	if (!line)
+		line = "";
 	if (len > NW_PROTO_LINE_MAX)
 		return proto_error(err, errlen, "line too long (%zu bytes, at most %d)", len,
 				   NW_PROTO_LINE_MAX);
@@ -514,7 +571,7 @@ fail:
 
 static int parse_check(json_t *obj, size_t index, struct proto_check *c, char *err, size_t errlen)
 {
-	char pfx[PATH_MAX_LEN];
+	char pfx[FIELD_PATH_MAX];
 	int r;
 
 	snprintf(pfx, sizeof(pfx), "checks[%zu].", index);
@@ -632,7 +689,7 @@ static int parse_tensor(json_t *obj, size_t index, struct proto_tensor *t, char 
 	static const char *const counters[] = {"nonfinite", "ref_nonfinite", "unwritten", "canary",
 					       "excluded"};
 	long *const fields[] = {&t->nonfinite, &t->ref_nonfinite, &t->unwritten, &t->canary, &t->excluded};
-	char pfx[PATH_MAX_LEN];
+	char pfx[FIELD_PATH_MAX];
 	double unused;
 	bool flag;
 	unsigned n;

@@ -204,15 +204,19 @@ struct nw_output {
 	unsigned char *fetch;
 };
 
-int nw_output_init(struct nw_output *o, const char *name, enum nw_dtype d, size_t count);
+/* Allocates and arms o. On failure records an error answer in t and returns it. */
+int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d, size_t count);
 void nw_output_release(struct nw_output *o);
 /* Bits of the poison value of dtype d (the low bytes are used for 16-bit types). */
 uint32_t nw_poison_bits(enum nw_dtype d);
 /* Whether element i of a host buffer of dtype d still holds the poison. */
 bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i);
 
-/* An input tensor uploaded to the device (owned; nw_input_release() frees). */
-int nw_input_upload(void **dev, const void *host, size_t bytes);
+/*
+ * An input tensor uploaded to the device (owned; nw_input_release() frees).
+ * On failure records an error answer in t and returns it.
+ */
+int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes);
 void nw_input_release(void *dev);
 
 /*

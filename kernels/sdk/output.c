@@ -39,7 +39,15 @@ bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i)
 	return ((const uint16_t *)buf)[i] == (uint16_t)nw_poison_bits(d);
 }
 
-int nw_output_init(struct nw_output *o, const char *name, enum nw_dtype d, size_t count)
+static int device_failed(struct nw_trial *t)
+{
+	bool fatal;
+	const char *msg = nw_dev_error(&fatal);
+
+	return nw_trial_error(t, fatal, "%s", msg);
+}
+
+int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d, size_t count)
 {
 	size_t es = nw_dtype_size(d), bytes = count * es, total = bytes + 2 * NW_GUARD_BYTES, i;
 	uint32_t poison = nw_poison_bits(d);
@@ -54,7 +62,7 @@ int nw_output_init(struct nw_output *o, const char *name, enum nw_dtype d, size_
 	o->host = malloc(bytes ? bytes : 1);
 	if (!o->image || !o->fetch || !o->host) {
 		nw_output_release(o);
-		return -ENOMEM;
+		return nw_trial_error(t, false, "out of memory");
 	}
 	for (i = 0; i < NW_GUARD_BYTES; i++) {
 		o->image[i] = canary_pattern[i % sizeof(canary_pattern)];
@@ -65,7 +73,7 @@ int nw_output_init(struct nw_output *o, const char *name, enum nw_dtype d, size_
 	rc = nw_dev_alloc(&o->dev_alloc, total);
 	if (rc) {
 		nw_output_release(o);
-		return rc;
+		return device_failed(t);
 	}
 	o->dev = (unsigned char *)o->dev_alloc + NW_GUARD_BYTES;
 	return 0;
@@ -94,31 +102,21 @@ static long count_canary(const struct nw_output *o)
 	return n;
 }
 
-int nw_input_upload(void **dev, const void *host, size_t bytes)
+int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes)
 {
-	int rc = nw_dev_alloc(dev, bytes);
-
-	if (rc)
-		return rc;
-	rc = nw_dev_upload(*dev, host, bytes);
-	if (rc) {
+	if (nw_dev_alloc(dev, bytes))
+		return device_failed(t);
+	if (nw_dev_upload(*dev, host, bytes)) {
 		nw_dev_free(*dev);
 		*dev = NULL;
+		return device_failed(t);
 	}
-	return rc;
+	return 0;
 }
 
 void nw_input_release(void *dev)
 {
 	nw_dev_free(dev);
-}
-
-static int device_failed(struct nw_trial *t)
-{
-	bool fatal;
-	const char *msg = nw_dev_error(&fatal);
-
-	return nw_trial_error(t, fatal, "%s", msg);
 }
 
 static int cmp_double(const void *a, const void *b)

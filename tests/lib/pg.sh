@@ -16,7 +16,8 @@
 # `trap ... EXIT`. Bash runs a trap only once the foreground command returns;
 # a test that waits for long should wait with `wait $!` on a background job.
 # A watcher process in its own session also deletes the cluster once the test's
-# process has gone, so even SIGKILL leaves no server behind.
+# process has gone, so even SIGKILL (or ctest killing the test's process tree
+# at its timeout) leaves no server behind.
 #
 # The server runs with fsync off (NW_PG_FAST=1): fine for tests, never for data.
 
@@ -24,7 +25,6 @@ _nw_pg_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NW_SOURCE_DIR=${NW_SOURCE_DIR:-$(cd "$_nw_pg_lib_dir/../.." && pwd)}
 _nw_pgcluster=$NW_SOURCE_DIR/scripts/pgcluster
 _nw_pg_dir=
-_nw_pg_watcher=
 _nw_atexit=()
 
 # Longest a single pg_psql call may take, in seconds.
@@ -63,18 +63,20 @@ pg_start() {
 	mkdir -p "$base" || return 1
 	_nw_pg_dir=$(mktemp -d "$base/nw-pg.XXXXXX") || return 1
 
-	# The watcher polls for the test's process; it must not hold the test's
-	# stdout or stderr open, or ctest would wait for it to exit.
+	# The watcher deletes the cluster once the test's process is gone, and
+	# exits by itself once the cluster directory is gone (pg_stop). It is
+	# started through a subshell that exits at once, so that it is nobody's
+	# child: ctest kills a timed-out test's whole process tree. It must not
+	# hold the test's stdout or stderr open, or ctest would wait for it.
 	# shellcheck disable=SC2016 # expanded by the watcher's shell
-	setsid bash -c '
+	(setsid bash -c '
 		pid=$1 dir=$2 pgcluster=$3 max=$4
 		while kill -0 "$pid" 2>/dev/null && [[ -e $dir ]] && ((SECONDS < max)); do
 			sleep 1
 		done
 		[[ ! -e $dir ]] || "$pgcluster" destroy "$dir"
 	' nw-pg-watcher "$$" "$_nw_pg_dir" "$_nw_pgcluster" "$_nw_pg_watch_max" \
-		</dev/null >/dev/null 2>&1 &
-	_nw_pg_watcher=$!
+		</dev/null >/dev/null 2>&1 &)
 
 	if ! NW_PG_FAST=1 "$_nw_pgcluster" start "$_nw_pg_dir" >/dev/null; then
 		echo "pg_start: cannot start a cluster in '$_nw_pg_dir'" >&2
@@ -101,11 +103,6 @@ pg_psql() {
 pg_stop() {
 	local rc=0
 	[[ -n $_nw_pg_dir ]] || return 0
-	if [[ -n $_nw_pg_watcher ]]; then
-		kill "$_nw_pg_watcher" 2>/dev/null || true
-		wait "$_nw_pg_watcher" 2>/dev/null || true
-		_nw_pg_watcher=
-	fi
 	"$_nw_pgcluster" destroy "$_nw_pg_dir" || rc=$?
 	_nw_pg_dir=
 	unset NW_DATABASE NW_PGHOST NW_PGPORT NW_PGUSER NW_PG_DIR

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,37 +20,66 @@
 
 /* The examples of PROTOCOL.md, as printed there (line breaks are JSON whitespace). */
 static const char hello_example[] =
-	"{\"op\":\"hello\",\"protocol\":1,\"runner\":\"demo-kernels 0.3.1\",\n"
-	" \"device\":{\"backend\":\"cuda\",\"name\":\"NVIDIA H200\",\"cc\":\"9.0\",\"driver\":\"580.159.04\",\"toolkit\":\"13.0\"},\n"
-	" \"checks\":[\n"
-	"   {\"check\":\"softmax.fwd\",\"op\":\"softmax\",\"pass\":\"fwd\",\"dtypes\":[\"f32\",\"f16\",\"bf16\"],\n"
-	"    \"deterministic\":true,\"families\":[\"aligned\",\"tail\",\"threshold\",\"tiny\",\"extreme\"]},\n"
-	"   {\"check\":\"msda.bwd\",\"op\":\"msda\",\"pass\":\"bwd\",\"dtypes\":[\"f32\"],\n"
-	"    \"deterministic\":false,\"families\":[\"aligned\",\"boundary\",\"outside\"]}]}";
+    "{\"op\":\"hello\",\"protocol\":1,\"runner\":\"demo-kernels 0.3.1\",\n"
+    " \"device\":{\"backend\":\"cuda\",\"name\":\"NVIDIA "
+    "H200\",\"cc\":\"9.0\",\"driver\":\"580.159.04\",\"toolkit\":\"13.0\"},\n"
+    " \"checks\":[\n"
+    "   "
+    "{\"check\":\"softmax.fwd\",\"op\":\"softmax\",\"pass\":\"fwd\",\"dtypes\":[\"f32\",\"f16\",\"bf16\"],\n"
+    "    \"deterministic\":true,\"families\":[\"aligned\",\"tail\",\"threshold\",\"tiny\",\"extreme\"]},\n"
+    "   {\"check\":\"msda.bwd\",\"op\":\"msda\",\"pass\":\"bwd\",\"dtypes\":[\"f32\"],\n"
+    "    \"deterministic\":false,\"families\":[\"aligned\",\"boundary\",\"outside\"]}]}";
 
 static const char trial_example[] =
-	"{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\n"
-	" \"case\":{\"family\":\"threshold\",\"shape\":[3,1025],\"gen\":1},\n"
-	" \"ratio\":4.72,\n"
-	" \"tensors\":[\n"
-	"   {\"name\":\"dx\",\"ratio\":4.72,\"max_abs\":0.0131,\"max_rel\":0.35,\"max_ulp\":null,\n"
-	"    \"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,\n"
-	"    \"worst\":[2,1024],\"tail\":true}],\n"
-	" \"digest\":\"9f2c41d07be3a8e1\",\"digests_differ\":0,\n"
-	" \"kernel_us\":18.4}";
+    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\n"
+    " \"case\":{\"family\":\"threshold\",\"shape\":[3,1025],\"gen\":1},\n"
+    " \"ratio\":4.72,\n"
+    " \"tensors\":[\n"
+    "   {\"name\":\"dx\",\"ratio\":4.72,\"max_abs\":0.0131,\"max_rel\":0.35,\"max_ulp\":null,\n"
+    "    \"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,\n"
+    "    \"worst\":[2,1024],\"tail\":true}],\n"
+    " \"digest\":\"9f2c41d07be3a8e1\",\"digests_differ\":0,\n"
+    " \"kernel_us\":18.4}";
 
 /* The example's tensors array with its whitespace removed: what the daemon stores. */
 static const char trial_example_tensors[] =
-	"[{\"name\":\"dx\",\"ratio\":4.72,\"max_abs\":0.0131,\"max_rel\":0.35,\"max_ulp\":null,"
-	"\"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,"
-	"\"worst\":[2,1024],\"tail\":true}]";
+    "[{\"name\":\"dx\",\"ratio\":4.72,\"max_abs\":0.0131,\"max_rel\":0.35,\"max_ulp\":null,"
+    "\"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,"
+    "\"worst\":[2,1024],\"tail\":true}]";
 
-static const char error_example[] = "{\"op\":\"trial\",\"id\":17,\"verdict\":\"error\",\"error\":\"<text>\",\n"
-				    "  \"fatal\":true}";
+static const char error_example[] =
+    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"error\",\"error\":\"<text>\",\n"
+    "  \"fatal\":true}";
 
 static int parse_trial(const char *line, long id, struct proto_trial *t, char *err, size_t errlen)
 {
 	return proto_parse_trial(line, strlen(line), id, t, err, errlen);
+}
+
+/*
+ * Whether 'err' is 'expect', where a '*' in 'expect' stands for a number (the
+ * column jansson reports, which depends on how far its lexer read).
+ */
+static bool message_matches(const char *err, const char *expect)
+{
+	while (*expect) {
+		if (*expect == '*') {
+			if (*err < '0' || *err > '9')
+				return false;
+			while (*err >= '0' && *err <= '9')
+				err++;
+			expect++;
+		} else if (*err++ != *expect++) {
+			return false;
+		}
+	}
+	return *err == '\0';
+}
+
+static void assert_message(const char *err, const char *expect)
+{
+	if (!message_matches(err, expect))
+		fail_msg("message \"%s\", expected \"%s\"", err, expect);
 }
 
 /* A trial line must be refused with exactly 'expect'; 't' must come back released. */
@@ -63,7 +93,7 @@ static void trial_fails(const char *line, long id, const char *expect)
 	if (r != -EPROTO)
 		print_error("line %s: got %d (%s)\n", line, r, err);
 	assert_int_equal(r, -EPROTO);
-	assert_string_equal(err, expect);
+	assert_message(err, expect);
 	assert_null(t.tensors_json);
 	assert_int_equal(t.ntensors, 0);
 }
@@ -78,7 +108,7 @@ static void hello_fails(const char *line, const char *expect)
 	if (r != -EPROTO)
 		print_error("line %s: got %d (%s)\n", line, r, err);
 	assert_int_equal(r, -EPROTO);
-	assert_string_equal(err, expect);
+	assert_message(err, expect);
 	assert_null(h.checks);
 	assert_int_equal(h.nchecks, 0);
 }
@@ -95,15 +125,14 @@ static void test_requests(void **state)
 	free(s);
 	/* The trial request of PROTOCOL.md, byte for byte. */
 	s = proto_trial_request(17, "softmax.bwd", "bf16", 42, 1, NULL);
-	assert_string_equal(
-		s, "{\"op\":\"trial\",\"id\":17,\"check\":\"softmax.bwd\",\"dtype\":\"bf16\",\"seed\":42,\"repeats\":1,"
-		   "\"family\":null}\n");
+	assert_string_equal(s, "{\"op\":\"trial\",\"id\":17,\"check\":\"softmax.bwd\",\"dtype\":\"bf16\","
+			       "\"seed\":42,\"repeats\":1,"
+			       "\"family\":null}\n");
 	free(s);
 	/* Seeds are unsigned 64-bit; strings are escaped. */
 	s = proto_trial_request(3, "odd\"name\\", "f32", 18446744073709551615ULL, 2, "tail");
-	assert_string_equal(
-		s, "{\"op\":\"trial\",\"id\":3,\"check\":\"odd\\\"name\\\\\",\"dtype\":\"f32\","
-		   "\"seed\":18446744073709551615,\"repeats\":2,\"family\":\"tail\"}\n");
+	assert_string_equal(s, "{\"op\":\"trial\",\"id\":3,\"check\":\"odd\\\"name\\\\\",\"dtype\":\"f32\","
+			       "\"seed\":18446744073709551615,\"repeats\":2,\"family\":\"tail\"}\n");
 	free(s);
 	/* A string that is not UTF-8 cannot be sent. */
 	assert_null(proto_trial_request(3, "bad\xff", "f32", 0, 1, NULL));
@@ -175,12 +204,13 @@ static void test_trial_example(void **state)
 	proto_trial_release(&t);
 
 	/* The compact form parses to the same thing (a runner may write either). */
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.5,\"tensors\":"
-				     "[{\"name\":\"y\",\"ratio\":0.5,\"nonfinite\":1,\"ref_nonfinite\":2,"
-				     "\"unwritten\":3,\"canary\":4,\"excluded\":5,\"max_abs\":1,\"max_ulp\":3.0,"
-				     "\"scale\":1e-300,\"big\":1e300,\"third\":0.1}]}",
-				     17, &t, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    parse_trial("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.5,\"tensors\":"
+			"[{\"name\":\"y\",\"ratio\":0.5,\"nonfinite\":1,\"ref_nonfinite\":2,"
+			"\"unwritten\":3,\"canary\":4,\"excluded\":5,\"max_abs\":1,\"max_ulp\":3.0,"
+			"\"scale\":1e-300,\"big\":1e300,\"third\":0.1}]}",
+			17, &t, err, sizeof(err)),
+	    0);
 	assert_int_equal(t.verdict, OUTCOME_PASS);
 	assert_int_equal(t.tensors[0].nonfinite, 1);
 	assert_int_equal(t.tensors[0].ref_nonfinite, 2);
@@ -188,9 +218,10 @@ static void test_trial_example(void **state)
 	assert_int_equal(t.tensors[0].canary, 4);
 	assert_int_equal(t.tensors[0].excluded, 5);
 	/* Reals stay reals ("3.0"), integers stay integers, unknown fields are stored too. */
-	assert_string_equal(t.tensors_json, "[{\"name\":\"y\",\"ratio\":0.5,\"nonfinite\":1,\"ref_nonfinite\":2,"
-					    "\"unwritten\":3,\"canary\":4,\"excluded\":5,\"max_abs\":1,\"max_ulp\":3.0,"
-					    "\"scale\":1e-300,\"big\":1e+300,\"third\":0.1}]");
+	assert_string_equal(t.tensors_json,
+			    "[{\"name\":\"y\",\"ratio\":0.5,\"nonfinite\":1,\"ref_nonfinite\":2,"
+			    "\"unwritten\":3,\"canary\":4,\"excluded\":5,\"max_abs\":1,\"max_ulp\":3.0,"
+			    "\"scale\":1e-300,\"big\":1e+300,\"third\":0.1}]");
 	proto_trial_release(&t);
 }
 
@@ -213,7 +244,8 @@ static void test_error_example(void **state)
 	proto_trial_release(&t);
 
 	/* Non-fatal, and without a text. */
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":5,\"verdict\":\"error\"}", 5, &t, err, sizeof(err)), 0);
+	assert_int_equal(
+	    parse_trial("{\"op\":\"trial\",\"id\":5,\"verdict\":\"error\"}", 5, &t, err, sizeof(err)), 0);
 	assert_int_equal(t.verdict, OUTCOME_ERROR);
 	assert_false(t.fatal);
 	assert_string_equal(t.error, "");
@@ -249,10 +281,12 @@ static void test_unknown_op(void **state)
 	line = "{\"op\":\"bye\",\"error\":\"unknown op\"}";
 	assert_int_equal(proto_parse_bye(line, strlen(line), err, sizeof(err)), -ENOTSUP);
 	/* The answer must still name the op that was sent. */
-	trial_fails("{\"op\":\"tiral\",\"error\":\"unknown op\"}", 17, "op 'tiral' does not match request 'trial'");
+	trial_fails("{\"op\":\"tiral\",\"error\":\"unknown op\"}", 17,
+		    "op 'tiral' does not match request 'trial'");
 	/* Another error text is not "unknown op". */
 	trial_fails("{\"op\":\"trial\",\"error\":\"out of memory\"}", 17, "missing field 'id'");
-	hello_fails("{\"op\":\"hello\",\"error\":\"no cuda device\"}", "runner refused hello: 'no cuda device'");
+	hello_fails("{\"op\":\"hello\",\"error\":\"no cuda device\"}",
+		    "runner refused hello: 'no cuda device'");
 }
 
 static void test_garbage(void **state)
@@ -260,19 +294,21 @@ static void test_garbage(void **state)
 	static const struct {
 		const char *line, *err;
 	} cases[] = {
-		{ "", "not json: '[' or '{' expected near end of file at column 0" },
-		{ "hello", "not json: '[' or '{' expected near 'hello' at column 1" },
-		{ "{", "not json: string or '}' expected near end of file at column 1" },
-		{ "{\"op\":\"trial\"} {}", "not json: end of file expected near '{' at column 16" },
-		{ "[]", "not a json object" },
-		{ "[{\"op\":\"trial\"}]", "not a json object" },
-		{ "{}", "missing field 'op'" },
-		{ "{\"op\":null}", "field 'op' must be a string" },
-		{ "{\"op\":\"hello\"}", "op 'hello' does not match request 'trial'" },
-		{ "{\"op\":\"trial\",\"op\":\"trial\"}", "not json: duplicate object key near '\"op\"' at column 26" },
-		{ "Segmentation fault (core dumped)", "not json: invalid token near 'S' at column 1" },
-		{ "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.1,\"digest\":\"\xc3\x28\"}",
-		  "not json: unable to decode byte 0xc3 near '\"' at column 62" },
+	    {"", "not json: '[' or '{' expected near end of file at column *"},
+	    {"hello", "not json: '[' or '{' expected near 'hello' at column *"},
+	    {"{", "not json: string or '}' expected near end of file at column *"},
+	    {"{\"op\":\"trial\"} {}", "not json: end of file expected near '{' at column *"},
+	    {"[]", "not a json object"},
+	    {"[{\"op\":\"trial\"}]", "not a json object"},
+	    {"{}", "missing field 'op'"},
+	    {"{\"op\":null}", "field 'op' must be a string"},
+	    {"{\"op\":\"hello\"}", "op 'hello' does not match request 'trial'"},
+	    {"{\"op\":\"trial\",\"op\":\"trial\"}",
+	     "not json: duplicate object key near '\"op\"' at column *"},
+	    {"Segmentation fault (core dumped)",
+	     "not json: '[' or '{' expected near 'Segmentation' at column *"},
+	    {"{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.1,\"digest\":\"\xc3\x28\"}",
+	     "not json: unable to decode byte 0xc3 near '\"' at column *"},
 	};
 	size_t i;
 
@@ -285,53 +321,61 @@ static void test_wrong_types(void **state)
 	static const struct {
 		const char *fields, *err;
 	} cases[] = {
-		{ "\"id\":\"17\",\"verdict\":\"pass\",\"ratio\":1", "field 'id' must be an integer" },
-		{ "\"id\":17.0,\"verdict\":\"pass\",\"ratio\":1", "field 'id' must be an integer" },
-		{ "\"id\":17,\"verdict\":1,\"ratio\":1", "field 'verdict' must be a string" },
-		{ "\"id\":17,\"verdict\":\"PASS\",\"ratio\":1", "field 'verdict' must be 'pass', 'fail' or 'error', not 'PASS'" },
-		{ "\"id\":17,\"verdict\":\"crash\",\"ratio\":1",
-		  "field 'verdict' must be 'pass', 'fail' or 'error', not 'crash'" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":\"4.7\"", "field 'ratio' must be a number or null" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":true", "field 'ratio' must be a number or null" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":-0.5", "field 'ratio' must be a non-negative number" },
-		{ "\"id\":17,\"verdict\":\"error\",\"fatal\":\"true\"", "field 'fatal' must be true or false" },
-		{ "\"id\":17,\"verdict\":\"error\",\"fatal\":1", "field 'fatal' must be true or false" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"fatal\":true,\"ratio\":1",
-		  "field 'fatal' is true but verdict is not 'error'" },
-		{ "\"id\":17,\"verdict\":\"error\",\"error\":42", "field 'error' must be a string" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":{}", "field 'tensors' must be an array" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[1]", "field 'tensors[0]' must be an object" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"nonfinite\":-1}]",
-		  "field 'tensors[0].nonfinite' is out of range (-1, expected 0 to 9223372036854775807)" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"canary\":0.5}]",
-		  "field 'tensors[0].canary' must be an integer" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"max_ulp\":\"x\"}]",
-		  "field 'tensors[0].max_ulp' must be a number or null" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"tail\":1}]",
-		  "field 'tensors[0].tail' must be true or false" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"worst\":[1,-2]}]",
-		  "field 'tensors[0].worst[1]' must be a non-negative integer" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"\",\"ratio\":1}]",
-		  "field 'tensors[0].name' must not be empty" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"d\\nx\",\"ratio\":1}]",
-		  "field 'tensors[0].name' must not contain control characters" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":[]", "field 'case' must be an object" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":[3,-1]}",
-		  "field 'case.shape[1]' must be a non-negative integer" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":[3,1.5]}",
-		  "field 'case.shape[1]' must be a non-negative integer" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":\"3x4\"}",
-		  "field 'case.shape' must be an array" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"gen\":\"1\"}", "field 'case.gen' must be an integer" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"gen\":-1}",
-		  "field 'case.gen' is out of range (-1, expected 0 to 2147483647)" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"family\":\"tail tile\"}",
-		  "field 'case.family' must contain only letters, digits and '._-+:'" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"digest\":7", "field 'digest' must be a string" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"digests_differ\":-1",
-		  "field 'digests_differ' is out of range (-1, expected 0 to 2147483647)" },
-		{ "\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"kernel_us\":\"fast\"",
-		  "field 'kernel_us' must be a number or null" },
+	    {"\"id\":\"17\",\"verdict\":\"pass\",\"ratio\":1", "field 'id' must be an integer"},
+	    {"\"id\":17.0,\"verdict\":\"pass\",\"ratio\":1", "field 'id' must be an integer"},
+	    {"\"id\":17,\"verdict\":1,\"ratio\":1", "field 'verdict' must be a string"},
+	    {"\"id\":17,\"verdict\":\"PASS\",\"ratio\":1",
+	     "field 'verdict' must be 'pass', 'fail' or 'error', not 'PASS'"},
+	    {"\"id\":17,\"verdict\":\"crash\",\"ratio\":1",
+	     "field 'verdict' must be 'pass', 'fail' or 'error', not 'crash'"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":\"4.7\"", "field 'ratio' must be a number or null"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":true", "field 'ratio' must be a number or null"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":-0.5", "field 'ratio' must be a non-negative number"},
+	    {"\"id\":17,\"verdict\":\"error\",\"fatal\":\"true\"", "field 'fatal' must be true or false"},
+	    {"\"id\":17,\"verdict\":\"error\",\"fatal\":1", "field 'fatal' must be true or false"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"fatal\":true,\"ratio\":1",
+	     "field 'fatal' is true but verdict is not 'error'"},
+	    {"\"id\":17,\"verdict\":\"error\",\"error\":42", "field 'error' must be a string"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":{}", "field 'tensors' must be an array"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[1]",
+	     "field 'tensors[0]' must be an object"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,"
+	     "\"nonfinite\":-1}]",
+	     "field 'tensors[0].nonfinite' is out of range (-1, expected 0 to 9223372036854775807)"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,"
+	     "\"canary\":0.5}]",
+	     "field 'tensors[0].canary' must be an integer"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"max_"
+	     "ulp\":\"x\"}]",
+	     "field 'tensors[0].max_ulp' must be a number or null"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"tail\":"
+	     "1}]",
+	     "field 'tensors[0].tail' must be true or false"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"dx\",\"ratio\":1,\"worst\":"
+	     "[1,-2]}]",
+	     "field 'tensors[0].worst[1]' must be a non-negative integer"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"\",\"ratio\":1}]",
+	     "field 'tensors[0].name' must not be empty"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"d\\nx\",\"ratio\":1}]",
+	     "field 'tensors[0].name' must not contain control characters"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":[]", "field 'case' must be an object"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":[3,-1]}",
+	     "field 'case.shape[1]' must be a non-negative integer"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":[3,1.5]}",
+	     "field 'case.shape[1]' must be a non-negative integer"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"shape\":\"3x4\"}",
+	     "field 'case.shape' must be an array"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"gen\":\"1\"}",
+	     "field 'case.gen' must be an integer"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"gen\":-1}",
+	     "field 'case.gen' is out of range (-1, expected 0 to 2147483647)"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"case\":{\"family\":\"tail tile\"}",
+	     "field 'case.family' must contain only letters, digits and '._-+:'"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"digest\":7", "field 'digest' must be a string"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"digests_differ\":-1",
+	     "field 'digests_differ' is out of range (-1, expected 0 to 2147483647)"},
+	    {"\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"kernel_us\":\"fast\"",
+	     "field 'kernel_us' must be a number or null"},
 	};
 	char line[512];
 	size_t i;
@@ -347,15 +391,17 @@ static void test_id(void **state)
 	struct proto_trial t;
 	char err[256];
 
-	trial_fails("{\"op\":\"trial\",\"id\":18,\"verdict\":\"pass\",\"ratio\":0.1}", 17, "id 18 does not match request 17");
+	trial_fails("{\"op\":\"trial\",\"id\":18,\"verdict\":\"pass\",\"ratio\":0.1}", 17,
+		    "id 18 does not match request 17");
 	/* An id past 'long' is a mismatch, not a wrap-around. */
 	trial_fails("{\"op\":\"trial\",\"id\":-1,\"verdict\":\"pass\",\"ratio\":0.1}", 4294967295L,
 		    "id -1 does not match request 4294967295");
 	trial_fails("{\"op\":\"trial\",\"id\":99999999999999999999,\"verdict\":\"pass\",\"ratio\":0.1}", 17,
-		    "not json: too big integer near '99999999999999999999' at column 40");
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":9007199254740993,\"verdict\":\"pass\",\"ratio\":0.1}",
-				     9007199254740993L, &t, err, sizeof(err)),
-			 0);
+		    "not json: too big integer near '99999999999999999999' at column *");
+	assert_int_equal(
+	    parse_trial("{\"op\":\"trial\",\"id\":9007199254740993,\"verdict\":\"pass\",\"ratio\":0.1}",
+			9007199254740993L, &t, err, sizeof(err)),
+	    0);
 	assert_int_equal(t.id, 9007199254740993L);
 	proto_trial_release(&t);
 }
@@ -366,29 +412,36 @@ static void test_missing_fields(void **state)
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"ratio\":0.1}", 17, "missing field 'verdict'");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\"}", 17, "missing field 'ratio'");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\"}", 17, "missing field 'ratio'");
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"ratio\":1}]}", 17,
-		    "missing field 'tensors[0].name'");
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":\"a\",\"ratio\":1},"
+	trial_fails(
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"ratio\":1}]}", 17,
+	    "missing field 'tensors[0].name'");
+	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":[{\"name\":"
+		    "\"a\",\"ratio\":1},"
 		    "{\"name\":\"b\"}]}",
 		    17, "missing field 'tensors[1].ratio'");
 
 	hello_fails("{\"op\":\"hello\",\"checks\":[]}", "missing field 'protocol'");
 	hello_fails("{\"op\":\"hello\",\"protocol\":1}", "missing field 'checks'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":[\"f32\"]}]}",
-		    "missing field 'checks[0].deterministic'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"deterministic\":true}]}",
-		    "missing field 'checks[0].dtypes'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[],"
-		    "\"deterministic\":true}]}",
-		    "missing field 'checks[0].check'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"pass\":\"fwd\",\"dtypes\":[],"
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":[\"f32\"]}]}",
+	    "missing field 'checks[0].deterministic'");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"deterministic\":true}]}",
+	    "missing field 'checks[0].dtypes'");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[],"
+	    "\"deterministic\":true}]}",
+	    "missing field 'checks[0].check'");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"pass\":\"fwd\","
+		    "\"dtypes\":[],"
 		    "\"deterministic\":true}]}",
 		    "missing field 'checks[0].op'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"dtypes\":[],"
-		    "\"deterministic\":true}]}",
-		    "missing field 'checks[0].pass'");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"dtypes\":[],"
+	    "\"deterministic\":true}]}",
+	    "missing field 'checks[0].pass'");
 }
 
 static void test_hello_variants(void **state)
@@ -398,7 +451,8 @@ static void test_hello_variants(void **state)
 	const char *line;
 
 	/* The least a runner must say: families and device may be missing. */
-	line = "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"gemm.fwd\",\"op\":\"gemm\",\"pass\":\"fwd\","
+	line = "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"gemm.fwd\",\"op\":\"gemm\","
+	       "\"pass\":\"fwd\","
 	       "\"dtypes\":[\"f32\"],\"deterministic\":true}]}";
 	assert_int_equal(proto_parse_hello(line, strlen(line), &h, err, sizeof(err)), 0);
 	assert_int_equal(h.nchecks, 1);
@@ -410,8 +464,10 @@ static void test_hello_variants(void **state)
 	proto_hello_release(&h);
 
 	/* Unknown fields everywhere are ignored (and kept in device_json). */
-	line = "{\"op\":\"hello\",\"protocol\":1,\"x-ext\":{\"a\":[1,2]},\"device\":{\"backend\":\"host\",\"cores\":16},"
-	       "\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f64\"],\"deterministic\":"
+	line = "{\"op\":\"hello\",\"protocol\":1,\"x-ext\":{\"a\":[1,2]},\"device\":{\"backend\":\"host\","
+	       "\"cores\":16},"
+	       "\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f64\"],"
+	       "\"deterministic\":"
 	       "false,\"families\":null,\"budget\":2.0}]}";
 	assert_int_equal(proto_parse_hello(line, strlen(line), &h, err, sizeof(err)), 0);
 	assert_string_equal(h.backend, "host");
@@ -426,37 +482,50 @@ static void test_hello_variants(void **state)
 	assert_null(h.checks);
 	proto_hello_release(&h);
 
-	hello_fails("{\"op\":\"hello\",\"protocol\":2,\"checks\":[]}", "unsupported protocol version 2 (expected 1)");
-	hello_fails("{\"op\":\"hello\",\"protocol\":\"1\",\"checks\":[]}", "field 'protocol' must be an integer");
+	hello_fails("{\"op\":\"hello\",\"protocol\":2,\"checks\":[]}",
+		    "unsupported protocol version 2 (expected 1)");
+	hello_fails("{\"op\":\"hello\",\"protocol\":\"1\",\"checks\":[]}",
+		    "field 'protocol' must be an integer");
 	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":{}}", "field 'checks' must be an array");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[\"softmax.fwd\"]}", "field 'checks[0]' must be an object");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"device\":\"H200\",\"checks\":[]}", "field 'device' must be an object");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[\"softmax.fwd\"]}",
+		    "field 'checks[0]' must be an object");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"device\":\"H200\",\"checks\":[]}",
+		    "field 'device' must be an object");
 	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"device\":{\"backend\":\"cu da\"},\"checks\":[]}",
 		    "field 'device.backend' must contain only letters, digits and '._-+:'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"runner\":[],\"checks\":[]}", "field 'runner' must be a string");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":[\"f32\"],\"deterministic\":\"yes\"}]}",
-		    "field 'checks[0].deterministic' must be true or false");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":\"f32\",\"deterministic\":true}]}",
-		    "field 'checks[0].dtypes' must be an array");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":[\"f32\",32],\"deterministic\":true}]}",
-		    "field 'checks[0].dtypes[1]' must be a string");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":[\"f32\",\"f32\"],\"deterministic\":true}]}",
-		    "field 'checks[0].dtypes' lists 'f32' twice");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
-		    "\"dtypes\":[\"f32\"],\"families\":[\"tail\",\"\"],\"deterministic\":true}]}",
-		    "field 'checks[0].families[1]' must not be empty");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"runner\":[],\"checks\":[]}",
+		    "field 'runner' must be a string");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":[\"f32\"],\"deterministic\":\"yes\"}]}",
+	    "field 'checks[0].deterministic' must be true or false");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":\"f32\",\"deterministic\":true}]}",
+	    "field 'checks[0].dtypes' must be an array");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":[\"f32\",32],\"deterministic\":true}]}",
+	    "field 'checks[0].dtypes[1]' must be a string");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":[\"f32\",\"f32\"],\"deterministic\":true}]}",
+	    "field 'checks[0].dtypes' lists 'f32' twice");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\","
+	    "\"dtypes\":[\"f32\"],\"families\":[\"tail\",\"\"],\"deterministic\":true}]}",
+	    "field 'checks[0].families[1]' must not be empty");
 	/* Names go into URLs and shell commands: no quoting needed anywhere. */
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd;rm -rf ~\",\"op\":\"a\",\"pass\":"
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd;rm -rf "
+		    "~\",\"op\":\"a\",\"pass\":"
 		    "\"fwd\",\"dtypes\":[\"f32\"],\"deterministic\":true}]}",
 		    "field 'checks[0].check' must contain only letters, digits and '._-+:'");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":["
-		    "{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f32\"],\"deterministic\":true},"
-		    "{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f16\"],\"deterministic\":true}]}",
-		    "duplicate check 'a.fwd' in field 'checks'");
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":["
+	    "{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f32\"],\"deterministic\":true},"
+	    "{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":\"fwd\",\"dtypes\":[\"f16\"],\"deterministic\":true}]"
+	    "}",
+	    "duplicate check 'a.fwd' in field 'checks'");
 }
 
 /* Builds a hello whose first check has 'n' dtypes or families. */
@@ -467,10 +536,11 @@ static char *hello_with_list(const char *field, unsigned n)
 	unsigned i;
 
 	assert_non_null(line);
-	len = (size_t)snprintf(line, 4096,
-			       "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":"
-			       "\"fwd\",\"deterministic\":true,%s\"%s\":[",
-			       strcmp(field, "dtypes") ? "\"dtypes\":[\"f32\"]," : "", field);
+	len = (size_t)snprintf(
+	    line, 4096,
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"a.fwd\",\"op\":\"a\",\"pass\":"
+	    "\"fwd\",\"deterministic\":true,%s\"%s\":[",
+	    strcmp(field, "dtypes") ? "\"dtypes\":[\"f32\"]," : "", field);
 	for (i = 0; i < n; i++)
 		len += (size_t)snprintf(line + len, 4096 - len, "%s\"n%u\"", i ? "," : "", i);
 	snprintf(line + len, 4096 - len, "]}]}");
@@ -489,9 +559,11 @@ static void test_oversized(void **state)
 	line = malloc(cap);
 	assert_non_null(line);
 	for (unsigned n = NW_PROTO_TENSORS_MAX; n <= NW_PROTO_TENSORS_MAX + 1; n++) {
-		len = (size_t)snprintf(line, cap, "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"tensors\":[");
+		len = (size_t)snprintf(
+		    line, cap, "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"tensors\":[");
 		for (i = 0; i < n; i++)
-			len += (size_t)snprintf(line + len, cap - len, "%s{\"name\":\"t%u\",\"ratio\":0.5}", i ? "," : "", i);
+			len += (size_t)snprintf(line + len, cap - len, "%s{\"name\":\"t%u\",\"ratio\":0.5}",
+						i ? "," : "", i);
 		snprintf(line + len, cap - len, "]}");
 		if (n == NW_PROTO_TENSORS_MAX) {
 			assert_int_equal(parse_trial(line, 1, &t, err, sizeof(err)), 0);
@@ -499,8 +571,8 @@ static void test_oversized(void **state)
 			assert_string_equal(t.tensors[NW_PROTO_TENSORS_MAX - 1].name, "t15");
 			proto_trial_release(&t);
 		} else {
-			snprintf(want, sizeof(want), "field 'tensors' has too many elements (%u, at most %d)", n,
-				 NW_PROTO_TENSORS_MAX);
+			snprintf(want, sizeof(want), "field 'tensors' has too many elements (%u, at most %d)",
+				 n, NW_PROTO_TENSORS_MAX);
 			trial_fails(line, 1, want);
 		}
 	}
@@ -509,10 +581,11 @@ static void test_oversized(void **state)
 	for (unsigned n = NW_PROTO_CHECKS_MAX; n <= NW_PROTO_CHECKS_MAX + 1; n++) {
 		len = (size_t)snprintf(line, cap, "{\"op\":\"hello\",\"protocol\":1,\"checks\":[");
 		for (i = 0; i < n; i++)
-			len += (size_t)snprintf(line + len, cap - len,
-						"%s{\"check\":\"c%u.fwd\",\"op\":\"c%u\",\"pass\":\"fwd\",\"dtypes\":[\"f32\"],"
-						"\"deterministic\":true}",
-						i ? "," : "", i, i);
+			len += (size_t)snprintf(
+			    line + len, cap - len,
+			    "%s{\"check\":\"c%u.fwd\",\"op\":\"c%u\",\"pass\":\"fwd\",\"dtypes\":[\"f32\"],"
+			    "\"deterministic\":true}",
+			    i ? "," : "", i, i);
 		snprintf(line + len, cap - len, "]}");
 		if (n == NW_PROTO_CHECKS_MAX) {
 			assert_int_equal(proto_parse_hello(line, strlen(line), &h, err, sizeof(err)), 0);
@@ -520,8 +593,8 @@ static void test_oversized(void **state)
 			assert_string_equal(h.checks[255].check, "c255.fwd");
 			proto_hello_release(&h);
 		} else {
-			snprintf(want, sizeof(want), "field 'checks' has too many elements (%u, at most %d)", n,
-				 NW_PROTO_CHECKS_MAX);
+			snprintf(want, sizeof(want), "field 'checks' has too many elements (%u, at most %d)",
+				 n, NW_PROTO_CHECKS_MAX);
 			hello_fails(line, want);
 		}
 	}
@@ -547,12 +620,14 @@ static void test_oversized(void **state)
 	free(line);
 
 	/* Shape dimensions. */
-	trial_fails("{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"shape\":[1,2,3,4,5,6,7,8,9]}}",
+	trial_fails("{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"shape\":[1,2,"
+		    "3,4,5,6,7,8,9]}}",
 		    1, "field 'case.shape' has too many elements (9, at most 8)");
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"shape\":"
-				     "[1,2,3,4,5,6,7,0],\"family\":\"tiny\"}}",
-				     1, &t, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    parse_trial("{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"shape\":"
+			"[1,2,3,4,5,6,7,0],\"family\":\"tiny\"}}",
+			1, &t, err, sizeof(err)),
+	    0);
 	assert_int_equal(t.ndim, 8);
 	assert_int_equal(t.shape[7], 0);
 	proto_trial_release(&t);
@@ -562,16 +637,19 @@ static void test_oversized(void **state)
 	assert_non_null(line);
 	memset(name, 'd', sizeof(name));
 	name[NW_PROTO_NAME_MAX - 1] = '\0';
-	snprintf(line, 1024, "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"digest\":\"%s\"}", name);
+	snprintf(line, 1024,
+		 "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"digest\":\"%s\"}", name);
 	assert_int_equal(parse_trial(line, 1, &t, err, sizeof(err)), 0);
 	assert_string_equal(t.digest, name);
 	proto_trial_release(&t);
 	name[NW_PROTO_NAME_MAX - 1] = 'd';
 	name[NW_PROTO_NAME_MAX] = '\0';
-	snprintf(line, 1024, "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"digest\":\"%s\"}", name);
+	snprintf(line, 1024,
+		 "{\"op\":\"trial\",\"id\":1,\"verdict\":\"pass\",\"ratio\":0.5,\"digest\":\"%s\"}", name);
 	trial_fails(line, 1, "field 'digest' is too long (64 bytes, at most 63)");
-	snprintf(line, 1024, "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"%s\",\"op\":\"a\",\"pass\":"
-			     "\"fwd\",\"dtypes\":[\"f32\"],\"deterministic\":true}]}",
+	snprintf(line, 1024,
+		 "{\"op\":\"hello\",\"protocol\":1,\"checks\":[{\"check\":\"%s\",\"op\":\"a\",\"pass\":"
+		 "\"fwd\",\"dtypes\":[\"f32\"],\"deterministic\":true}]}",
 		 name);
 	hello_fails(line, "field 'checks[0].check' is too long (64 bytes, at most 63)");
 	free(line);
@@ -603,16 +681,18 @@ static void test_long_text(void **state)
 	assert_memory_equal(t.error, text, len);
 	proto_trial_release(&t);
 
-	snprintf(line, n + 512,
-		 "{\"op\":\"hello\",\"protocol\":1,\"runner\":\"%s\",\"device\":{\"name\":\"%s\"},\"checks\":[]}", text,
-		 "NVIDIA H200");
+	snprintf(
+	    line, n + 512,
+	    "{\"op\":\"hello\",\"protocol\":1,\"runner\":\"%s\",\"device\":{\"name\":\"%s\"},\"checks\":[]}",
+	    text, "NVIDIA H200");
 	assert_int_equal(proto_parse_hello(line, strlen(line), &h, err, sizeof(err)), 0);
 	assert_int_equal(strlen(h.runner) % 2, 1);
 	assert_true(strlen(h.runner) >= NW_PROTO_TEXT_MAX - 2);
 	proto_hello_release(&h);
 
 	/* A device object too big to store whole is refused (cut JSON is not JSON). */
-	snprintf(line, n + 512, "{\"op\":\"hello\",\"protocol\":1,\"device\":{\"name\":\"%s\"},\"checks\":[]}", text);
+	snprintf(line, n + 512,
+		 "{\"op\":\"hello\",\"protocol\":1,\"device\":{\"name\":\"%s\"},\"checks\":[]}", text);
 	snprintf(err, sizeof(err), "field 'device' is too long (%zu bytes encoded, at most %d)",
 		 strlen(text) + strlen("{\"name\":\"\"}"), NW_PROTO_TEXT_MAX - 1);
 	hello_fails(line, err);
@@ -622,7 +702,8 @@ static void test_long_text(void **state)
 
 static void test_nul_byte(void **state)
 {
-	static const char line[] = "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.1}\0 trailing";
+	static const char line[] =
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.1}\0 trailing";
 	static const char bye[] = "{\"op\":\"bye\"\0}";
 	struct proto_trial t;
 	char err[256];
@@ -632,8 +713,9 @@ static void test_nul_byte(void **state)
 	assert_int_equal(proto_parse_bye(bye, sizeof(bye) - 1, err, sizeof(err)), -EPROTO);
 	assert_string_equal(err, "line contains a nul byte");
 	/* An escaped NUL inside a string is refused by the JSON parser. */
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"error\",\"error\":\"a\\u0000b\"}", 17,
-		    "not json: \\u0000 is not allowed without JSON_ALLOW_NUL near '\"a\\u0000b\"' at column 59");
+	trial_fails(
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"error\",\"error\":\"a\\u0000b\"}", 17,
+	    "not json: \\u0000 is not allowed without JSON_ALLOW_NUL near '\"a\\u0000b\"' at column *");
 }
 
 static void test_line_length(void **state)
@@ -660,7 +742,8 @@ static void test_line_length(void **state)
 	memcpy(line + NW_PROTO_LINE_MAX - 2, "p\"}", 3);
 	line[NW_PROTO_LINE_MAX + 1] = '\0';
 	assert_int_equal(proto_parse_trial(line, NW_PROTO_LINE_MAX + 1, 17, &t, err, sizeof(err)), -EPROTO);
-	snprintf(want, sizeof(want), "line too long (%d bytes, at most %d)", NW_PROTO_LINE_MAX + 1, NW_PROTO_LINE_MAX);
+	snprintf(want, sizeof(want), "line too long (%d bytes, at most %d)", NW_PROTO_LINE_MAX + 1,
+		 NW_PROTO_LINE_MAX);
 	assert_string_equal(err, want);
 	assert_null(t.tensors_json);
 	free(line);
@@ -672,28 +755,34 @@ static void test_nan(void **state)
 	struct proto_trial t;
 	char err[256];
 
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":null,\"kernel_us\":null,"
-				     "\"tensors\":[{\"name\":\"dv\",\"ratio\":null,\"nonfinite\":4096,\"ref_nonfinite\":0}]}",
-				     17, &t, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    parse_trial(
+		"{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":null,\"kernel_us\":null,"
+		"\"tensors\":[{\"name\":\"dv\",\"ratio\":null,\"nonfinite\":4096,\"ref_nonfinite\":0}]}",
+		17, &t, err, sizeof(err)),
+	    0);
 	assert_true(isnan(t.ratio));
 	assert_true(isnan(t.kernel_us));
 	assert_true(isnan(t.tensors[0].ratio));
 	assert_int_equal(t.tensors[0].nonfinite, 4096);
-	assert_string_equal(t.tensors_json, "[{\"name\":\"dv\",\"ratio\":null,\"nonfinite\":4096,\"ref_nonfinite\":0}]");
+	assert_string_equal(t.tensors_json,
+			    "[{\"name\":\"dv\",\"ratio\":null,\"nonfinite\":4096,\"ref_nonfinite\":0}]");
 	proto_trial_release(&t);
 
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":NaN}", 17,
-		    "not json: invalid token near 'NaN' at column 49 (nan and infinity are not json: send null)");
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":Infinity}", 17,
-		    "not json: invalid token near 'I' at column 46 (nan and infinity are not json: send null)");
+	trial_fails(
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":NaN}", 17,
+	    "not json: invalid token near 'NaN' at column * (nan and infinity are not json: send null)");
+	trial_fails(
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":Infinity}", 17,
+	    "not json: invalid token near 'Infinity' at column * (nan and infinity are not json: send null)");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":\"NaN\"}", 17,
 		    "field 'ratio' must be a number or null");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":\"inf\"}", 17,
 		    "field 'ratio' must be a number or null");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":1e400}", 17,
-		    "not json: real number overflow near '1e400' at column 51");
-	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":1,\"tensors\":[{\"name\":\"dv\",\"ratio\":\"nan\"}]}",
+		    "not json: real number overflow near '1e400' at column *");
+	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":1,\"tensors\":[{\"name\":"
+		    "\"dv\",\"ratio\":\"nan\"}]}",
 		    17, "field 'tensors[0].ratio' must be a number or null");
 }
 
@@ -702,16 +791,43 @@ static void test_unknown_fields(void **state)
 	struct proto_trial t;
 	char err[256];
 
-	assert_int_equal(parse_trial("{\"x\":[{\"deep\":{}}],\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.25,"
-				     "\"case\":{\"family\":\"aligned\",\"shape\":[64],\"gen\":2,\"strides\":[1]},"
-				     "\"sanitizer\":\"none\",\"digest\":null,\"family\":null}",
-				     17, &t, err, sizeof(err)),
-			 0);
+	assert_int_equal(
+	    parse_trial(
+		"{\"x\":[{\"deep\":{}}],\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.25,"
+		"\"case\":{\"family\":\"aligned\",\"shape\":[64],\"gen\":2,\"strides\":[1]},"
+		"\"sanitizer\":\"none\",\"digest\":null,\"family\":null}",
+		17, &t, err, sizeof(err)),
+	    0);
 	assert_true(t.ratio == 0.25);
 	assert_string_equal(t.family, "aligned");
 	assert_int_equal(t.gen, 2);
 	assert_string_equal(t.digest, "");
 	proto_trial_release(&t);
+}
+
+/* Messages go to the log and to a text column: always valid UTF-8, no control characters. */
+static void test_message_is_clean_text(void **state)
+{
+	char op[200];
+	size_t i;
+
+	/* A runner printing in colour to stdout: jansson quotes the raw escape byte. */
+	trial_fails("\x1b[31mFAILED\x1b[0m", 1, "not json: '[' or '{' expected near '?' at column *");
+	trial_fails("{\"op\":\x01}", 1, "not json: invalid token near '?' at column *");
+	/* An escaped control character in a quoted value. */
+	trial_fails("{\"op\":\"tri\\nal\"}", 1, "op 'tri?al' does not match request 'trial'");
+	/* A long quoted value is cut, and never inside a character. */
+	for (i = 0; i + 2 < 140; i += 2)
+		memcpy(op + i, "\xc3\xa9", 2);
+	op[i] = '\0';
+	{
+		char line[256], want[256];
+
+		snprintf(line, sizeof(line), "{\"op\":\"x%s\"}", op);
+		/* 'x' and 31 whole characters fit in 64 bytes; the half character left is replaced. */
+		snprintf(want, sizeof(want), "op 'x%.62s?' does not match request 'trial'", op);
+		trial_fails(line, 1, want);
+	}
 }
 
 static void test_small_error_buffer(void **state)
@@ -722,30 +838,32 @@ static void test_small_error_buffer(void **state)
 	assert_int_equal(parse_trial("{}", 1, &t, err, sizeof(err)), -EPROTO);
 	assert_string_equal(err, "missi");
 	assert_int_equal(parse_trial("{}", 1, &t, NULL, 0), -EPROTO);
-	assert_int_equal(parse_trial("{\"op\":\"trial\",\"error\":\"unknown op\"}", 1, &t, NULL, 0), -ENOTSUP);
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"error\":\"unknown op\"}", 1, &t, NULL, 0),
+			 -ENOTSUP);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_requests),
-		cmocka_unit_test(test_hello_example),
-		cmocka_unit_test(test_trial_example),
-		cmocka_unit_test(test_error_example),
-		cmocka_unit_test(test_bye),
-		cmocka_unit_test(test_unknown_op),
-		cmocka_unit_test(test_garbage),
-		cmocka_unit_test(test_wrong_types),
-		cmocka_unit_test(test_id),
-		cmocka_unit_test(test_missing_fields),
-		cmocka_unit_test(test_hello_variants),
-		cmocka_unit_test(test_oversized),
-		cmocka_unit_test(test_long_text),
-		cmocka_unit_test(test_nul_byte),
-		cmocka_unit_test(test_line_length),
-		cmocka_unit_test(test_nan),
-		cmocka_unit_test(test_unknown_fields),
-		cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_requests),
+	    cmocka_unit_test(test_hello_example),
+	    cmocka_unit_test(test_trial_example),
+	    cmocka_unit_test(test_error_example),
+	    cmocka_unit_test(test_bye),
+	    cmocka_unit_test(test_unknown_op),
+	    cmocka_unit_test(test_garbage),
+	    cmocka_unit_test(test_wrong_types),
+	    cmocka_unit_test(test_id),
+	    cmocka_unit_test(test_missing_fields),
+	    cmocka_unit_test(test_hello_variants),
+	    cmocka_unit_test(test_oversized),
+	    cmocka_unit_test(test_long_text),
+	    cmocka_unit_test(test_nul_byte),
+	    cmocka_unit_test(test_line_length),
+	    cmocka_unit_test(test_nan),
+	    cmocka_unit_test(test_unknown_fields),
+	    cmocka_unit_test(test_message_is_clean_text),
+	    cmocka_unit_test(test_small_error_buffer),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,413 @@
+/*
+ * softmax.fwd and softmax.bwd.
+ *
+ * Inputs are stored in the trial's dtype. The reference is computed in
+ * float64 from the stored inputs. The plain program is what a framework would
+ * run op by op: every intermediate tensor rounded to the dtype, reductions
+ * accumulated in float (as torch.sum does for half types) and rounded once.
+ * The kernel passes when its largest error is within twice the plain
+ * program's plus a floor of 4 eps at the tensor's scale (sdk/metrics.c).
+ *
+ * A row of -inf only has no softmax: exp(-inf - -inf) is NaN, and the
+ * reference (like PyTorch) answers NaN for the whole row. The kernel must
+ * then give NaN there too, and finite values everywhere else.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "softmax.h"
+
+static const char *const families[SOFTMAX_FAMILIES] = {
+	[SOFTMAX_ALIGNED] = "aligned", [SOFTMAX_TAIL] = "tail",       [SOFTMAX_THRESHOLD] = "threshold",
+	[SOFTMAX_TINY] = "tiny",       [SOFTMAX_EXTREME] = "extreme",
+};
+
+/* Dispatch thresholds and tile sizes, each with its neighbours (PRODUCT.md "Shape families"). */
+static const long threshold_cols[] = {63,   64,   65,   127,  128,  129,  255,  256,  257,  511,  512,
+				      513,  1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097};
+
+/* Generator streams: the shape is keyed by op, the data by check. */
+enum { STREAM_SHAPE = 0, STREAM_X = 1, STREAM_DY = 2 };
+
+/* How an extreme-family row is drawn. */
+enum row_kind {
+	ROW_NORMAL,
+	ROW_PLUS_1E4,  /* large offsets: exp(x) overflows without the max shift */
+	ROW_MINUS_1E4,
+	ROW_SOME_NEGINF, /* about a third of the row -inf, at least one finite */
+	ROW_ONE_FINITE,  /* a one-hot row: all -inf but one */
+	ROW_WIDE,        /* spread of 40: most exp() underflow */
+	ROW_CONSTANT,    /* exact ties */
+	ROW_ALL_NEGINF,  /* no softmax: NaN (forward only) */
+	ROW_KINDS,
+};
+
+static long rows_for(struct nw_rng *r, long cols, long min_rows)
+{
+	long cap = cols > 0 ? SOFTMAX_MAX_ELEMS / cols : 16;
+
+	if (cap > 16)
+		cap = 16;
+	if (cap < min_rows)
+		cap = min_rows;
+	return nw_rng_range(r, min_rows, cap);
+}
+
+void softmax_shape(int family, uint64_t seed, uint64_t index, long *rows, long *cols)
+{
+	struct nw_rng r;
+
+	nw_rng_init(&r, "softmax", seed, STREAM_SHAPE);
+	switch (family) {
+	case SOFTMAX_ALIGNED:
+		*cols = 4 * nw_rng_range(&r, 1, 1200);
+		*rows = rows_for(&r, *cols, 1);
+		break;
+	case SOFTMAX_TAIL:
+		*cols = 4 * nw_rng_range(&r, 0, 1200) + nw_rng_range(&r, 1, 3);
+		*rows = rows_for(&r, *cols, 1);
+		break;
+	case SOFTMAX_THRESHOLD:
+		*cols = threshold_cols[nw_rng_range(&r, 0, sizeof(threshold_cols) / sizeof(threshold_cols[0]) - 1)];
+		*rows = rows_for(&r, *cols, 1);
+		break;
+	case SOFTMAX_TINY:
+		/* Consecutive tiny trials sweep every width, the empty row included. */
+		*cols = (long)(index % 17);
+		*rows = nw_rng_range(&r, 1, 8);
+		break;
+	default:
+		switch (nw_rng_range(&r, 0, 2)) {
+		case 0:
+			*cols = nw_rng_range(&r, 1, 16);
+			break;
+		case 1:
+			*cols = nw_rng_range(&r, 17, 1024);
+			break;
+		default:
+			*cols = nw_rng_range(&r, 1025, 4097);
+			break;
+		}
+		*rows = rows_for(&r, *cols, 2);
+		break;
+	}
+}
+
+/* Logits as doubles: row offsets and spreads vary; the extreme family mixes row kinds. */
+static void gen_logits(struct nw_rng *r, int family, bool allow_nan_rows, long rows, long cols, double *x)
+{
+	static const double sigmas[] = {0.5, 1.0, 2.0, 4.0};
+	double sigma = sigmas[nw_rng_range(r, 0, 3)];
+	long i, j;
+
+	for (i = 0; i < rows; i++) {
+		double *row = x + i * cols, mu = 8.0 * nw_rng_uniform(r) - 4.0;
+		int kind = family == SOFTMAX_EXTREME ? (int)nw_rng_range(r, 0, ROW_KINDS - 1) : ROW_NORMAL;
+		long keep;
+
+		if (kind == ROW_ALL_NEGINF && !allow_nan_rows)
+			kind = ROW_ONE_FINITE;
+		for (j = 0; j < cols; j++) {
+			double n = nw_rng_normal(r);
+
+			switch (kind) {
+			case ROW_PLUS_1E4:
+				row[j] = 1e4 + 2.0 * n;
+				break;
+			case ROW_MINUS_1E4:
+				row[j] = -1e4 + 2.0 * n;
+				break;
+			case ROW_SOME_NEGINF:
+				row[j] = nw_rng_range(r, 0, 2) == 0 ? -INFINITY : mu + n;
+				break;
+			case ROW_ONE_FINITE:
+			case ROW_ALL_NEGINF:
+				row[j] = -INFINITY;
+				break;
+			case ROW_WIDE:
+				row[j] = 40.0 * n;
+				break;
+			case ROW_CONSTANT:
+				row[j] = mu;
+				break;
+			default:
+				row[j] = mu + sigma * n;
+				break;
+			}
+		}
+		if ((kind == ROW_SOME_NEGINF || kind == ROW_ONE_FINITE) && cols > 0) {
+			keep = nw_rng_range(r, 0, cols - 1);
+			row[keep] = mu + nw_rng_normal(r);
+		}
+	}
+}
+
+/* Float64 softmax of stored values, row by row. An all -inf row comes out NaN. */
+static void ref_softmax(enum nw_dtype d, const void *x, long rows, long cols, double *y)
+{
+	long i, j;
+
+	for (i = 0; i < rows; i++) {
+		double m = -INFINITY, s = 0.0;
+		long off = i * cols;
+
+		for (j = 0; j < cols; j++)
+			m = fmax(m, (double)nw_load(d, x, off + j));
+		for (j = 0; j < cols; j++)
+			s += exp((double)nw_load(d, x, off + j) - m);
+		for (j = 0; j < cols; j++)
+			y[off + j] = exp((double)nw_load(d, x, off + j) - m) / s;
+	}
+}
+
+/* The plain program: x - max, exp, sum, divide, each result rounded to the dtype. */
+static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, float *e, double *y)
+{
+	long i, j;
+
+	for (i = 0; i < rows; i++) {
+		float m = -INFINITY, s = 0.0f;
+		long off = i * cols;
+
+		for (j = 0; j < cols; j++)
+			m = fmaxf(m, nw_load(d, x, off + j));
+		for (j = 0; j < cols; j++) {
+			e[j] = nw_round(d, expf(nw_round(d, nw_load(d, x, off + j) - m)));
+			s += e[j];
+		}
+		s = nw_round(d, s);
+		for (j = 0; j < cols; j++)
+			y[off + j] = nw_round(d, e[j] / s);
+	}
+}
+
+struct launch_ctx {
+	const struct softmax_kernels *k;
+	enum nw_dtype dtype;
+	const void *in0, *in1;
+	void *out;
+	int rows, cols;
+};
+
+static int launch_fwd(void *arg)
+{
+	struct launch_ctx *c = arg;
+
+	return c->k->fwd(c->dtype, c->in0, c->out, c->rows, c->cols);
+}
+
+static int launch_bwd(void *arg)
+{
+	struct launch_ctx *c = arg;
+
+	return c->k->bwd(c->dtype, c->in0, c->in1, c->out, c->rows, c->cols);
+}
+
+static void set_shape(struct nw_trial *t, long rows, long cols)
+{
+	t->shape[0] = rows;
+	t->shape[1] = cols;
+	t->ndim = 2;
+}
+
+static int fwd_run(const struct nw_check *c, struct nw_trial *t)
+{
+	const struct softmax_kernels *k = c->kernels;
+	enum nw_dtype d = t->dtype;
+	struct nw_output y = {0};
+	struct launch_ctx ctx = {0};
+	struct nw_compare_spec spec = {0};
+	double *logits = NULL, *ref = NULL, *plain = NULL;
+	float *scratch = NULL;
+	void *x = NULL, *x_dev = NULL;
+	long rows, cols, n, i;
+	struct nw_rng r;
+	int rc;
+
+	softmax_shape(t->family, t->seed, t->index, &rows, &cols);
+	set_shape(t, rows, cols);
+	n = rows * cols;
+	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
+	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+	plain = malloc((size_t)(n ? n : 1) * sizeof(*plain));
+	scratch = malloc((size_t)(cols ? cols : 1) * sizeof(*scratch));
+	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
+	if (!logits || !ref || !plain || !scratch || !x) {
+		rc = -ENOMEM;
+		goto out;
+	}
+
+	nw_rng_init(&r, c->name, t->seed, STREAM_X);
+	gen_logits(&r, t->family, true, rows, cols, logits);
+	for (i = 0; i < n; i++)
+		nw_store(d, x, i, (float)logits[i]);
+	ref_softmax(d, x, rows, cols, ref);
+	plain_softmax(d, x, rows, cols, scratch, plain);
+
+	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
+	if (rc)
+		goto out;
+	rc = nw_output_init(t, &y, "y", d, (size_t)n);
+	if (rc)
+		goto out;
+	ctx = (struct launch_ctx){.k = k, .dtype = d, .in0 = x_dev, .out = y.dev, .rows = (int)rows, .cols = (int)cols};
+	rc = nw_run_kernel(t, &y, 1, k->fwd_name, launch_fwd, &ctx);
+	if (rc)
+		goto out;
+
+	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .plain = plain, .factor = c->budget_factor,
+					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	nw_compare(&t->tensors[0], "y", &spec);
+	t->ntensors = 1;
+out:
+	nw_output_release(&y);
+	nw_input_release(x_dev);
+	free(logits);
+	free(ref);
+	free(plain);
+	free(scratch);
+	free(x);
+	return rc;
+}
+
+/* Float64 backward from stored y and dy. */
+static void ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
+{
+	long i, j;
+
+	for (i = 0; i < rows; i++) {
+		double dot = 0.0;
+		long off = i * cols;
+
+		for (j = 0; j < cols; j++)
+			dot += (double)nw_load(d, dy, off + j) * (double)nw_load(d, y, off + j);
+		for (j = 0; j < cols; j++)
+			dx[off + j] = (double)nw_load(d, y, off + j) * ((double)nw_load(d, dy, off + j) - dot);
+	}
+}
+
+/* The plain program: dy * y, sum, dy - sum, y * that, each result rounded to the dtype. */
+static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
+{
+	long i, j;
+
+	for (i = 0; i < rows; i++) {
+		float dot = 0.0f;
+		long off = i * cols;
+
+		for (j = 0; j < cols; j++)
+			dot += nw_round(d, nw_load(d, dy, off + j) * nw_load(d, y, off + j));
+		dot = nw_round(d, dot);
+		for (j = 0; j < cols; j++)
+			dx[off + j] = nw_round(d, nw_load(d, y, off + j) * nw_round(d, nw_load(d, dy, off + j) - dot));
+	}
+}
+
+static int bwd_run(const struct nw_check *c, struct nw_trial *t)
+{
+	static const double dy_scales[] = {1.0, 1e-3, 1e3};
+	const struct softmax_kernels *k = c->kernels;
+	enum nw_dtype d = t->dtype;
+	struct nw_output dx = {0};
+	struct launch_ctx ctx = {0};
+	struct nw_compare_spec spec = {0};
+	double *logits = NULL, *ref = NULL, *plain = NULL;
+	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
+	long rows, cols, n, i, j;
+	struct nw_rng r;
+	int rc;
+
+	softmax_shape(t->family, t->seed, t->index, &rows, &cols);
+	set_shape(t, rows, cols);
+	n = rows * cols;
+	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
+	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+	plain = malloc((size_t)(n ? n : 1) * sizeof(*plain));
+	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
+	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
+	if (!logits || !ref || !plain || !y || !dy) {
+		rc = -ENOMEM;
+		goto out;
+	}
+
+	/* y is a softmax output (rounded to the dtype), as a backward pass receives it. */
+	nw_rng_init(&r, c->name, t->seed, STREAM_X);
+	gen_logits(&r, t->family, false, rows, cols, logits);
+	for (i = 0; i < rows; i++) {
+		double m = -INFINITY, s = 0.0;
+
+		for (j = 0; j < cols; j++)
+			m = fmax(m, logits[i * cols + j]);
+		for (j = 0; j < cols; j++)
+			s += exp(logits[i * cols + j] - m);
+		for (j = 0; j < cols; j++)
+			nw_store(d, y, i * cols + j, (float)(exp(logits[i * cols + j] - m) / s));
+	}
+	nw_rng_init(&r, c->name, t->seed, STREAM_DY);
+	for (i = 0; i < rows; i++) {
+		double scale = t->family == SOFTMAX_EXTREME ? dy_scales[nw_rng_range(&r, 0, 2)] : 1.0;
+
+		for (j = 0; j < cols; j++)
+			nw_store(d, dy, i * cols + j, (float)(scale * nw_rng_normal(&r)));
+	}
+	ref_softmax_bwd(d, y, dy, rows, cols, ref);
+	plain_softmax_bwd(d, y, dy, rows, cols, plain);
+
+	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
+	if (rc)
+		goto out;
+	rc = nw_input_upload(t, &dy_dev, dy, (size_t)n * nw_dtype_size(d));
+	if (rc)
+		goto out;
+	rc = nw_output_init(t, &dx, "dx", d, (size_t)n);
+	if (rc)
+		goto out;
+	ctx = (struct launch_ctx){
+		.k = k, .dtype = d, .in0 = y_dev, .in1 = dy_dev, .out = dx.dev, .rows = (int)rows, .cols = (int)cols};
+	rc = nw_run_kernel(t, &dx, 1, k->bwd_name, launch_bwd, &ctx);
+	if (rc)
+		goto out;
+
+	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .plain = plain, .factor = c->budget_factor,
+					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	nw_compare(&t->tensors[0], "dx", &spec);
+	t->ntensors = 1;
+out:
+	nw_output_release(&dx);
+	nw_input_release(y_dev);
+	nw_input_release(dy_dev);
+	free(logits);
+	free(ref);
+	free(plain);
+	free(y);
+	free(dy);
+	return rc;
+}
+
+const struct nw_check softmax_fwd_check = {
+	.name = "softmax.fwd",
+	.op = "softmax",
+	.pass = "fwd",
+	.dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
+	.families = families,
+	.nfamilies = SOFTMAX_FAMILIES,
+	.deterministic = true,
+	.budget_factor = 2.0,
+	.kernels = &softmax_kernels,
+	.run = fwd_run,
+};
+
+const struct nw_check softmax_bwd_check = {
+	.name = "softmax.bwd",
+	.op = "softmax",
+	.pass = "bwd",
+	.dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
+	.families = families,
+	.nfamilies = SOFTMAX_FAMILIES,
+	.deterministic = true,
+	.budget_factor = 2.0,
+	.kernels = &softmax_kernels,
+	.run = bwd_run,
+};
