@@ -21,7 +21,7 @@
 
 #define CLAIM_POLL_MS 1000
 #define RESTART_MIN_MS 100
-#define RESTART_MAX_MS 5000
+#define RESTART_MAX_MS 1000
 #define FINISH_RETRY_MS 500
 #define FINISH_RETRIES 20
 
@@ -172,6 +172,10 @@ static void protocol_fault(struct slot *s, const char *line, size_t len, const c
 
 	snprintf(why, sizeof(why), "protocol_error: %s: '%.*s'%s", err, keep, line ? line : "",
 		 len > NW_PROTO_LINE_KEEP ? "..." : "");
+	/* The line is untrusted bytes: keep it printable ASCII so it can be stored and logged. */
+	for (char *c = why; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+			*c = '?';
 	if (s->in_trial)
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
 	strike(s, why);

@@ -162,8 +162,11 @@ static void ref_softmax(enum nw_dtype d, const void *x, long rows, long cols, do
 	}
 }
 
-/* The plain program: x - max, exp, sum, divide, each result rounded to the dtype. */
-static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, float *e, double *y)
+/*
+ * The plain program: x - max, exp, sum, divide, each result rounded to the
+ * dtype. 'reverse' sums the row from its last element to its first.
+ */
+static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, bool reverse, float *e, double *y)
 {
 	long i, j;
 
@@ -173,10 +176,10 @@ static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, 
 
 		for (j = 0; j < cols; j++)
 			m = fmaxf(m, nw_load(d, x, off + j));
-		for (j = 0; j < cols; j++) {
+		for (j = 0; j < cols; j++)
 			e[j] = nw_round(d, expf(nw_round(d, nw_load(d, x, off + j) - m)));
-			s += e[j];
-		}
+		for (j = 0; j < cols; j++)
+			s += e[reverse ? cols - 1 - j : j];
 		s = nw_round(d, s);
 		for (j = 0; j < cols; j++)
 			y[off + j] = nw_round(d, e[j] / s);
@@ -219,7 +222,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain = NULL;
+	double *logits = NULL, *ref = NULL, *plain[2] = {NULL, NULL};
 	float *scratch = NULL;
 	void *x = NULL, *x_dev = NULL;
 	long rows, cols, n, i;
@@ -231,10 +234,11 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	plain = malloc((size_t)(n ? n : 1) * sizeof(*plain));
+	plain[0] = malloc((size_t)(n ? n : 1) * sizeof(double));
+	plain[1] = malloc((size_t)(n ? n : 1) * sizeof(double));
 	scratch = malloc((size_t)(cols ? cols : 1) * sizeof(*scratch));
 	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || !plain || !scratch || !x) {
+	if (!logits || !ref || !plain[0] || !plain[1] || !scratch || !x) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -244,7 +248,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	for (i = 0; i < n; i++)
 		nw_store(d, x, i, (float)logits[i]);
 	ref_softmax(d, x, rows, cols, ref);
-	plain_softmax(d, x, rows, cols, scratch, plain);
+	plain_softmax(d, x, rows, cols, false, scratch, plain[0]);
+	plain_softmax(d, x, rows, cols, true, scratch, plain[1]);
 
 	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -257,8 +262,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .plain = plain, .factor = c->budget_factor,
-					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .plain = {plain[0], plain[1]}, .nplain = 2,
+					.factor = c->budget_factor, .dims = t->shape, .ndim = 2, .tail_width = 4};
 	nw_compare(&t->tensors[0], "y", &spec);
 	t->ntensors = 1;
 out:
@@ -266,30 +271,46 @@ out:
 	nw_input_release(x_dev);
 	free(logits);
 	free(ref);
-	free(plain);
+	free(plain[0]);
+	free(plain[1]);
 	free(scratch);
 	free(x);
 	return rc;
 }
 
-/* Float64 backward from stored y and dy. */
-static void ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
+/*
+ * Float64 backward from stored y and dy. Returns the size of the terms each
+ * dx is a difference of, max y_i * (|dy_i| + sum_j |dy_j * y_j|): rounding
+ * errors of any float program scale with it, not with dx itself.
+ */
+static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
 {
+	double scale = 0.0;
 	long i, j;
 
 	for (i = 0; i < rows; i++) {
-		double dot = 0.0;
+		double dot = 0.0, mag = 0.0;
 		long off = i * cols;
 
-		for (j = 0; j < cols; j++)
-			dot += (double)nw_load(d, dy, off + j) * (double)nw_load(d, y, off + j);
-		for (j = 0; j < cols; j++)
-			dx[off + j] = (double)nw_load(d, y, off + j) * ((double)nw_load(d, dy, off + j) - dot);
+		for (j = 0; j < cols; j++) {
+			double t = (double)nw_load(d, dy, off + j) * (double)nw_load(d, y, off + j);
+
+			dot += t;
+			mag += fabs(t);
+		}
+		for (j = 0; j < cols; j++) {
+			double yj = (double)nw_load(d, y, off + j), dyj = (double)nw_load(d, dy, off + j);
+
+			dx[off + j] = yj * (dyj - dot);
+			scale = fmax(scale, fabs(yj) * (fabs(dyj) + mag));
+		}
 	}
+	return scale;
 }
 
 /* The plain program: dy * y, sum, dy - sum, y * that, each result rounded to the dtype. */
-static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
+static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, bool reverse,
+			      double *dx)
 {
 	long i, j;
 
@@ -297,8 +318,11 @@ static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, lo
 		float dot = 0.0f;
 		long off = i * cols;
 
-		for (j = 0; j < cols; j++)
-			dot += nw_round(d, nw_load(d, dy, off + j) * nw_load(d, y, off + j));
+		for (j = 0; j < cols; j++) {
+			long k = off + (reverse ? cols - 1 - j : j);
+
+			dot += nw_round(d, nw_load(d, dy, k) * nw_load(d, y, k));
+		}
 		dot = nw_round(d, dot);
 		for (j = 0; j < cols; j++)
 			dx[off + j] = nw_round(d, nw_load(d, y, off + j) * nw_round(d, nw_load(d, dy, off + j) - dot));
@@ -313,7 +337,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output dx = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain = NULL;
+	double *logits = NULL, *ref = NULL, *plain[2] = {NULL, NULL}, scale;
 	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
 	long rows, cols, n, i, j;
 	struct nw_rng r;
@@ -324,10 +348,11 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	plain = malloc((size_t)(n ? n : 1) * sizeof(*plain));
+	plain[0] = malloc((size_t)(n ? n : 1) * sizeof(double));
+	plain[1] = malloc((size_t)(n ? n : 1) * sizeof(double));
 	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
 	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || !plain || !y || !dy) {
+	if (!logits || !ref || !plain[0] || !plain[1] || !y || !dy) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -352,8 +377,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		for (j = 0; j < cols; j++)
 			nw_store(d, dy, i * cols + j, (float)(scale * nw_rng_normal(&r)));
 	}
-	ref_softmax_bwd(d, y, dy, rows, cols, ref);
-	plain_softmax_bwd(d, y, dy, rows, cols, plain);
+	scale = ref_softmax_bwd(d, y, dy, rows, cols, ref);
+	plain_softmax_bwd(d, y, dy, rows, cols, false, plain[0]);
+	plain_softmax_bwd(d, y, dy, rows, cols, true, plain[1]);
 
 	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -370,8 +396,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .plain = plain, .factor = c->budget_factor,
-					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .plain = {plain[0], plain[1]}, .nplain = 2,
+					.factor = c->budget_factor, .floor_scale = scale, .dims = t->shape, .ndim = 2,
+					.tail_width = 4};
 	nw_compare(&t->tensors[0], "dx", &spec);
 	t->ntensors = 1;
 out:
@@ -380,7 +407,8 @@ out:
 	nw_input_release(dy_dev);
 	free(logits);
 	free(ref);
-	free(plain);
+	free(plain[0]);
+	free(plain[1]);
 	free(y);
 	free(dy);
 	return rc;

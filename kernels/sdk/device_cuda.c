@@ -83,7 +83,7 @@ const struct nw_device_info *nw_dev_init(void)
 			 cudaGetErrorString(cudaGetLastError()));
 		return &info;
 	}
-	snprintf(info.name, sizeof(info.name), "%s", prop.name);
+	snprintf(info.name, sizeof(info.name), "%.127s", prop.name);
 	snprintf(info.cc, sizeof(info.cc), "%d.%d", prop.major, prop.minor);
 	driver_version(info.driver, sizeof(info.driver));
 	info.available = true;

@@ -4,10 +4,12 @@
  * The tolerance rule (PRODUCT.md, "The check contract"):
  *
  *   ratio = max_abs(kernel - ref) / (factor * max_abs(plain - ref) + floor)
- *   floor = floor_eps * eps(dtype) * max|ref|   (NW_FLOOR_EPS = 4 by default)
+ *   floor = floor_eps * eps(dtype) * scale   (NW_FLOOR_EPS = 4 by default)
  *
- * where "plain" is a straightforward program in the same dtype. The floor
- * keeps the budget from collapsing when the plain program happens to be exact
+ * where "plain" is a straightforward program in the same dtype (the largest
+ * error over its reduction orders) and scale is max|ref| unless the check
+ * names the size of the terms its output is a difference of. The floor keeps
+ * the budget from collapsing when the plain program happens to be exact
  * (one-element rows, exact ties), while staying a few units of rounding at
  * the tensor's own scale. A check may instead give a fixed atol/rtol.
  *
@@ -17,6 +19,7 @@
  * whatever its error.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "numwatch_check.h"
@@ -63,6 +66,7 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 	for (i = 0; i < out->count; i++) {
 		double k, ref = s->ref[i], err;
 		bool kfin, rfin;
+		unsigned p;
 
 		if (nw_is_poison(out->dtype, out->host, i)) {
 			r->unwritten++;
@@ -93,8 +97,9 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 		if (fabs(ref) > max_ref)
 			max_ref = fabs(ref);
 		err = fabs(k - ref);
-		if (s->plain && isfinite(s->plain[i]) && fabs(s->plain[i] - ref) > r->plain_max_abs)
-			r->plain_max_abs = fabs(s->plain[i] - ref);
+		for (p = 0; p < s->nplain; p++)
+			if (isfinite(s->plain[p][i]) && fabs(s->plain[p][i] - ref) > r->plain_max_abs)
+				r->plain_max_abs = fabs(s->plain[p][i] - ref);
 		if (ref != 0.0 && err / fabs(ref) > r->max_rel)
 			r->max_rel = err / fabs(ref);
 		if (r->has_ulp && isfinite((float)ref)) {
@@ -103,7 +108,7 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 			if (ulp > r->max_ulp)
 				r->max_ulp = ulp;
 		}
-		if (s->plain) {
+		if (s->nplain) {
 			if (err > r->max_abs) {
 				r->max_abs = err;
 				worst = i;
@@ -122,10 +127,11 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 		}
 	}
 
-	if (s->plain) {
+	if (s->nplain) {
 		double floor_eps = s->floor_eps > 0 ? s->floor_eps : NW_FLOOR_EPS;
+		double scale = s->floor_scale > 0 ? s->floor_scale : max_ref;
 
-		r->budget = s->factor * r->plain_max_abs + floor_eps * eps * max_ref;
+		r->budget = s->factor * r->plain_max_abs + floor_eps * eps * scale;
 		if (r->budget <= 0.0)
 			r->budget = nw_dtype_tiny(out->dtype);
 		r->ratio = r->max_abs / r->budget;

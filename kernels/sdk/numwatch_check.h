@@ -231,25 +231,41 @@ int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, co
 
 /* ---- metrics ------------------------------------------------------------------ */
 
-/* Inputs of nw_compare(). ref and plain hold out->count elements. */
+/* Plain programs one comparison may weigh (see nw_compare_spec.plain). */
+#define NW_PLAIN_MAX 4
+
+/* Inputs of nw_compare(). ref and each plain hold out->count elements. */
 struct nw_compare_spec {
 	const struct nw_output *out; /* kernel data (host copy) and canary count */
 	const double *ref;           /* float64 reference */
-	const double *plain;         /* plain same-dtype program, NULL with a fixed atol/rtol */
-	double factor;               /* budget factor on the plain error */
-	/* Absolute floor of the budget in units of eps(dtype) * max|ref|; 0 picks NW_FLOOR_EPS. */
+	/*
+	 * The plain same-dtype program, run with its reductions in different
+	 * orders; the largest error counts. One order alone can be exact by luck,
+	 * which matters in f32, where kernel and plain round alike. None (nplain
+	 * 0): a fixed atol/rtol.
+	 */
+	const double *plain[NW_PLAIN_MAX];
+	unsigned nplain;
+	double factor;    /* budget factor on the plain error */
+	/*
+	 * Floor of the budget: floor_eps * eps(dtype) * floor_scale. floor_eps 0
+	 * picks NW_FLOOR_EPS; floor_scale 0 picks max|ref|. An op whose output is
+	 * a difference of larger terms (softmax.bwd) gives their size instead, as
+	 * that is what its rounding errors scale with.
+	 */
 	double floor_eps;
-	double atol, rtol;           /* fixed tolerance, used when plain is NULL */
+	double floor_scale;
+	double atol, rtol;            /* fixed tolerance, used when nplain is 0 */
 	const unsigned char *exclude; /* per element, non-zero: left out as non-smooth; may be NULL */
-	const long *dims;            /* shape for the worst index */
+	const long *dims;             /* shape for the worst index */
 	unsigned ndim;
-	unsigned tail_width;         /* last-dim tile width: worst in [dim - dim % w, dim) is a tail */
+	unsigned tail_width; /* last-dim tile width: worst in [dim - dim % w, dim) is a tail */
 };
 
 /*
- * Default floor: 4 units of eps(dtype) at the tensor's largest reference
- * value, so a kernel a few roundings away from an exact plain result (tiny
- * shapes, where the plain program can be exact by luck) still passes.
+ * Default floor: 4 units of eps(dtype) at the tensor's scale, so a kernel a
+ * few roundings away from an exact plain result (tiny shapes, where the plain
+ * program can be exact by luck) still passes.
  */
 #define NW_FLOOR_EPS 4.0
 

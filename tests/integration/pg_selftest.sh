@@ -25,6 +25,23 @@ gone_within() {
 	done
 }
 
+# Prints PID and all its descendants, parents first.
+descendants() {
+	local p
+	echo "$1"
+	for p in $(ps -o pid= --ppid "$1"); do
+		descendants "$p"
+	done
+}
+
+# Stops a process tree, then kills all of it, as ctest does at a test's timeout.
+kill_tree() {
+	local -a pids
+	mapfile -t pids < <(descendants "$1")
+	kill -STOP "${pids[@]}" 2>/dev/null || true
+	kill -KILL "${pids[@]}" 2>/dev/null || true
+}
+
 # Starts a test-like child that takes a cluster and idles; prints its PID and
 # the cluster directory.
 start_child() {
@@ -82,10 +99,11 @@ wait "$child" 2>/dev/null || true
 gone_within "$child_dir" 30 || fail "'$child_dir' still exists 30 s after SIGTERM to its test"
 ok "SIGTERM to a test removed its cluster"
 
+# ctest kills a timed-out test with SIGKILL, and every process it started too.
 start_child "$tmp/kill"
-kill -KILL "$child"
+kill_tree "$child"
 wait "$child" 2>/dev/null || true
-gone_within "$child_dir" 30 || fail "'$child_dir' still exists 30 s after SIGKILL to its test"
-ok "SIGKILL to a test removed its cluster (watcher)"
+gone_within "$child_dir" 30 || fail "'$child_dir' still exists 30 s after SIGKILL to its test's process tree"
+ok "SIGKILL to a test and all its descendants removed its cluster (watcher)"
 
 echo "pg_selftest: $checks passed, 0 failed"

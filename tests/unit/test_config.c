@@ -287,10 +287,16 @@ static void test_durations(void **state)
 		   "6: invalid value 'm' for 'poll_interval': expected a positive integer");
 	load_extra("[repository]\npoll_interval = 25h\n", &cfg,
 		   "6: invalid value '25h' for 'poll_interval': expected from 1 to 86400 seconds");
-	/* 2^64 / 3600 < this < 2^64: the multiplication, not the digits, overflows. */
+	/*
+	 * 5124095576030432 hours is 2^64 + 3584 seconds: a multiplication that
+	 * wrapped would accept it as an hour. It must be refused.
+	 */
 	load_extra(
-	    "[repository]\npoll_interval = 18446744073709551h\n", &cfg,
-	    "6: invalid value '18446744073709551h' for 'poll_interval': expected from 1 to 86400 seconds");
+	    "[repository]\npoll_interval = 5124095576030432h\n", &cfg,
+	    "6: invalid value '5124095576030432h' for 'poll_interval': expected from 1 to 86400 seconds");
+	load_extra(
+	    "[repository]\npoll_interval = 307445734561825861m\n", &cfg,
+	    "6: invalid value '307445734561825861m' for 'poll_interval': expected from 1 to 86400 seconds");
 	load_extra("[daemon]\nlease = 5\n", &cfg,
 		   "6: invalid value '5' for 'lease': expected from 10 to 604800 seconds");
 }
@@ -325,6 +331,10 @@ static void test_integers(void **state)
 	    "[trials]\nper_commit = 99999999999999999999999999\n", &cfg,
 	    "6: invalid value '99999999999999999999999999' for 'per_commit': expected an integer from 1 to "
 	    "100000");
+	/* 2^64 + 5: digits that wrapped would read as 5. */
+	load_extra(
+	    "[trials]\nrepeats = 18446744073709551621\n", &cfg,
+	    "6: invalid value '18446744073709551621' for 'repeats': expected an integer from 1 to 100");
 	load_extra("[trials]\nper_commit = 100001\n", &cfg,
 		   "6: invalid value '100001' for 'per_commit': expected an integer from 1 to 100000");
 	load_extra("[http]\nport = 0\n", &cfg,
@@ -576,7 +586,7 @@ static void test_comments_and_whitespace(void **state)
 		  "    branch=dev\r\n"
 		  "poll_interval : 5m\r\n"
 		  "[build]\r\n"
-		  "command = make -j8 all; make check # both\r\n"
+		  "command = make -j8 all ; make check # both\r\n"
 		  "[daemon]\r\n"
 		  "database = password=a;b#c dbname=nw\r\n",
 		  &cfg, NULL);
@@ -585,7 +595,7 @@ static void test_comments_and_whitespace(void **state)
 	assert_string_equal(cfg.repo_branch, "dev");
 	assert_int_equal(cfg.poll_interval_s, 300);
 	/* No end-of-line comments: ';' and '#' belong to the value. */
-	assert_string_equal(cfg.build_command, "make -j8 all; make check # both");
+	assert_string_equal(cfg.build_command, "make -j8 all ; make check # both");
 	assert_string_equal(cfg.database, "password=a;b#c dbname=nw");
 	config_release(&cfg);
 
@@ -653,6 +663,25 @@ static void test_small_error_buffer(void **state)
 	assert_int_equal(config_load(&cfg, "/tmp/nw-no-such-dir/x.conf", NULL, 0), -ENOENT);
 }
 
+/* The example shipped in systemd/ must stay a valid file: users start from it. */
+static void test_shipped_example(void **state)
+{
+#ifdef NW_SOURCE_DIR
+	struct config cfg;
+	char err[512];
+
+	assert_int_equal(config_load(&cfg, NW_SOURCE_DIR "/systemd/numwatch.conf.example", err, sizeof(err)),
+			 0);
+	assert_int_equal(cfg.nslots, 2);
+	assert_string_equal(cfg.slots[0].name, "gpu0");
+	assert_string_equal(cfg.slots[1].name, "gpu1");
+	assert_non_null(strstr(cfg.build_command, "\"$NUMWATCH_BUILD_DIR\""));
+	config_release(&cfg);
+#else
+	skip();
+#endif
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -675,6 +704,7 @@ int main(void)
 	    cmocka_unit_test(test_string_values),
 	    cmocka_unit_test(test_error_after_allocations),
 	    cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_shipped_example),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,65 @@
+# shellcheck shell=bash
+# Helpers for integration tests that run the real numwatchd. Source after pg.sh.
+#
+#   nw_free_port                 prints a free TCP port on 127.0.0.1
+#   nw_daemon_start CONF LOG     starts numwatchd in the background (NW_DAEMON_PID);
+#                                it is SIGKILLed when the test exits
+#   nw_wait TIMEOUT DESC CMD...  runs CMD every 0.5 s until it succeeds; fails the
+#                                test with DESC after TIMEOUT seconds
+#   nw_api PATH                  GET http://127.0.0.1:$NW_PORT$PATH (body on stdout)
+#   fail MSG                     prints MSG and the daemon log tail, exits 1
+#
+# NW_BUILD_DIR (set by CMake) holds the built binaries.
+
+NW_BUILD_DIR=${NW_BUILD_DIR:?NW_BUILD_DIR must point at the build tree}
+NUMWATCHD=$NW_BUILD_DIR/daemon/numwatchd
+NW_DAEMON_PID=
+NW_DAEMON_LOG=
+
+nw_free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+fail() {
+	echo "FAIL: $*" >&2
+	if [[ -n $NW_DAEMON_LOG && -f $NW_DAEMON_LOG ]]; then
+		echo "--- daemon log (last 40 lines) ---" >&2
+		tail -n 40 "$NW_DAEMON_LOG" >&2
+	fi
+	exit 1
+}
+
+_nw_kill_daemon() {
+	[[ -n $NW_DAEMON_PID ]] && kill -9 "$NW_DAEMON_PID" 2>/dev/null
+	return 0
+}
+
+nw_daemon_start() {
+	NW_DAEMON_LOG=$2
+	"$NUMWATCHD" --config "$1" >>"$2" 2>&1 &
+	NW_DAEMON_PID=$!
+	nw_atexit _nw_kill_daemon
+}
+
+nw_wait() {
+	local timeout=$1 desc=$2
+	shift 2
+	local end=$((SECONDS + timeout))
+	until "$@" >/dev/null 2>&1; do
+		((SECONDS < end)) || fail "timed out after ${timeout}s waiting for: $desc"
+		if [[ -n $NW_DAEMON_PID ]] && ! kill -0 "$NW_DAEMON_PID" 2>/dev/null; then
+			fail "numwatchd died while waiting for: $desc"
+		fi
+		sleep 0.5
+	done
+}
+
+nw_api() {
+	curl -sS --max-time 10 "http://127.0.0.1:$NW_PORT$1"
+}
+
+# Every commit of the repository has a final verdict (nothing pending or queued).
+nw_all_final() {
+	[[ $(pg_psql "SELECT count(*) FROM commits WHERE reachable AND commit_verdict(id) = 'pending'") == 0 ]] &&
+		[[ $(pg_psql "SELECT count(*) FROM commits") -gt 0 ]]
+}
