@@ -41,7 +41,7 @@
 #define NW_HTTP_PAGE_MAX 500
 
 /* Trials buffered before a flush is forced (the store writes in batches). */
-#define NW_STORE_BATCH_MAX 512
+#define NW_STORE_BATCH_MAX 2048
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
 

@@ -17,9 +17,9 @@ static const char insert_sql[] =
 	"INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
 	" tensors, digest, digests_differ, kernel_us, error, slot, host)"
 	" SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-	" coalesce(tensors, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2"
+	" coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2"
 	" FROM json_to_recordset($1::json) AS t(commit_id bigint, check_id int, dtype text, seed bigint,"
-	" attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors jsonb,"
+	" attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors text,"
 	" digest text, digests_differ int, kernel_us float8, error text, slot text)"
 	" ON CONFLICT DO NOTHING";
 
@@ -144,12 +144,9 @@ static json_t *row_json(const struct trial_row *r)
 	}
 	if (t->gen >= 0)
 		json_object_set_new(o, "gen", json_integer(t->gen));
-	if (t->tensors_json) {
-		json_t *tensors = json_loads(t->tensors_json, 0, NULL);
-
-		if (tensors)
-			json_object_set_new(o, "tensors", tensors);
-	}
+	/* Passed as text and cast by PostgreSQL: parsing it here would only cost time. */
+	if (t->tensors_json)
+		json_object_set_new(o, "tensors", json_string(t->tensors_json));
 	json_object_set_new(o, "digest", text_or_null(t->digest));
 	json_object_set_new(o, "digests_differ", json_integer(t->digests_differ));
 	json_object_set_new(o, "kernel_us", real_or_null(t->kernel_us));

@@ -163,27 +163,70 @@ static void ref_softmax(enum nw_dtype d, const void *x, long rows, long cols, do
 }
 
 /*
- * The plain program: x - max, exp, sum, divide, each result rounded to the
- * dtype. 'reverse' sums the row from its last element to its first.
+ * Orders in which the plain programs sum a row: first to last, last to first,
+ * and interleaved with strides 2, 3, 5, 7, 11 and 13 (every stride-th element,
+ * starting from each residue in turn). Each is a correct float program; on a
+ * given row one of them can be exact by luck, and in f32, where kernel and
+ * plain round alike, one lucky plain program would make a correct kernel fail.
+ * The budget takes the largest error of all (sdk/metrics.c).
  */
-static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, bool reverse, float *e, double *y)
+#define ORDERS 8
+
+static long order_index(int order, long j, long cols)
+{
+	static const long strides[ORDERS] = {1, 1, 2, 3, 5, 7, 11, 13};
+	long k = strides[order], per, r;
+
+	if (order == 1)
+		return cols - 1 - j;
+	if (k == 1 || cols <= k)
+		return j;
+	/* Residue r holds ceil((cols - r) / k) elements: walk the residues in turn. */
+	for (r = 0; r < k; r++) {
+		per = (cols - r + k - 1) / k;
+		if (j < per)
+			return r + j * k;
+		j -= per;
+	}
+	return 0; /* not reached: j < cols */
+}
+
+/* The plain program: x - max, exp, sum, divide, each result rounded to the dtype. */
+static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, float *e, double **y)
 {
 	long i, j;
+	int o;
 
 	for (i = 0; i < rows; i++) {
-		float m = -INFINITY, s = 0.0f;
+		float m = -INFINITY;
 		long off = i * cols;
 
 		for (j = 0; j < cols; j++)
 			m = fmaxf(m, nw_load(d, x, off + j));
 		for (j = 0; j < cols; j++)
 			e[j] = nw_round(d, expf(nw_round(d, nw_load(d, x, off + j) - m)));
-		for (j = 0; j < cols; j++)
-			s += e[reverse ? cols - 1 - j : j];
-		s = nw_round(d, s);
-		for (j = 0; j < cols; j++)
-			y[off + j] = nw_round(d, e[j] / s);
+		for (o = 0; o < ORDERS; o++) {
+			float s = 0.0f;
+
+			for (j = 0; j < cols; j++)
+				s += e[order_index(o, j, cols)];
+			s = nw_round(d, s);
+			for (j = 0; j < cols; j++)
+				y[o][off + j] = nw_round(d, e[j] / s);
+		}
 	}
+}
+
+static int alloc_plain(double **plain, long n)
+{
+	int o;
+
+	for (o = 0; o < ORDERS; o++) {
+		plain[o] = malloc((size_t)(n ? n : 1) * sizeof(double));
+		if (!plain[o])
+			return -ENOMEM;
+	}
+	return 0;
 }
 
 struct launch_ctx {
@@ -222,7 +265,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain[2] = {NULL, NULL};
+	double *logits = NULL, *ref = NULL, *plain[NW_PLAIN_MAX] = {NULL};
 	float *scratch = NULL;
 	void *x = NULL, *x_dev = NULL;
 	long rows, cols, n, i;
@@ -234,11 +277,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	plain[0] = malloc((size_t)(n ? n : 1) * sizeof(double));
-	plain[1] = malloc((size_t)(n ? n : 1) * sizeof(double));
 	scratch = malloc((size_t)(cols ? cols : 1) * sizeof(*scratch));
 	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || !plain[0] || !plain[1] || !scratch || !x) {
+	if (!logits || !ref || alloc_plain(plain, n) || !scratch || !x) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -248,8 +289,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	for (i = 0; i < n; i++)
 		nw_store(d, x, i, (float)logits[i]);
 	ref_softmax(d, x, rows, cols, ref);
-	plain_softmax(d, x, rows, cols, false, scratch, plain[0]);
-	plain_softmax(d, x, rows, cols, true, scratch, plain[1]);
+	plain_softmax(d, x, rows, cols, scratch, plain);
 
 	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -262,8 +302,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .plain = {plain[0], plain[1]}, .nplain = 2,
-					.factor = c->budget_factor, .dims = t->shape, .ndim = 2, .tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .nplain = ORDERS, .factor = c->budget_factor,
+					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "y", &spec);
 	t->ntensors = 1;
 out:
@@ -271,8 +312,8 @@ out:
 	nw_input_release(x_dev);
 	free(logits);
 	free(ref);
-	free(plain[0]);
-	free(plain[1]);
+	for (i = 0; i < ORDERS; i++)
+		free(plain[i]);
 	free(scratch);
 	free(x);
 	return rc;
@@ -309,23 +350,27 @@ static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, lo
 }
 
 /* The plain program: dy * y, sum, dy - sum, y * that, each result rounded to the dtype. */
-static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, bool reverse,
-			      double *dx)
+static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double **dx)
 {
 	long i, j;
+	int o;
 
 	for (i = 0; i < rows; i++) {
-		float dot = 0.0f;
 		long off = i * cols;
 
-		for (j = 0; j < cols; j++) {
-			long k = off + (reverse ? cols - 1 - j : j);
+		for (o = 0; o < ORDERS; o++) {
+			float dot = 0.0f;
 
-			dot += nw_round(d, nw_load(d, dy, k) * nw_load(d, y, k));
+			for (j = 0; j < cols; j++) {
+				long k = off + order_index(o, j, cols);
+
+				dot += nw_round(d, nw_load(d, dy, k) * nw_load(d, y, k));
+			}
+			dot = nw_round(d, dot);
+			for (j = 0; j < cols; j++)
+				dx[o][off + j] = nw_round(
+					d, nw_load(d, y, off + j) * nw_round(d, nw_load(d, dy, off + j) - dot));
 		}
-		dot = nw_round(d, dot);
-		for (j = 0; j < cols; j++)
-			dx[off + j] = nw_round(d, nw_load(d, y, off + j) * nw_round(d, nw_load(d, dy, off + j) - dot));
 	}
 }
 
@@ -337,7 +382,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output dx = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain[2] = {NULL, NULL}, scale;
+	double *logits = NULL, *ref = NULL, *plain[NW_PLAIN_MAX] = {NULL}, scale;
 	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
 	long rows, cols, n, i, j;
 	struct nw_rng r;
@@ -348,11 +393,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	plain[0] = malloc((size_t)(n ? n : 1) * sizeof(double));
-	plain[1] = malloc((size_t)(n ? n : 1) * sizeof(double));
 	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
 	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || !plain[0] || !plain[1] || !y || !dy) {
+	if (!logits || !ref || alloc_plain(plain, n) || !y || !dy) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -378,8 +421,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 			nw_store(d, dy, i * cols + j, (float)(scale * nw_rng_normal(&r)));
 	}
 	scale = ref_softmax_bwd(d, y, dy, rows, cols, ref);
-	plain_softmax_bwd(d, y, dy, rows, cols, false, plain[0]);
-	plain_softmax_bwd(d, y, dy, rows, cols, true, plain[1]);
+	plain_softmax_bwd(d, y, dy, rows, cols, plain);
 
 	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -396,9 +438,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .plain = {plain[0], plain[1]}, .nplain = 2,
-					.factor = c->budget_factor, .floor_scale = scale, .dims = t->shape, .ndim = 2,
-					.tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .nplain = ORDERS, .factor = c->budget_factor,
+					.floor_scale = scale, .dims = t->shape, .ndim = 2, .tail_width = 4};
+	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "dx", &spec);
 	t->ntensors = 1;
 out:
@@ -407,8 +449,8 @@ out:
 	nw_input_release(dy_dev);
 	free(logits);
 	free(ref);
-	free(plain[0]);
-	free(plain[1]);
+	for (i = 0; i < ORDERS; i++)
+		free(plain[i]);
 	free(y);
 	free(dy);
 	return rc;

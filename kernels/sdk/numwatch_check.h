@@ -232,7 +232,7 @@ int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, co
 /* ---- metrics ------------------------------------------------------------------ */
 
 /* Plain programs one comparison may weigh (see nw_compare_spec.plain). */
-#define NW_PLAIN_MAX 4
+#define NW_PLAIN_MAX 8
 
 /* Inputs of nw_compare(). ref and each plain hold out->count elements. */
 struct nw_compare_spec {
