@@ -174,10 +174,10 @@ static void ref_softmax(enum nw_dtype d, const void *x, long rows, long cols, do
 
 static long order_index(int order, long j, long cols)
 {
-	static const long strides[ORDERS] = {1, 1, 2, 3, 5, 7, 11, 13};
+	static const long strides[ORDERS] = {1, -1, 2, 3, 5, 7, 11, 13};
 	long k = strides[order], per, r;
 
-	if (order == 1)
+	if (k < 0)
 		return cols - 1 - j;
 	if (k == 1 || cols <= k)
 		return j;
