@@ -30,7 +30,12 @@ fail() {
 }
 
 _nw_kill_daemon() {
-	[[ -n $NW_DAEMON_PID ]] && kill -9 "$NW_DAEMON_PID" 2>/dev/null
+	if [[ -n $NW_DAEMON_PID ]]; then
+		{
+			kill -9 "$NW_DAEMON_PID"
+			wait "$NW_DAEMON_PID"
+		} 2>/dev/null
+	fi
 	return 0
 }
 
@@ -60,6 +65,6 @@ nw_api() {
 
 # Every commit of the repository has a final verdict (nothing pending or queued).
 nw_all_final() {
-	[[ $(pg_psql "SELECT count(*) FROM commits WHERE reachable AND commit_verdict(id) = 'pending'") == 0 ]] &&
-		[[ $(pg_psql "SELECT count(*) FROM commits") -gt 0 ]]
+	[[ $(pg_psql "SELECT count(*) > 0 AND count(*) FILTER (WHERE commit_verdict(id) = 'pending') = 0
+		FROM commits WHERE reachable") == t ]]
 }

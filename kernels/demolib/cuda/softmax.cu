@@ -159,9 +159,15 @@ template <typename T> __global__ void bwd_kernel_vec4(const T *y, const T *dy, T
 		store(dx, off + i, load(y, off + i) * (load(dy, off + i) - dot));
 }
 
+/* Rows longer than DL_SOFTMAX_VEC_MIN_COLS take the 4-wide path, with more threads per row. */
+static bool use_vec4(int cols)
+{
+	return cols > DL_SOFTMAX_VEC_MIN_COLS;
+}
+
 template <typename T> static void launch_fwd(const void *x, void *y, int rows, int cols, cudaStream_t st)
 {
-	if (cols > DL_SOFTMAX_VEC_MIN_COLS)
+	if (use_vec4(cols))
 		fwd_kernel_vec4<T><<<rows, VEC_THREADS, 0, st>>>((const T *)x, (T *)y, cols);
 	else
 		fwd_kernel<T><<<rows, THREADS, 0, st>>>((const T *)x, (T *)y, cols);
@@ -170,7 +176,7 @@ template <typename T> static void launch_fwd(const void *x, void *y, int rows, i
 template <typename T>
 static void launch_bwd(const void *y, const void *dy, void *dx, int rows, int cols, cudaStream_t st)
 {
-	if (cols > DL_SOFTMAX_VEC_MIN_COLS)
+	if (use_vec4(cols))
 		bwd_kernel_vec4<T><<<rows, VEC_THREADS, 0, st>>>((const T *)y, (const T *)dy, (T *)dx, cols);
 	else
 		bwd_kernel<T><<<rows, THREADS, 0, st>>>((const T *)y, (const T *)dy, (T *)dx, cols);

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../demolib.h"
@@ -17,6 +18,12 @@ static int check_args(enum dl_dtype dtype, int rows, int cols)
 	if (rows < 0 || cols < 0)
 		return -EINVAL;
 	return 0;
+}
+
+/* Rows longer than DL_SOFTMAX_VEC_MIN_COLS take the 4-wide path. */
+static bool use_vec4(int cols)
+{
+	return cols > DL_SOFTMAX_VEC_MIN_COLS;
 }
 
 static void fwd_row(enum dl_dtype t, const void *x, void *y, long off, int cols)
@@ -73,7 +80,7 @@ int dl_softmax_fwd(enum dl_dtype dtype, const void *x, void *y, int rows, int co
 	for (r = 0; r < rows; r++) {
 		long off = (long)r * cols;
 
-		if (cols > DL_SOFTMAX_VEC_MIN_COLS)
+		if (use_vec4(cols))
 			fwd_row_vec4(dtype, x, y, off, cols);
 		else
 			fwd_row(dtype, x, y, off, cols);
@@ -128,7 +135,7 @@ int dl_softmax_bwd(enum dl_dtype dtype, const void *y, const void *dy, void *dx,
 	for (r = 0; r < rows; r++) {
 		long off = (long)r * cols;
 
-		if (cols > DL_SOFTMAX_VEC_MIN_COLS)
+		if (use_vec4(cols))
 			bwd_row_vec4(dtype, y, dy, dx, off, cols);
 		else
 			bwd_row(dtype, y, dy, dx, off, cols);

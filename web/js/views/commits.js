@@ -167,7 +167,7 @@ export default {
       .join(', ');
     const table = h(
       'table',
-      { class: 'grid', 'aria-label': `Verdicts of ${commits.length} commits (${summary}), newest first`, onkeydown: onGridKey, onclick: onGridClick },
+      { class: 'grid', style: `--ncols: ${cols.length}`, 'aria-label': `Verdicts of ${commits.length} commits (${summary}), newest first`, onkeydown: onGridKey, onclick: onGridClick },
       h('colgroup', null, h('col', { class: 'col-commit' }), cols.map(() => h('col', { class: 'col-cell' }))),
       h('thead', null, headerRows(cols, data.checks)),
       h(

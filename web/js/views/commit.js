@@ -1,0 +1,338 @@
+// The commit view: one commit's build, its per check x dtype verdicts and the
+// failing seeds with their repro commands.
+//   /?view=commit&sha=SHA                 SHA: 4 to 40 lowercase hex digits
+//   /?view=commit&sha=SHA#CHECK/DTYPE     scrolled to that check's row
+//   /?view=commit&sha=SHA#seeds-CHECK/DTYPE   to its failing seeds
+import { ApiError, getJSON, getText } from '../api.js';
+import { copyable, h } from '../dom.js';
+import { badge, buildPill, commitLink, facts, heading, notice, pill, timeEl } from '../components.js';
+import {
+  ATTENTION,
+  absTime,
+  checkAnchor,
+  fmtDurationMs,
+  fmtInt,
+  fmtNum,
+  fmtRatio,
+  fmtShape,
+  fmtValue,
+  humanKey,
+  isSha,
+  shortSha,
+  url,
+  verdictInfo,
+} from '../format.js';
+
+/** Failing seeds shown before the rest are folded away, per check. */
+const SEEDS_SHOWN = 6;
+/** Evidence keys shown elsewhere or as a tooltip rather than in the evidence column. */
+const EVIDENCE_HIDDEN = new Set(['baseline', 'rule', 'deterministic']);
+
+const logCache = new Map(); // cache key -> build log text (a finished build's log never changes)
+
+function seedsAnchor(check, dtype) {
+  return 'seeds-' + checkAnchor(check, dtype);
+}
+
+function hashHref(id) {
+  return '#' + encodeURIComponent(id).replace(/%2F/g, '/');
+}
+
+function outcomeTone(o) {
+  if (o === 'pass') return 'good';
+  if (o === 'infra_error') return 'infra';
+  return 'bad';
+}
+
+function ratioCell(x) {
+  const n = Number(x);
+  return h('td', { class: x != null && Number.isFinite(n) && n > 1 ? 'num over' : 'num' }, fmtRatio(x));
+}
+
+function countCell(x, bad) {
+  const n = Number(x);
+  return h('td', { class: bad && n > 0 ? 'num over' : n > 0 ? 'num warn' : 'num' }, fmtInt(x));
+}
+
+function evidenceSummary(ev) {
+  if (!ev || typeof ev !== 'object') return h('span', { class: 'muted' }, '—');
+  const parts = [];
+  for (const k of Object.keys(ev)) {
+    if (EVIDENCE_HIDDEN.has(k)) continue;
+    let v = ev[k];
+    if (Array.isArray(v) && v.length > 12) v = v.slice(0, 12).map(String).concat([`… +${ev[k].length - 12}`]);
+    parts.push(h('span', { class: 'ev' }, h('span', { class: 'ev-k' }, humanKey(k)), ' ', fmtValue(v)));
+  }
+  return h('span', { class: 'evidence', title: ev.rule ? `rule: ${ev.rule}` : null }, parts.length ? parts : h('span', { class: 'muted' }, '—'));
+}
+
+function baselineCell(ev) {
+  const b = ev && typeof ev === 'object' ? ev.baseline : null;
+  if (b == null) return h('td', { class: 'muted', title: 'no earlier clean commit for this check' }, 'none');
+  return h('td', null, commitLink(String(b)));
+}
+
+function buildSection(c) {
+  const b = c.build;
+  if (!b) return h('section', { class: 'panel', 'aria-labelledby': 'build-h' }, h('h2', { id: 'build-h' }, 'Build'), h('p', { class: 'muted' }, 'Not built yet.'));
+  const logHref = url.buildLog(c.sha);
+  const key = `${c.sha} ${b.status} ${b.started_at} ${b.duration_ms}`;
+  const pre = h('pre', { class: 'log', dataset: { scrollKey: 'build-log' }, tabindex: '0' });
+  const details = h('details', { class: 'log-details', dataset: { key: 'build-log' } }, h('summary', null, 'Show the build log here'), pre);
+  const fill = async () => {
+    if (logCache.has(key)) {
+      pre.textContent = logCache.get(key);
+      return;
+    }
+    pre.textContent = 'Loading…';
+    try {
+      const text = await getText(logHref);
+      logCache.set(key, text);
+      pre.textContent = text || '(empty log)';
+    } catch (e) {
+      pre.textContent = `Cannot load the build log: ${e.message}`;
+    }
+  };
+  if (logCache.has(key)) pre.textContent = logCache.get(key);
+  details.addEventListener('toggle', () => {
+    if (details.open) fill();
+  });
+  return h(
+    'section',
+    { class: 'panel', 'aria-labelledby': 'build-h' },
+    h('h2', { id: 'build-h' }, 'Build'),
+    facts([
+      ['Status', buildPill(b.status)],
+      ['Duration', fmtDurationMs(b.duration_ms)],
+      ['Started', timeEl(b.started_at)],
+      ['Host', b.host ? String(b.host) : '—'],
+      ['Runner', b.runner_hash ? h('code', { title: String(b.runner_hash) }, shortSha(String(b.runner_hash), 16)) : '—'],
+      ['Log', h('a', { href: logHref, target: '_blank', rel: 'noopener' }, 'build log (text)')],
+    ]),
+    details,
+  );
+}
+
+function checksTable(checks, sha) {
+  const rows = checks.map((k) => {
+    const id = checkAnchor(k.check, k.dtype);
+    const nfail = Array.isArray(k.failing_seeds) ? k.failing_seeds.length : 0;
+    const info = verdictInfo(k.verdict);
+    return h(
+      'tr',
+      { id, class: ATTENTION.has(info.key) ? 'attention' : null },
+      h('th', { scope: 'row' }, h('a', { href: url.commit(sha, k.check, k.dtype), class: 'anchor', title: 'Link to this row' }, String(k.check)), k.deterministic === false ? h('span', { class: 'nd', title: 'non-deterministic: judged statistically' }, ' ~') : null),
+      h('td', null, String(k.dtype)),
+      h('td', null, badge(k.verdict)),
+      h('td', { class: 'num' }, fmtInt(k.trials)),
+      countCell(k.failures, true),
+      countCell(k.infra_errors, false),
+      ratioCell(k.worst_ratio),
+      baselineCell(k.evidence),
+      h('td', null, evidenceSummary(k.evidence)),
+      h('td', null, nfail ? h('a', { href: hashHref(seedsAnchor(k.check, k.dtype)) }, `${nfail} trial${nfail === 1 ? '' : 's'} ↓`) : h('span', { class: 'muted' }, '—')),
+    );
+  });
+  return h(
+    'div',
+    { class: 'table-wrap', dataset: { scrollKey: 'checks' } },
+    h(
+      'table',
+      { class: 'data checks' },
+      h('caption', { class: 'sr-only' }, 'Verdict per check and dtype'),
+      h(
+        'thead',
+        null,
+        h('tr', null, ['Check', 'dtype', 'Verdict', 'Trials', 'Failures', 'Infra errors', 'Worst ratio', 'Baseline', 'Evidence', 'Failing'].map((t, i) => h('th', { scope: 'col', class: i >= 3 && i <= 6 ? 'num' : null }, t))),
+      ),
+      h('tbody', null, rows),
+    ),
+  );
+}
+
+function tensorTable(tensors) {
+  if (!Array.isArray(tensors) || !tensors.length) return null;
+  const heads = ['Tensor', 'Ratio', 'Max abs', 'Max rel', 'Max ULP', 'Non-finite', 'Ref non-finite', 'Unwritten', 'Canary', 'Excluded', 'Worst at', 'Tail'];
+  return h(
+    'div',
+    { class: 'table-wrap' },
+    h(
+      'table',
+      { class: 'data tensors' },
+      h('thead', null, h('tr', null, heads.map((t, i) => h('th', { scope: 'col', class: i > 0 && i < 10 ? 'num' : null }, t)))),
+      h(
+        'tbody',
+        null,
+        tensors.map((t) => {
+          const nonfiniteBad = Number(t.nonfinite) > 0 && !(Number(t.ref_nonfinite) > 0);
+          return h(
+            'tr',
+            null,
+            h('th', { scope: 'row' }, h('code', null, t.name == null ? '?' : String(t.name))),
+            ratioCell(t.ratio),
+            h('td', { class: 'num' }, fmtNum(t.max_abs)),
+            h('td', { class: 'num' }, fmtNum(t.max_rel)),
+            h('td', { class: 'num' }, t.max_ulp == null ? '—' : fmtInt(t.max_ulp)),
+            h('td', { class: nonfiniteBad ? 'num over' : 'num' }, fmtInt(t.nonfinite)),
+            h('td', { class: 'num' }, fmtInt(t.ref_nonfinite)),
+            countCell(t.unwritten, true),
+            countCell(t.canary, true),
+            h('td', { class: Number(t.excluded) > 0 ? 'num warn' : 'num', title: Number(t.excluded) > 0 ? 'elements excluded as non-smooth (counted, not hidden)' : null }, fmtInt(t.excluded)),
+            h('td', null, Array.isArray(t.worst) ? h('code', null, fmtShape(t.worst)) : '—'),
+            h('td', null, t.tail === true ? pill('tail tile', 'warn') : t.tail === false ? 'no' : '—'),
+          );
+        }),
+      ),
+    ),
+  );
+}
+
+function seedCard(seed, trials) {
+  const first = trials[0];
+  const repro = trials.find((t) => t.repro)?.repro;
+  return h(
+    'article',
+    { class: 'seed' },
+    h(
+      'header',
+      { class: 'seed-head' },
+      h('h4', null, `Seed ${seed}`),
+      h('span', { class: 'seed-meta' }, 'family ', h('strong', null, first.family == null ? '—' : String(first.family)), ' · shape ', h('code', null, fmtShape(first.shape))),
+    ),
+    repro ? copyable(String(repro), { label: 'Copy' }) : null,
+    trials.map((t) =>
+      h(
+        'div',
+        { class: 'attempt' },
+        h(
+          'div',
+          { class: 'attempt-head' },
+          h('span', null, `Attempt ${t.attempt == null ? '?' : t.attempt}`),
+          pill(t.outcome == null ? 'unknown' : String(t.outcome), outcomeTone(t.outcome)),
+          h('span', null, 'ratio ', h('strong', { class: Number(t.ratio) > 1 ? 'over' : null }, fmtRatio(t.ratio))),
+          t.family !== first.family || fmtShape(t.shape) !== fmtShape(first.shape) ? h('span', { class: 'muted' }, `family ${t.family}, shape ${fmtShape(t.shape)}`) : null,
+        ),
+        t.error ? h('pre', { class: 'error-text' }, String(t.error)) : null,
+        tensorTable(t.tensors),
+      ),
+    ),
+  );
+}
+
+function seedsSection(k) {
+  const bySeed = new Map();
+  for (const t of k.failing_seeds) {
+    const s = t.seed == null ? '?' : String(t.seed);
+    if (!bySeed.has(s)) bySeed.set(s, []);
+    bySeed.get(s).push(t);
+  }
+  const cards = [...bySeed.entries()].map(([s, ts]) => seedCard(s, ts));
+  const id = seedsAnchor(k.check, k.dtype);
+  const shown = cards.slice(0, SEEDS_SHOWN);
+  const rest = cards.slice(SEEDS_SHOWN);
+  return h(
+    'section',
+    { class: 'seeds', id, 'aria-labelledby': `${id}-h` },
+    h(
+      'h3',
+      { id: `${id}-h` },
+      h('span', null, `${k.check} · ${k.dtype}`),
+      badge(k.verdict),
+      h('span', { class: 'subtitle' }, `${bySeed.size} failing seed${bySeed.size === 1 ? '' : 's'} · ${fmtInt(k.failures)} of ${fmtInt(k.trials)} trials failed`),
+      h('a', { href: hashHref(checkAnchor(k.check, k.dtype)), class: 'up' }, '↑ row'),
+    ),
+    shown,
+    rest.length ? h('details', { class: 'more-seeds', dataset: { key: `more-${id}` } }, h('summary', null, `${rest.length} more failing seed${rest.length === 1 ? '' : 's'}`), rest) : null,
+  );
+}
+
+export default {
+  name: 'commit',
+  nav: 'commits',
+
+  async load(params, { signal }) {
+    const sha = (params.get('sha') || '').trim().toLowerCase();
+    if (!isSha(sha)) throw new ApiError(sha ? `'${sha}' is not a commit id: give 4 to 40 hex digits` : 'no commit given: add &sha=<commit id> to the URL', 400);
+    const r = await getJSON(`/api/v1/commits/${sha}`, { signal });
+    return { data: r.body, sig: r.text };
+  },
+
+  title(params, data) {
+    if (data && data.sha) return `${shortSha(data.sha)} ${data.title || ''}`.trim();
+    return `Commit ${params.get('sha') || ''}`.trim();
+  },
+
+  render(c) {
+    const sha = isSha(c.sha) ? c.sha : '';
+    const checks = Array.isArray(c.checks) ? c.checks : [];
+    const counts = new Map();
+    for (const k of checks) counts.set(verdictInfo(k.verdict).key, (counts.get(verdictInfo(k.verdict).key) || 0) + 1);
+    const attention = checks.filter((k) => ATTENTION.has(verdictInfo(k.verdict).key));
+    const failing = checks.filter((k) => Array.isArray(k.failing_seeds) && k.failing_seeds.length);
+
+    const head = h(
+      'div',
+      { class: 'view-head commit-head' },
+      h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: url.commits() }, 'Commits'), ' › ', h('span', { class: 'sha' }, shortSha(sha))),
+      heading(c.title == null ? '(no title)' : String(c.title)),
+      h('div', { class: 'head-verdict' }, badge(c.verdict), c.reachable === false ? pill('not on the watched branch any more', 'warn') : null),
+    );
+
+    const meta = h(
+      'section',
+      { class: 'panel', 'aria-label': 'Commit' },
+      facts([
+        ['Commit', copyable(sha, { label: 'Copy', block: false })],
+        ['Parent', c.parent ? commitLink(String(c.parent), { n: 12 }) : h('span', { class: 'muted' }, 'none (root commit)')],
+        ['Author', h('span', null, c.author == null ? '—' : String(c.author), c.email ? h('span', { class: 'muted' }, ` <${c.email}>`) : null)],
+        ['Committed', h('span', null, absTime(c.committed_at), ' · ', timeEl(c.committed_at))],
+        ['Position', c.position == null ? '—' : `#${c.position} on the branch`],
+      ]),
+    );
+
+    const summary = h(
+      'p',
+      { class: 'summary' },
+      `${checks.length} check × dtype result${checks.length === 1 ? '' : 's'}: `,
+      [...counts.entries()].map(([k, n], i) => [i ? ', ' : '', h('span', { class: 'nowrap' }, badge(k), ` ${n}`)]),
+    );
+    const attentionList = attention.length
+      ? h(
+          'nav',
+          { class: 'attention-list', 'aria-label': 'Checks that need attention' },
+          h('span', null, 'Needs attention: '),
+          attention.map((k, i) => [i ? ' ' : '', h('a', { href: hashHref(k.failing_seeds?.length ? seedsAnchor(k.check, k.dtype) : checkAnchor(k.check, k.dtype)), class: 'chip' }, badge(k.verdict), ` ${k.check} · ${k.dtype}`)]),
+        )
+      : null;
+
+    const checksPart = checks.length
+      ? [summary, attentionList, checksTable(checks, sha)]
+      : [notice('info', c.verdict === 'build_failed' ? 'No checks ran: the build failed.' : 'No check results yet.', c.verdict === 'build_failed' ? 'See the build log above.' : 'They appear here as trials finish; this page refreshes by itself.')];
+
+    return h(
+      'section',
+      { class: 'view view-commit' },
+      head,
+      h('div', { class: 'panels' }, meta, buildSection(c)),
+      h('section', { 'aria-labelledby': 'checks-h' }, h('h2', { id: 'checks-h' }, 'Checks'), checksPart),
+      failing.length ? h('section', { 'aria-labelledby': 'seeds-h' }, h('h2', { id: 'seeds-h' }, 'Failing seeds'), failing.map(seedsSection)) : null,
+    );
+  },
+
+  /** After a page's first render and on hash changes: bring the URL's fragment into view. */
+  reveal() {
+    let id = '';
+    try {
+      id = decodeURIComponent(location.hash.slice(1));
+    } catch {
+      return false;
+    }
+    const el = id && document.getElementById(id);
+    if (!el) return false;
+    el.scrollIntoView({ block: 'start' });
+    el.classList.remove('flash');
+    void el.offsetWidth; // restart the highlight animation
+    el.classList.add('flash');
+    return true;
+  },
+};
