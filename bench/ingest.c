@@ -20,9 +20,9 @@
 #include "store.h"
 
 static const char tensors[] =
-	"[{\"name\":\"dx\",\"ratio\":0.42,\"max_abs\":0.000131,\"max_rel\":0.0035,\"max_ulp\":null,"
-	"\"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,\"worst\":[2,1024],"
-	"\"tail\":true}]";
+    "[{\"name\":\"dx\",\"ratio\":0.42,\"max_abs\":0.000131,\"max_rel\":0.0035,\"max_ulp\":null,"
+    "\"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,\"worst\":[2,1024],"
+    "\"tail\":true}]";
 
 static double now_s(void)
 {
@@ -90,8 +90,13 @@ static double ingest_store(const char *conninfo, long long commit_id, int check_
 	t.tensors_json = (char *)tensors;
 	start = now_s();
 	for (unsigned i = 0; i < rows; i++) {
-		struct trial_row row = {.commit_id = commit_id, .check_id = check_id, .dtype = "bf16",
-					.seed = i, .attempt = 0, .outcome = OUTCOME_PASS, .result = &t,
+		struct trial_row row = {.commit_id = commit_id,
+					.check_id = check_id,
+					.dtype = "bf16",
+					.seed = i,
+					.attempt = 0,
+					.outcome = OUTCOME_PASS,
+					.result = &t,
 					.slot = "gpu0"};
 
 		store_add_trial(run.store, &row);
@@ -115,18 +120,20 @@ static double ingest_copy(PGconn *c, long long commit_id, int check_id, unsigned
 	double start = now_s();
 	PGresult *r;
 
-	r = PQexec(c, "COPY trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-		      " tensors, digest, digests_differ, kernel_us, error, slot, host) FROM STDIN");
+	r = PQexec(
+	    c, "COPY trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
+	       " tensors, digest, digests_differ, kernel_us, error, slot, host) FROM STDIN");
 	if (PQresultStatus(r) != PGRES_COPY_IN) {
 		fprintf(stderr, "ingest: COPY: %s", PQresultErrorMessage(r));
 		exit(1);
 	}
 	PQclear(r);
 	for (unsigned i = 0; i < rows; i++) {
-		int n = snprintf(line, sizeof(line),
-				 "%lld\t%d\tbf16\t%u\t0\tpass\t0.42\tthreshold\t{3,1025}\t1\t%s\t9f2c41d07be3a8e1\t0\t"
-				 "18.4\t\\N\tgpu0\tbench\n",
-				 commit_id, check_id, i, tensors);
+		int n = snprintf(
+		    line, sizeof(line),
+		    "%lld\t%d\tbf16\t%u\t0\tpass\t0.42\tthreshold\t{3,1025}\t1\t%s\t9f2c41d07be3a8e1\t0\t"
+		    "18.4\t\\N\tgpu0\tbench\n",
+		    commit_id, check_id, i, tensors);
 
 		PQputCopyData(c, line, n);
 	}
@@ -167,8 +174,9 @@ int main(int argc, char **argv)
 		" SELECT id, 'bench.fwd', 'bench', 'fwd', '{bf16}', '{}', true FROM repositories"
 		" WHERE name = 'bench' ON CONFLICT DO NOTHING");
 	{
-		PGresult *r = PQexec(c, "SELECT c.id, k.id FROM commits c, checks k WHERE c.sha = repeat('ab', 20)"
-					" AND k.name = 'bench.fwd'");
+		PGresult *r =
+		    PQexec(c, "SELECT c.id, k.id FROM commits c, checks k WHERE c.sha = repeat('ab', 20)"
+			      " AND k.name = 'bench.fwd'");
 		long long commit_id = atoll(PQgetvalue(r, 0, 0));
 		int check_id = atoi(PQgetvalue(r, 0, 1));
 
@@ -198,7 +206,7 @@ int main(int argc, char **argv)
 				t = copy_rate[i], copy_rate[i] = copy_rate[j], copy_rate[j] = t;
 			}
 		}
-	printf("rows=%u store_rows_per_s=%.0f copy_rows_per_s=%.0f ratio=%.2f\n", rows, store_rate[1], copy_rate[1],
-	       store_rate[1] / copy_rate[1]);
+	printf("rows=%u store_rows_per_s=%.0f copy_rows_per_s=%.0f ratio=%.2f\n", rows, store_rate[1],
+	       copy_rate[1], store_rate[1] / copy_rate[1]);
 	return 0;
 }

@@ -29,57 +29,59 @@ struct pending {
 };
 
 static const char commits_sql[] =
-	"SELECT json_build_object("
-	" 'repository', (SELECT name FROM repositories WHERE id = $1),"
-	" 'total', (SELECT count(*) FROM commits WHERE repo_id = $1 AND reachable),"
-	" 'limit', $2::int, 'offset', $3::int,"
-	" 'checks', (SELECT coalesce(json_agg(json_build_object('check', name, 'dtypes', dtypes,"
-	"   'deterministic', deterministic) ORDER BY name), '[]') FROM checks WHERE repo_id = $1),"
-	" 'commits', coalesce((SELECT json_agg(x ORDER BY x.position DESC) FROM ("
-	"   SELECT c.sha, c.title, c.author, c.email, c.committed_at, c.position, b.status AS build,"
-	"    commit_verdict(c.id) AS verdict,"
-	"    (SELECT coalesce(json_object_agg(k.name || '/' || s.dtype, s.verdict), '{}')"
-	"     FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id) AS verdicts"
-	"   FROM commits c LEFT JOIN builds b ON b.commit_id = c.id"
-	"   WHERE c.repo_id = $1 AND c.reachable ORDER BY c.position DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
+    "SELECT json_build_object("
+    " 'repository', (SELECT name FROM repositories WHERE id = $1),"
+    " 'total', (SELECT count(*) FROM commits WHERE repo_id = $1 AND reachable),"
+    " 'limit', $2::int, 'offset', $3::int,"
+    " 'checks', (SELECT coalesce(json_agg(json_build_object('check', name, 'dtypes', dtypes,"
+    "   'deterministic', deterministic) ORDER BY name), '[]') FROM checks WHERE repo_id = $1),"
+    " 'commits', coalesce((SELECT json_agg(x ORDER BY x.position DESC) FROM ("
+    "   SELECT c.sha, c.title, c.author, c.email, c.committed_at, c.position, b.status AS build,"
+    "    commit_verdict(c.id) AS verdict,"
+    "    (SELECT coalesce(json_object_agg(k.name || '/' || s.dtype, s.verdict), '{}')"
+    "     FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id) AS verdicts"
+    "   FROM commits c LEFT JOIN builds b ON b.commit_id = c.id"
+    "   WHERE c.repo_id = $1 AND c.reachable ORDER BY c.position DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
 
 static const char commit_sql[] =
-	"WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC LIMIT 2)"
-	" SELECT (SELECT count(*) FROM c), (SELECT json_build_object("
-	"  'sha', c.sha, 'parent', c.parent_sha, 'title', c.title, 'author', c.author, 'email', c.email,"
-	"  'committed_at', c.committed_at, 'position', c.position, 'reachable', c.reachable,"
-	"  'verdict', commit_verdict(c.id),"
-	"  'build', (SELECT json_build_object('status', b.status, 'duration_ms', b.duration_ms,"
-	"    'runner_hash', b.runner_hash, 'host', b.host, 'started_at', b.started_at,"
-	"    'log', '/api/v1/commits/' || c.sha || '/build-log') FROM builds b WHERE b.commit_id = c.id),"
-	"  'checks', coalesce((SELECT json_agg(json_build_object('check', k.name, 'dtype', s.dtype,"
-	"    'deterministic', k.deterministic, 'trials', s.trials, 'failures', s.failures,"
-	"    'infra_errors', s.infra_errors, 'worst_ratio', s.worst_ratio, 'verdict', s.verdict,"
-	"    'evidence', s.evidence,"
-	"    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
-	"      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape, 'error', t.error,"
-	"      'tensors', t.tensors, 'repro', format('numwatch-runner-%s --check %s --dtype %s --seed %s',"
-	"       CASE WHEN t.slot LIKE 'gpu%' THEN 'cuda' ELSE 'host' END, k.name, t.dtype, t.seed))"
-	"      ORDER BY t.seed, t.attempt), '[]') FROM (SELECT * FROM trials t WHERE t.commit_id = c.id"
-	"      AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds)"
-	"      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t)"
-	"   ) ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id"
-	"   WHERE s.commit_id = c.id), '[]')"
-	" )::text FROM c ORDER BY c.reachable DESC LIMIT 1)";
+    "WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
+    "LIMIT 2)"
+    " SELECT (SELECT count(*) FROM c), (SELECT json_build_object("
+    "  'sha', c.sha, 'parent', c.parent_sha, 'title', c.title, 'author', c.author, 'email', c.email,"
+    "  'committed_at', c.committed_at, 'position', c.position, 'reachable', c.reachable,"
+    "  'verdict', commit_verdict(c.id),"
+    "  'build', (SELECT json_build_object('status', b.status, 'duration_ms', b.duration_ms,"
+    "    'runner_hash', b.runner_hash, 'host', b.host, 'started_at', b.started_at,"
+    "    'log', '/api/v1/commits/' || c.sha || '/build-log') FROM builds b WHERE b.commit_id = c.id),"
+    "  'checks', coalesce((SELECT json_agg(json_build_object('check', k.name, 'dtype', s.dtype,"
+    "    'deterministic', k.deterministic, 'trials', s.trials, 'failures', s.failures,"
+    "    'infra_errors', s.infra_errors, 'worst_ratio', s.worst_ratio, 'verdict', s.verdict,"
+    "    'evidence', s.evidence,"
+    "    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
+    "      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape, 'error', t.error,"
+    "      'tensors', t.tensors, 'repro', format('numwatch-runner-%s --check %s --dtype %s --seed %s',"
+    "       CASE WHEN t.slot LIKE 'gpu%' THEN 'cuda' ELSE 'host' END, k.name, t.dtype, t.seed))"
+    "      ORDER BY t.seed, t.attempt), '[]') FROM (SELECT * FROM trials t WHERE t.commit_id = c.id"
+    "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds)"
+    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t)"
+    "   ) ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id"
+    "   WHERE s.commit_id = c.id), '[]')"
+    " )::text FROM c ORDER BY c.reachable DESC LIMIT 1)";
 
 static const char build_log_sql[] =
-	"WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC LIMIT 2)"
-	" SELECT (SELECT count(*) FROM c),"
-	" (SELECT b.log FROM c JOIN builds b ON b.commit_id = c.id ORDER BY c.reachable DESC LIMIT 1)";
+    "WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
+    "LIMIT 2)"
+    " SELECT (SELECT count(*) FROM c),"
+    " (SELECT b.log FROM c JOIN builds b ON b.commit_id = c.id ORDER BY c.reachable DESC LIMIT 1)";
 
 static const char health_sql[] =
-	"SELECT json_build_object("
-	" 'queue', (SELECT coalesce(json_object_agg(kind || '_' || state, n), '{}') FROM"
-	"   (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running')"
-	"    GROUP BY kind, state) q),"
-	" 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
-	" 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
-	" 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1))::text";
+    "SELECT json_build_object("
+    " 'queue', (SELECT coalesce(json_object_agg(kind || '_' || state, n), '{}') FROM"
+    "   (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running')"
+    "    GROUP BY kind, state) q),"
+    " 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
+    " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
+    " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1))::text";
 
 bool api_valid_sha(const char *s)
 {
@@ -109,11 +111,11 @@ static json_t *live_state(struct nwd *d)
 		struct slot_status st;
 
 		slot_status(d->slots[i], &st);
-		json_array_append_new(
-			slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}", "name", st.name, "gpu",
-					 st.gpu, "state", st.state, "commit", st.commit, "check", st.check, "dtype",
-					 st.dtype, "runner_pid", st.runner_pid, "restarts", st.restarts, "trials",
-					 (json_int_t)st.trials));
+		json_array_append_new(slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}",
+						       "name", st.name, "gpu", st.gpu, "state", st.state,
+						       "commit", st.commit, "check", st.check, "dtype",
+						       st.dtype, "runner_pid", st.runner_pid, "restarts",
+						       st.restarts, "trials", (json_int_t)st.trials));
 	}
 	return json_pack("{s:s, s:s, s:I, s:o, s:s, s:i, s:I, s:i, s:b}", "version", NW_VERSION, "node",
 			 d->cfg.node_name, "uptime_s", (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
@@ -255,7 +257,8 @@ static void get_commit(struct nwd *d, struct http_req *r, const char *rest)
 	memcpy(sha, rest, n);
 	sha[n] = '\0';
 	if (!api_valid_sha(sha)) {
-		http_reply_error(r, 400, "malformed commit id '%s': expected 4 to 40 lowercase hex digits", sha);
+		http_reply_error(r, 400, "malformed commit id '%s': expected 4 to 40 lowercase hex digits",
+				 sha);
 		return;
 	}
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);

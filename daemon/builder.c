@@ -16,7 +16,7 @@
 #include "proc.h"
 #include "protocol.h"
 
-#define CLAIM_POLL_MS 1000
+#define CLAIM_POLL_MS           1000
 #define HOUSEKEEPING_TIMEOUT_MS (120 * 1000)
 
 struct builder {
@@ -124,34 +124,34 @@ static void on_query_error(PGresult *res, const char *error, void *data)
 }
 
 static const char build_sql[] =
-	"INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)"
-	" VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7)"
-	" ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
-	" runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
-	" duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host";
+    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7)"
+    " ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
+    " runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
+    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host";
 
 static const char checks_sql[] =
-	"WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
-	"  dtypes text[], families text[], deterministic boolean)),"
-	" up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic)"
-	"  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
-	"  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
-	"   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
-	"  RETURNING id, dtypes)"
-	" INSERT INTO jobs (kind, commit_id, check_id, dtype)"
-	" SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d ON CONFLICT DO NOTHING";
+    "WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
+    "  dtypes text[], families text[], deterministic boolean)),"
+    " up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic)"
+    "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
+    "  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
+    "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
+    "  RETURNING id, dtypes)"
+    " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
+    " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d ON CONFLICT DO NOTHING";
 
 static const char failed_stats_sql[] =
-	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, verdict)"
-	" SELECT $1, k.id, d, 0, 0, 0, 'build_failed' FROM checks k, unnest(k.dtypes) AS d WHERE k.repo_id = $2"
-	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET verdict = 'build_failed', updated_at = now()";
+    "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, verdict)"
+    " SELECT $1, k.id, d, 0, 0, 0, 'build_failed' FROM checks k, unnest(k.dtypes) AS d WHERE k.repo_id = $2"
+    " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET verdict = 'build_failed', updated_at = now()";
 
 /* Stores the build, its checks and trials jobs (or build_failed verdicts) in one transaction. */
 static void store(struct builder *b, const char *checks_json)
 {
 	char commit[24], started[24], duration[24], repo[16];
-	const char *bparams[7] = {commit, b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
-				  started, duration, b->d->cfg.node_name};
+	const char *bparams[7] = {commit,  b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
+				  started, duration,  b->d->cfg.node_name};
 	const char *cparams[3] = {repo, checks_json, commit};
 	const char *fparams[2] = {commit, repo};
 	bool ok = strcmp(b->status, "ok") == 0;
@@ -161,8 +161,8 @@ static void store(struct builder *b, const char *checks_json)
 	snprintf(started, sizeof(started), "%lld", b->started_wall);
 	snprintf(duration, sizeof(duration), "%llu", (unsigned long long)ms);
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
-	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0, ok ? ", runner " : "",
-		 ok ? b->hash : "");
+	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
+		 ok ? ", runner " : "", ok ? b->hash : "");
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
 	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
 	if (ok)
@@ -197,8 +197,8 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 	char *json;
 
 	if (!nl) {
-		snprintf(why, sizeof(why), "numwatch: runner '%s' gave no hello (exit %lld%s): %.300s", b->runner,
-			 (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
+		snprintf(why, sizeof(why), "numwatch: runner '%s' gave no hello (exit %lld%s): %.300s",
+			 b->runner, (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
 		fail(b, "no_runner", why);
 		return;
 	}
@@ -216,8 +216,8 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 			json_array_append_new(dt, json_string(c->dtypes[k]));
 		for (unsigned k = 0; k < c->nfamilies; k++)
 			json_array_append_new(fam, json_string(c->families[k]));
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b}", "name", c->check, "op", c->op,
-						     "pass", c->pass, "dtypes", dt, "families", fam,
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b}", "name", c->check, "op",
+						     c->op, "pass", c->pass, "dtypes", dt, "families", fam,
 						     "deterministic", c->deterministic));
 	}
 	json = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
@@ -234,8 +234,8 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 static void ask_hello(struct builder *b)
 {
 	const struct config *cfg = &b->d->cfg;
-	const char *argv[] = {"/bin/sh", "-c", "printf '%s\\n%s\\n' \"$1\" \"$2\" | exec \"$0\"", b->runner, NULL,
-			      NULL, NULL};
+	const char *argv[] = {
+	    "/bin/sh", "-c", "printf '%s\\n%s\\n' \"$1\" \"$2\" | exec \"$0\"", b->runner, NULL, NULL, NULL};
 	const char *extra[] = {"NUMWATCH_PROTOCOL=1", NULL, NULL};
 	char gpu[32];
 	char *hello = proto_hello_request(), *bye = proto_bye_request();
@@ -256,8 +256,8 @@ static void ask_hello(struct builder *b)
 	else
 		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
 	extra[1] = gpu;
-	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX, false,
-		  on_hello, NULL) < 0)
+	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX,
+		  false, on_hello, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot start /bin/sh");
 	free(hello);
 	free(bye);
@@ -309,7 +309,8 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 	}
 	if (failed(r)) {
 		if (r->timed_out)
-			snprintf(why, sizeof(why), "numwatch: build timed out after %u s", cfg->build_timeout_s);
+			snprintf(why, sizeof(why), "numwatch: build timed out after %u s",
+				 cfg->build_timeout_s);
 		else if (r->term_signal)
 			snprintf(why, sizeof(why), "numwatch: build killed by signal %d", r->term_signal);
 		else
@@ -356,8 +357,8 @@ static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 	snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", b->build_dir);
 	snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", b->job.sha);
 	log_info("build %.12s: started", b->job.sha);
-	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max, true,
-		  on_built, &b->child) < 0)
+	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max,
+		  true, on_built, &b->child) < 0)
 		fail(b, "failed", "numwatch: cannot start /bin/sh");
 }
 
@@ -365,8 +366,8 @@ static void on_prepared(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	char mirror[PATH_MAX];
-	const char *argv[] = {"git", "-C", mirror, "worktree", "add", "--detach", "--force", "--quiet",
-			      b->worktree, b->job.sha, NULL};
+	const char *argv[] = {"git",     "-C",      mirror,      "worktree", "add", "--detach",
+			      "--force", "--quiet", b->worktree, b->job.sha, NULL};
 
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
 	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
@@ -378,9 +379,10 @@ static void on_claimed(struct job *job, void *data)
 	struct builder *b = data;
 	char mirror[PATH_MAX];
 	/* Leftovers of a build killed mid-way are wiped first. */
-	const char *argv[] = {"/bin/sh", "-c",
-			      "rm -rf \"$1\" \"$2\" && mkdir -p \"$2\" && git -C \"$3\" worktree prune", "sh",
-			      b->worktree, b->build_dir, mirror, NULL};
+	const char *argv[] = {
+	    "/bin/sh", "-c",        "rm -rf \"$1\" \"$2\" && mkdir -p \"$2\" && git -C \"$3\" worktree prune",
+	    "sh",      b->worktree, b->build_dir,
+	    mirror,    NULL};
 
 	if (!job) {
 		b->busy = false;

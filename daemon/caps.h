@@ -14,7 +14,7 @@
 /* Checks one runner may declare in its hello. */
 #define NW_PROTO_CHECKS_MAX 256
 /* Dtypes and families one check may declare. */
-#define NW_PROTO_DTYPES_MAX 8
+#define NW_PROTO_DTYPES_MAX   8
 #define NW_PROTO_FAMILIES_MAX 32
 /* Dimensions of a trial's shape. */
 #define NW_PROTO_SHAPE_MAX 8
@@ -31,14 +31,14 @@
 #define NW_GIT_OUTPUT_MAX (64 * 1024 * 1024)
 
 /* Config file: longest line and longest value. */
-#define NW_CONFIG_LINE_MAX 4096
+#define NW_CONFIG_LINE_MAX  4096
 #define NW_CONFIG_SLOTS_MAX 64
 
 /* HTTP: request headers and body, and URL length. */
-#define NW_HTTP_HEADER_MAX (16 * 1024)
-#define NW_HTTP_BODY_MAX (64 * 1024)
+#define NW_HTTP_HEADER_MAX      (16 * 1024)
+#define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
-#define NW_HTTP_PAGE_MAX 500
+#define NW_HTTP_PAGE_MAX        500
 
 /* Trials buffered before a flush is forced (the store writes in batches). */
 #define NW_STORE_BATCH_MAX 2048

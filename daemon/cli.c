@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RESPONSE_MAX (16 * 1024 * 1024)
+#define RESPONSE_MAX      (16 * 1024 * 1024)
 #define REQUEST_TIMEOUT_S 30L
 
 enum { EXIT_CLEAN = 0, EXIT_REGRESSED = 1, EXIT_TIMEOUT = 2, EXIT_ERROR = 3 };
@@ -82,7 +82,8 @@ static long get_json(const char *path, json_t **out, char *err, size_t errlen)
 	if (!*out)
 		snprintf(err, errlen, "'%s' answered %ld with a body that is not JSON", url, status);
 	else if (status >= 400)
-		snprintf(err, errlen, "%s", json_string_value(json_object_get(*out, "error")) ?: "request failed");
+		snprintf(err, errlen, "%s",
+			 json_string_value(json_object_get(*out, "error")) ?: "request failed");
 out:
 	free(b.data);
 	curl_easy_cleanup(c);
@@ -108,8 +109,9 @@ static int cmd_health(void)
 		fprintf(stderr, "numwatch: %s\n", err);
 		return EXIT_ERROR;
 	}
-	printf("status %s, database %s, version %s, node %s, up %llds\n", str(h, "status"), str(h, "database"),
-	       str(h, "version"), str(h, "node"), (long long)json_integer_value(json_object_get(h, "uptime_s")));
+	printf("status %s, database %s, version %s, node %s, up %llds\n", str(h, "status"),
+	       str(h, "database"), str(h, "version"), str(h, "node"),
+	       (long long)json_integer_value(json_object_get(h, "uptime_s")));
 	json_array_foreach(json_object_get(h, "slots"), i, slot)
 	{
 		printf("  slot %-8s %-10s %.12s %s %s (%lld trials, %lld restarts)\n", str(slot, "name"),
@@ -155,14 +157,16 @@ static void print_failures(json_t *commit)
 		if (!strcmp(v, "clean") || !strcmp(v, "pending"))
 			continue;
 		printf("  %-16s %-5s %-12s %lld/%lld failing, worst ratio %g\n", str(check, "check"),
-		       str(check, "dtype"), v, (long long)json_integer_value(json_object_get(check, "failures")),
+		       str(check, "dtype"), v,
+		       (long long)json_integer_value(json_object_get(check, "failures")),
 		       (long long)json_integer_value(json_object_get(check, "trials")),
 		       json_number_value(json_object_get(check, "worst_ratio")));
 		json_array_foreach(json_object_get(check, "failing_seeds"), k, seed)
 		{
 			if (k >= 3)
 				break;
-			printf("      seed %lld (%s, %s): %s\n", (long long)json_integer_value(json_object_get(seed, "seed")),
+			printf("      seed %lld (%s, %s): %s\n",
+			       (long long)json_integer_value(json_object_get(seed, "seed")),
 			       str(seed, "family"), str(seed, "outcome"), str(seed, "repro"));
 		}
 	}
@@ -181,8 +185,8 @@ static int cmd_show(const char *sha)
 		json_decref(c);
 		return EXIT_ERROR;
 	}
-	printf("%s %s\n  %s <%s>\n  verdict: %s\n", str(c, "sha"), str(c, "title"), str(c, "author"), str(c, "email"),
-	       str(c, "verdict"));
+	printf("%s %s\n  %s <%s>\n  verdict: %s\n", str(c, "sha"), str(c, "title"), str(c, "author"),
+	       str(c, "email"), str(c, "verdict"));
 	print_failures(c);
 	json_decref(c);
 	return 0;
@@ -202,8 +206,8 @@ static int cmd_ci_wait(const char *sha, int timeout_s)
 		/* An unknown commit may simply not be polled yet: keep waiting for it. */
 		if (st == 200 && strcmp(v, "pending") != 0) {
 			int rc = !strcmp(v, "regressed") || !strcmp(v, "build_failed") ? EXIT_REGRESSED
-			       : !strcmp(v, "infra_error")                           ? EXIT_ERROR
-										     : EXIT_CLEAN;
+				 : !strcmp(v, "infra_error")                           ? EXIT_ERROR
+										       : EXIT_CLEAN;
 
 			printf("%.12s %s: %s\n", str(c, "sha"), str(c, "title"), v);
 			print_failures(c);
@@ -237,9 +241,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"url", required_argument, NULL, 'u'},     {"limit", required_argument, NULL, 'l'},
-		{"offset", required_argument, NULL, 'o'},  {"timeout", required_argument, NULL, 't'},
-		{"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+	    {"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
+	    {"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
+	    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
 	const char *cmd;

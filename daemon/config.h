@@ -35,11 +35,11 @@ struct config {
 	unsigned history_max;     /* commits imported on the first poll (newest first) */
 
 	/* [build] */
-	char *build_command;     /* run with /bin/sh -c in the worktree */
+	char *build_command; /* run with /bin/sh -c in the worktree */
 	unsigned build_timeout_s;
-	char *runner_host;       /* runner for host slots, relative to the build directory */
-	char *runner_cuda;       /* runner for GPU slots, relative to the build directory */
-	unsigned build_log_max;  /* bytes of build log kept (capped by NW_CAPTURE_MAX) */
+	char *runner_host;      /* runner for host slots, relative to the build directory */
+	char *runner_cuda;      /* runner for GPU slots, relative to the build directory */
+	unsigned build_log_max; /* bytes of build log kept (capped by NW_CAPTURE_MAX) */
 
 	/* [trials] */
 	unsigned trials_per_commit; /* seeds 0..n-1 for every check x dtype */
@@ -54,7 +54,7 @@ struct config {
 	/* [http] */
 	char *http_address; /* listen address, e.g. "127.0.0.1" */
 	unsigned http_port;
-	char *web_root; /* directory holding the dashboard's static files */
+	char *web_root;   /* directory holding the dashboard's static files */
 	char *public_url; /* base of the links the daemon prints; default http://address:port */
 };
 

@@ -30,7 +30,7 @@ struct db {
 	char *conninfo;
 	char name[32];
 	PGconn *conn;
-	uv_poll_t *poll; /* own allocation: a closing handle can't be reused at once */
+	uv_poll_t *poll;  /* own allocation: a closing handle can't be reused at once */
 	uv_timer_t timer; /* reconnect backoff and connect deadline */
 	enum db_state state;
 	unsigned backoff_ms;

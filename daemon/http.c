@@ -3,8 +3,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <jansson.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <limits.h>
 #include <microhttpd.h>
 #include <stdarg.h>
@@ -82,8 +82,9 @@ static enum MHD_Result queue(struct http_req *r)
 		resp = MHD_create_response_from_fd(r->fd_size, r->fd);
 		r->fd = -1; /* libmicrohttpd closes it */
 	} else {
-		resp = MHD_create_response_from_buffer(r->len, r->body ? r->body : (char *)"",
-						       r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+		resp =
+		    MHD_create_response_from_buffer(r->len, r->body ? r->body : (char *)"",
+						    r->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 		r->body = NULL;
 	}
 	if (!resp)
@@ -135,10 +136,16 @@ static const char *content_type(const char *path)
 	static const struct {
 		const char *ext, *type;
 	} types[] = {
-		{".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
-		{".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
-		{".json", "application/json"}, {".svg", "image/svg+xml"}, {".png", "image/png"},
-		{".ico", "image/x-icon"}, {".map", "application/json"}, {".yaml", "text/yaml; charset=utf-8"},
+	    {".html", "text/html; charset=utf-8"},
+	    {".js", "text/javascript; charset=utf-8"},
+	    {".mjs", "text/javascript; charset=utf-8"},
+	    {".css", "text/css; charset=utf-8"},
+	    {".json", "application/json"},
+	    {".svg", "image/svg+xml"},
+	    {".png", "image/png"},
+	    {".ico", "image/x-icon"},
+	    {".map", "application/json"},
+	    {".yaml", "text/yaml; charset=utf-8"},
 	};
 	const char *dot = strrchr(path, '.');
 
@@ -281,12 +288,11 @@ int http_start(struct nwd *d, struct http **out)
 		free(h);
 		return -EINVAL;
 	}
-	h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL,
-				  on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)NW_HTTP_HEADER_MAX * 2,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
-				  MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-				  MHD_OPTION_END);
+	h->mhd = MHD_start_daemon(
+	    MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL, on_request, h,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	    (size_t)NW_HTTP_HEADER_MAX * 2, MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
+	    MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	if (!h->mhd) {
 		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
 			  strerror(errno));

@@ -23,7 +23,7 @@ unsigned http_port(const struct http *h);
 void http_reply(struct http_req *r, unsigned status, const char *content_type, char *body, size_t len);
 /* A JSON error: {"error": "<message>", "status": N}. */
 void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* A static file under the web root ('rel' already checked for ".."). */
 void http_reply_file(struct http_req *r, const char *rel);
 /* The API's state for a request waiting on a query (api_abandon clears it). */

@@ -10,18 +10,18 @@
 #include "nwd.h"
 
 static const char claim_sql[] =
-	"WITH next AS ("
-	"  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
-	"  WHERE j.kind = $1 AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
-	"    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
-	"  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
-	"  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"
-	" claimed AS ("
-	"  UPDATE jobs SET state = 'running', owner = $2, lease_until = now() + $3 * interval '1 second'"
-	"  FROM next WHERE jobs.id = next.id RETURNING jobs.*)"
-	" SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
-	"  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true)"
-	" FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
+    "WITH next AS ("
+    "  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
+    "  WHERE j.kind = $1 AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
+    "    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
+    "  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
+    "  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"
+    " claimed AS ("
+    "  UPDATE jobs SET state = 'running', owner = $2, lease_until = now() + $3 * interval '1 second'"
+    "  FROM next WHERE jobs.id = next.id RETURNING jobs.*)"
+    " SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
+    "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true)"
+    " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
 
 struct claim {
 	jobs_claim_cb cb;
@@ -96,10 +96,11 @@ void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error
 	const char *params[3] = {id, failed ? "failed" : "done", error};
 
 	snprintf(id, sizeof(id), "%lld", job_id);
-	db_query(d->db,
-		 "UPDATE jobs SET state = $2, error = $3, finished_at = now(), owner = NULL, lease_until = NULL"
-		 " WHERE id = $1",
-		 3, params, log_error_cb, "finishing a job");
+	db_query(
+	    d->db,
+	    "UPDATE jobs SET state = $2, error = $3, finished_at = now(), owner = NULL, lease_until = NULL"
+	    " WHERE id = $1",
+	    3, params, log_error_cb, "finishing a job");
 }
 
 void jobs_release(struct nwd *d, long long job_id)

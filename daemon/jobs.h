@@ -14,12 +14,12 @@ struct nwd;
 struct job {
 	long long id;
 	long long commit_id;
-	int check_id;        /* trials jobs only, else 0 */
-	char dtype[16];      /* trials jobs only */
-	int strikes;         /* infrastructure faults so far */
+	int check_id;   /* trials jobs only, else 0 */
+	char dtype[16]; /* trials jobs only */
+	int strikes;    /* infrastructure faults so far */
 	char sha[41];
-	char check[64];      /* trials jobs only */
-	bool deterministic;  /* trials jobs only */
+	char check[64];     /* trials jobs only */
+	bool deterministic; /* trials jobs only */
 };
 
 /* Called with the claimed job, or NULL when none is claimable (or on error). */

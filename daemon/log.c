@@ -39,6 +39,7 @@ void log_msg(enum log_level level, const char *fmt, ...)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		gmtime_r(&ts.tv_sec, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-		fprintf(stderr, "%s.%03ldZ numwatchd %s: %s\n", when, ts.tv_nsec / 1000000, names[level], line);
+		fprintf(stderr, "%s.%03ldZ numwatchd %s: %s\n", when, ts.tv_nsec / 1000000, names[level],
+			line);
 	}
 }

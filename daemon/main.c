@@ -117,11 +117,11 @@ static void on_term(uv_signal_t *s, int signum)
 /* Options that only a restart changes keep their running values. */
 static void keep_restart_only(struct config *next, struct config *cur)
 {
-#define KEEP(field)                                                                                                    \
-	do {                                                                                                           \
-		char *t = next->field;                                                                                 \
-		next->field = cur->field;                                                                              \
-		cur->field = t;                                                                                        \
+#define KEEP(field)                                                                                          \
+	do {                                                                                                 \
+		char *t = next->field;                                                                       \
+		next->field = cur->field;                                                                    \
+		cur->field = t;                                                                              \
 	} while (0)
 	KEEP(state_dir);
 	KEEP(database);
@@ -209,10 +209,13 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'}, {"migrate", no_argument, NULL, 'm'},
-		{"check-config", no_argument, NULL, 'k'}, {"verbose", no_argument, NULL, 'v'},
-		{"version", no_argument, NULL, 'V'},      {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"config", required_argument, NULL, 'c'},
+	    {"migrate", no_argument, NULL, 'm'},
+	    {"check-config", no_argument, NULL, 'k'},
+	    {"verbose", no_argument, NULL, 'v'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	struct nwd *d = &daemon_ctx;
 	bool only_migrate = false, only_check = false;
@@ -264,8 +267,8 @@ int main(int argc, char **argv)
 		return 0;
 	if (make_dirs(d->cfg.state_dir) < 0)
 		return 1;
-	d->repo_id = migrate_repository(d->cfg.database, d->cfg.repo_name, d->cfg.repo_url, d->cfg.repo_branch, err,
-					sizeof(err));
+	d->repo_id = migrate_repository(d->cfg.database, d->cfg.repo_name, d->cfg.repo_url,
+					d->cfg.repo_branch, err, sizeof(err));
 	if (d->repo_id < 0) {
 		log_error("%s", err);
 		return 1;

@@ -9,7 +9,6 @@
 
 #include "migrations.h" /* generated from sql/ by CMake */
 
-
 static int fail(PGconn *c, PGresult *r, const char *what, char *err, size_t errlen)
 {
 	snprintf(err, errlen, "%s: %s", what, r ? PQresultErrorMessage(r) : PQerrorMessage(c));
@@ -48,7 +47,7 @@ int migrate_run(const char *conninfo, unsigned *applied, char *err, size_t errle
 	}
 	PQclear(PQexec(c, "SET client_min_messages = warning"));
 	r = exec_ok(c, "SELECT pg_advisory_lock(" /* blocks until other daemons are done */
-		    "1852206439)");
+		       "1852206439)");
 	if (!ok(r)) {
 		fail(c, r, "taking the migration lock", err, errlen);
 		goto out;
@@ -67,8 +66,8 @@ int migrate_run(const char *conninfo, unsigned *applied, char *err, size_t errle
 		const char *params[2] = {version, m->name};
 
 		snprintf(version, sizeof(version), "%d", m->version);
-		r = PQexecParams(c, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, NULL, params, NULL,
-				 NULL, 0);
+		r = PQexecParams(c, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, NULL, params,
+				 NULL, NULL, 0);
 		if (!ok(r)) {
 			fail(c, r, "reading schema_migrations", err, errlen);
 			goto out;

@@ -8,9 +8,9 @@
 #include "slot.h"
 
 /* What children inherit from the daemon's environment; everything else is explicit. */
-static const char *const passthrough[] = {"PATH",   "HOME",    "LANG", "LC_ALL", "TMPDIR",
-					  "USER",   "LOGNAME", "LD_LIBRARY_PATH",  "CUDA_HOME",
-					  "CUDA_PATH"};
+static const char *const passthrough[] = {"PATH",      "HOME",     "LANG",    "LC_ALL",
+					  "TMPDIR",    "USER",     "LOGNAME", "LD_LIBRARY_PATH",
+					  "CUDA_HOME", "CUDA_PATH"};
 
 void nwd_kick(struct nwd *d)
 {

@@ -31,7 +31,7 @@ struct nwd {
 	struct slot *slots[NW_CONFIG_SLOTS_MAX];
 	unsigned nslots;
 	struct http *http;
-	bool draining;      /* SIGTERM: claim nothing new, finish what runs */
+	bool draining; /* SIGTERM: claim nothing new, finish what runs */
 	uint64_t started_ms;
 	unsigned running_services; /* builder and slots not yet stopped after a drain */
 };

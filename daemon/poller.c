@@ -16,7 +16,7 @@
 #include "proc.h"
 
 #define GIT_TIMEOUT_MS (300 * 1000)
-#define BACKOFF_MAX_S 600
+#define BACKOFF_MAX_S  600
 
 struct poller {
 	struct nwd *d;
@@ -84,27 +84,28 @@ static void on_stored(PGresult *res, const char *error, void *data)
 		return;
 	}
 	if (atoll(PQgetvalue(res, 0, 0)) > 0 || atoll(PQgetvalue(res, 0, 1)) > 0)
-		log_info("repo %s: %s new commits, %s no longer on '%s'", p->d->cfg.repo_name, PQgetvalue(res, 0, 0),
-			 PQgetvalue(res, 0, 1), p->d->cfg.repo_branch);
+		log_info("repo %s: %s new commits, %s no longer on '%s'", p->d->cfg.repo_name,
+			 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), p->d->cfg.repo_branch);
 	poll_done(p, NULL);
 	nwd_kick(p->d);
 }
 
 static const char store_sql[] =
-	"WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(sha text, parent text, position int,"
-	"  author text, email text, title text, at bigint)),"
-	" up AS (INSERT INTO commits (repo_id, sha, parent_sha, position, author, email, title, committed_at)"
-	"  SELECT $1, sha, parent, position, author, email, title, to_timestamp(at) FROM input ORDER BY position"
-	"  ON CONFLICT (repo_id, sha) DO UPDATE SET position = EXCLUDED.position, reachable = true,"
-	"   parent_sha = EXCLUDED.parent_sha"
-	"  RETURNING id, position, (xmax = 0) AS inserted),"
-	" gone AS (UPDATE commits SET reachable = false WHERE repo_id = $1 AND reachable"
-	"  AND sha NOT IN (SELECT sha FROM input) AND position >= (SELECT min(position) FROM input)"
-	"  RETURNING id),"
-	" queued AS (INSERT INTO jobs (kind, commit_id) SELECT 'build', id FROM up WHERE inserted ORDER BY position"
-	"  ON CONFLICT DO NOTHING RETURNING id)"
-	" SELECT (SELECT count(*) FROM up WHERE inserted), (SELECT count(*) FROM gone),"
-	" (SELECT count(*) FROM queued)";
+    "WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(sha text, parent text, position int,"
+    "  author text, email text, title text, at bigint)),"
+    " up AS (INSERT INTO commits (repo_id, sha, parent_sha, position, author, email, title, committed_at)"
+    "  SELECT $1, sha, parent, position, author, email, title, to_timestamp(at) FROM input ORDER BY position"
+    "  ON CONFLICT (repo_id, sha) DO UPDATE SET position = EXCLUDED.position, reachable = true,"
+    "   parent_sha = EXCLUDED.parent_sha"
+    "  RETURNING id, position, (xmax = 0) AS inserted),"
+    " gone AS (UPDATE commits SET reachable = false WHERE repo_id = $1 AND reachable"
+    "  AND sha NOT IN (SELECT sha FROM input) AND position >= (SELECT min(position) FROM input)"
+    "  RETURNING id),"
+    " queued AS (INSERT INTO jobs (kind, commit_id) SELECT 'build', id FROM up WHERE inserted ORDER BY "
+    "position"
+    "  ON CONFLICT DO NOTHING RETURNING id)"
+    " SELECT (SELECT count(*) FROM up WHERE inserted), (SELECT count(*) FROM gone),"
+    " (SELECT count(*) FROM queued)";
 
 /* Parses `git log` records (fields split by 0x1f, records by 0x1e) into the JSON the query reads. */
 static char *history_json(const char *out, long base)
@@ -149,8 +150,9 @@ static char *history_json(const char *out, long base)
 			if (space)
 				*space = '\0'; /* first parent only */
 			o = json_pack("{s:s, s:s?, s:i, s:s, s:s, s:s, s:I}", "sha", f[0], "parent",
-				      *f[1] ? f[1] : NULL, "position", (json_int_t)(base + count - 1 - i), "author",
-				      f[2], "email", f[3], "title", f[5], "at", (json_int_t)strtoll(f[4], NULL, 10));
+				      *f[1] ? f[1] : NULL, "position", (json_int_t)(base + count - 1 - i),
+				      "author", f[2], "email", f[3], "title", f[5], "at",
+				      (json_int_t)strtoll(f[4], NULL, 10));
 			if (o)
 				json_array_append_new(arr, o);
 		}
@@ -231,8 +233,9 @@ static void on_log(struct proc *child, const struct proc_result *r, void *data)
 static void read_history(struct poller *p)
 {
 	char max[32], ref[300];
-	const char *args[] = {"-C",      p->mirror, "log", "--first-parent", max,
-			      "--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%s%x1e", ref, "--", NULL};
+	const char *args[] = {
+	    "-C", p->mirror, "log", "--first-parent", max, "--format=%H%x1f%P%x1f%an%x1f%ae%x1f%ct%x1f%s%x1e",
+	    ref,  "--",      NULL};
 
 	snprintf(max, sizeof(max), "--max-count=%u", p->d->cfg.history_max);
 	snprintf(ref, sizeof(ref), "refs/heads/%s", p->d->cfg.repo_branch);
@@ -304,8 +307,8 @@ static void poll_done(struct poller *p, const char *error)
 		p->failures = 0;
 	}
 	snprintf(repo, sizeof(repo), "%d", p->d->repo_id);
-	db_query(p->d->db, "UPDATE repositories SET polled_at = now(), poll_error = $2 WHERE id = $1", 2, params,
-		 on_error_stored, NULL);
+	db_query(p->d->db, "UPDATE repositories SET polled_at = now(), poll_error = $2 WHERE id = $1", 2,
+		 params, on_error_stored, NULL);
 	if (!p->stopped)
 		uv_timer_start(&p->timer, on_timer, (uint64_t)interval * 1000, 0);
 }

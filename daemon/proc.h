@@ -21,8 +21,8 @@ struct proc_result {
 	bool timed_out;      /* killed by its deadline */
 	const char *out;     /* captured stdout (and stderr when merged), NUL-terminated; borrowed */
 	size_t out_len;
-	bool out_truncated;  /* more than out_max was printed; 'out' keeps the end */
-	const char *err;     /* the tail of stderr (when not merged), NUL-terminated; borrowed */
+	bool out_truncated; /* more than out_max was printed; 'out' keeps the end */
+	const char *err;    /* the tail of stderr (when not merged), NUL-terminated; borrowed */
 	size_t err_len;
 	uint64_t elapsed_ms;
 };

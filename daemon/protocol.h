@@ -34,7 +34,7 @@ struct proto_hello {
 	char backend[NW_PROTO_NAME_MAX]; /* "cuda" or "host" */
 	char device_name[NW_PROTO_TEXT_MAX];
 	char device_json[NW_PROTO_TEXT_MAX]; /* the "device" object re-encoded compactly, "{}" if absent */
-	struct proto_check *checks; /* owned; freed by proto_hello_release() */
+	struct proto_check *checks;          /* owned; freed by proto_hello_release() */
 	unsigned nchecks;
 };
 
@@ -48,19 +48,19 @@ struct proto_tensor {
 struct proto_trial {
 	long id;
 	enum outcome verdict;
-	bool fatal;                       /* only with OUTCOME_ERROR */
-	char error[NW_PROTO_TEXT_MAX];    /* only with OUTCOME_ERROR */
-	char family[NW_PROTO_NAME_MAX];   /* "" when the runner gave no case */
+	bool fatal;                     /* only with OUTCOME_ERROR */
+	char error[NW_PROTO_TEXT_MAX];  /* only with OUTCOME_ERROR */
+	char family[NW_PROTO_NAME_MAX]; /* "" when the runner gave no case */
 	long shape[NW_PROTO_SHAPE_MAX];
 	unsigned ndim;
-	int gen;                          /* generator version, -1 if absent */
-	double ratio;                     /* NAN if absent (error answers) */
+	int gen;      /* generator version, -1 if absent */
+	double ratio; /* NAN if absent (error answers) */
 	struct proto_tensor tensors[NW_PROTO_TENSORS_MAX];
 	unsigned ntensors;
 	char digest[NW_PROTO_NAME_MAX];
 	long digests_differ;
-	double kernel_us;                 /* NAN if absent */
-	char *tensors_json;               /* owned: the "tensors" array re-encoded compactly, for storage */
+	double kernel_us;   /* NAN if absent */
+	char *tensors_json; /* owned: the "tensors" array re-encoded compactly, for storage */
 };
 
 /*

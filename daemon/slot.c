@@ -19,11 +19,11 @@
 #include "store.h"
 #include "verdict.h"
 
-#define CLAIM_POLL_MS 1000
-#define RESTART_MIN_MS 100
-#define RESTART_MAX_MS 1000
+#define CLAIM_POLL_MS   1000
+#define RESTART_MIN_MS  100
+#define RESTART_MAX_MS  1000
 #define FINISH_RETRY_MS 500
-#define FINISH_RETRIES 20
+#define FINISH_RETRIES  20
 
 enum slot_state {
 	SLOT_IDLE,       /* no job; polling for one */
@@ -36,8 +36,8 @@ enum slot_state {
 	SLOT_STOPPED,
 };
 
-static const char *const state_names[] = {"idle",       "claiming",  "loading", "starting",
-					  "running",    "restarting", "finishing", "stopped"};
+static const char *const state_names[] = {"idle",    "claiming",   "loading",   "starting",
+					  "running", "restarting", "finishing", "stopped"};
 
 struct seed_rec {
 	struct verdict_seed v;
@@ -99,15 +99,15 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 {
 	struct seed_rec *rec = &s->seeds[s->cur_seed];
 	struct trial_row row = {
-		.commit_id = s->job.commit_id,
-		.check_id = s->job.check_id,
-		.dtype = s->job.dtype,
-		.seed = s->cur_seed,
-		.attempt = s->cur_attempt,
-		.outcome = outcome,
-		.result = result,
-		.error = error,
-		.slot = s->cfg.name,
+	    .commit_id = s->job.commit_id,
+	    .check_id = s->job.check_id,
+	    .dtype = s->job.dtype,
+	    .seed = s->cur_seed,
+	    .attempt = s->cur_attempt,
+	    .outcome = outcome,
+	    .result = result,
+	    .error = error,
+	    .slot = s->cfg.name,
 	};
 
 	s->in_trial = false;
@@ -156,8 +156,8 @@ static void strike(struct slot *s, const char *why)
 {
 	s->job.strikes++;
 	jobs_strike(s->d, s->job.id, s->job.strikes);
-	log_warn("slot %s: %.12s %s %s: strike %d of %d: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
-		 s->job.strikes, SLOT_MAX_STRIKES, why);
+	log_warn("slot %s: %.12s %s %s: strike %d of %d: %s", s->cfg.name, s->job.sha, s->job.check,
+		 s->job.dtype, s->job.strikes, SLOT_MAX_STRIKES, why);
 	drop_runner(s);
 	if (s->job.strikes >= SLOT_MAX_STRIKES)
 		finish_job(s, true);
@@ -187,7 +187,8 @@ static void on_deadline(uv_timer_t *t)
 	char why[128];
 
 	if (s->state == SLOT_STARTING) {
-		snprintf(why, sizeof(why), "runner did not answer hello within %u s", s->d->cfg.hello_timeout_s);
+		snprintf(why, sizeof(why), "runner did not answer hello within %u s",
+			 s->d->cfg.hello_timeout_s);
 		strike(s, why);
 		return;
 	}
@@ -286,8 +287,8 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 	if (r->term_signal)
 		snprintf(why, sizeof(why), "runner killed by signal %d; stderr: %s", r->term_signal, tail);
 	else
-		snprintf(why, sizeof(why), "runner exited with status %lld; stderr: %s", (long long)r->exit_status,
-			 tail);
+		snprintf(why, sizeof(why), "runner exited with status %lld; stderr: %s",
+			 (long long)r->exit_status, tail);
 	if (s->in_trial) {
 		log_warn("slot %s: %.12s %s %s seed %u: crash: %s", s->cfg.name, s->job.sha, s->job.check,
 			 s->job.dtype, s->cur_seed, why);
@@ -310,7 +311,8 @@ static int start_runner(struct slot *s)
 	int rc;
 
 	snprintf(build_dir, sizeof(build_dir), "%s/builds/%s", cfg->state_dir, s->job.sha);
-	snprintf(path, sizeof(path), "%s/%s", build_dir, s->cfg.gpu < 0 ? cfg->runner_host : cfg->runner_cuda);
+	snprintf(path, sizeof(path), "%s/%s", build_dir,
+		 s->cfg.gpu < 0 ? cfg->runner_host : cfg->runner_cuda);
 	if (s->cfg.gpu < 0)
 		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
 	else
@@ -431,27 +433,28 @@ static void job_done(struct slot *s)
 }
 
 static const char stats_sql[] =
-	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
-	" failing_seeds, evidence, updated_at)"
-	" SELECT $1, $2, $3, $4, $5,"
-	"  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
-	"   AND outcome = 'infra_error'),"
-	"  $6, $7, $8::bigint[],"
-	"  $9::jsonb || jsonb_build_object('baseline', (SELECT c.sha FROM stats s JOIN commits c ON c.id = s.commit_id"
-	"   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'clean' AND c.reachable"
-	"   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-	"   AND c.position < (SELECT position FROM commits WHERE id = $1)"
-	"   ORDER BY c.position DESC LIMIT 1)), now()"
-	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
-	"  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
-	"  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
-	"  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
+    "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
+    " failing_seeds, evidence, updated_at)"
+    " SELECT $1, $2, $3, $4, $5,"
+    "  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
+    "   AND outcome = 'infra_error'),"
+    "  $6, $7, $8::bigint[],"
+    "  $9::jsonb || jsonb_build_object('baseline', (SELECT c.sha FROM stats s JOIN commits c ON c.id = "
+    "s.commit_id"
+    "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'clean' AND c.reachable"
+    "   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
+    "   AND c.position < (SELECT position FROM commits WHERE id = $1)"
+    "   ORDER BY c.position DESC LIMIT 1)), now()"
+    " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
+    "  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
+    "  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
+    "  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
 
 /* Done only once every planned seed has a stored result: trials are written in batches. */
 static const char done_sql[] =
-	"UPDATE jobs SET state = $5, finished_at = now(), owner = NULL, lease_until = NULL"
-	" WHERE id = $4 AND ($5 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $1"
-	"  AND check_id = $2 AND dtype = $3 AND outcome <> 'infra_error' AND seed < $6) >= $6)";
+    "UPDATE jobs SET state = $5, finished_at = now(), owner = NULL, lease_until = NULL"
+    " WHERE id = $4 AND ($5 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $1"
+    "  AND check_id = $2 AND dtype = $3 AND outcome <> 'infra_error' AND seed < $6) >= $6)";
 
 static void write_verdict(struct slot *s, bool infra_failed);
 
@@ -471,8 +474,8 @@ static void on_job_written(PGresult *res, const char *error, void *data)
 		return;
 	}
 	if (++s->finish_tries >= FINISH_RETRIES) {
-		log_warn("slot %s: %.12s %s %s: results not all stored yet (%s); giving the job back", s->cfg.name,
-			 s->job.sha, s->job.check, s->job.dtype, error ? error : "rows missing");
+		log_warn("slot %s: %.12s %s %s: results not all stored yet (%s); giving the job back",
+			 s->cfg.name, s->job.sha, s->job.check, s->job.dtype, error ? error : "rows missing");
 		jobs_release(s->d, s->job.id);
 		job_done(s);
 		return;
@@ -513,7 +516,8 @@ static void write_verdict(struct slot *s, bool infra_failed)
 	seeds[len++] = '}';
 	seeds[len] = '\0';
 	v = verdict_decide(&in, &sum);
-	json_object_set_new(ev, "rule", json_string("v1: a seed that fails twice fails; fails then passes is flaky"));
+	json_object_set_new(ev, "rule",
+			    json_string("v1: a seed that fails twice fails; fails then passes is flaky"));
 	json_object_set_new(ev, "deterministic", json_boolean(s->job.deterministic));
 	json_object_set_new(ev, "planned", json_integer(s->nseeds));
 	json_object_set_new(ev, "confirmed_seeds", json_incref(confirmed));
@@ -531,13 +535,15 @@ static void write_verdict(struct slot *s, bool infra_failed)
 	snprintf(id, sizeof(id), "%lld", s->job.id);
 	snprintf(n, sizeof(n), "%u", s->nseeds);
 	{
-		const char *stats[9] = {commit,       check, s->job.dtype, trials,  failures,
-					isnan(worst) ? NULL : worst_s, verdict_name(v), seeds, evidence};
+		const char *stats[9] = {commit,          check,    s->job.dtype,
+					trials,          failures, isnan(worst) ? NULL : worst_s,
+					verdict_name(v), seeds,    evidence};
 		const char *done[6] = {commit, check, s->job.dtype, id, infra_failed ? "failed" : "done", n};
 
 		if (s->finish_tries == 0)
-			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g)", s->job.sha,
-				 s->job.check, s->job.dtype, verdict_name(v), sum.trials, sum.failures, worst);
+			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g)",
+				 s->job.sha, s->job.check, s->job.dtype, verdict_name(v), sum.trials,
+				 sum.failures, worst);
 		store_flush(s->d->store);
 		db_query(s->d->db, stats_sql, 9, stats, NULL, NULL);
 		db_query(s->d->db, done_sql, 6, done, on_job_written, s);

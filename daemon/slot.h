@@ -31,7 +31,7 @@ struct slot_status {
 	const char *commit; /* sha of the job's commit, "" when idle */
 	const char *check;
 	const char *dtype;
-	int runner_pid;     /* 0 when no runner */
+	int runner_pid; /* 0 when no runner */
 	unsigned restarts;
 	unsigned long long trials;
 };

@@ -14,14 +14,14 @@
 #define RETRY_MS 1000
 
 static const char insert_sql[] =
-	"INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-	" tensors, digest, digests_differ, kernel_us, error, slot, host)"
-	" SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-	" coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2"
-	" FROM json_to_recordset($1::json) AS t(commit_id bigint, check_id int, dtype text, seed bigint,"
-	" attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors text,"
-	" digest text, digests_differ int, kernel_us float8, error text, slot text)"
-	" ON CONFLICT DO NOTHING";
+    "INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
+    " tensors, digest, digests_differ, kernel_us, error, slot, host)"
+    " SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
+    " coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2"
+    " FROM json_to_recordset($1::json) AS t(commit_id bigint, check_id int, dtype text, seed bigint,"
+    " attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors text,"
+    " digest text, digests_differ int, kernel_us float8, error text, slot text)"
+    " ON CONFLICT DO NOTHING";
 
 struct batch {
 	struct store *store;

@@ -28,10 +28,10 @@ bool verdict_seed_confirmed(const struct verdict_seed *s);
 bool verdict_seed_unconfirmed(const struct verdict_seed *s);
 
 struct verdict_input {
-	bool build_failed;   /* the commit did not build (or built no runner) */
-	bool infra_failed;   /* the job gave up after repeated infrastructure faults */
+	bool build_failed;                /* the commit did not build (or built no runner) */
+	bool infra_failed;                /* the job gave up after repeated infrastructure faults */
 	const struct verdict_seed *seeds; /* indexed by seed, 0..nseeds-1 */
-	unsigned nseeds;     /* the plan's seeds */
+	unsigned nseeds;                  /* the plan's seeds */
 };
 
 struct verdict_summary {

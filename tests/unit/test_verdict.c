@@ -108,15 +108,15 @@ static void names_round_trip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(all_pass_is_clean),
-		cmocka_unit_test(unrun_seeds_are_pending),
-		cmocka_unit_test(a_failure_waits_for_its_rerun),
-		cmocka_unit_test(fails_twice_is_regressed),
-		cmocka_unit_test(crash_and_timeout_count_as_failures),
-		cmocka_unit_test(fail_then_pass_is_flaky),
-		cmocka_unit_test(build_and_infra_failures_win),
-		cmocka_unit_test(empty_plan_is_pending),
-		cmocka_unit_test(names_round_trip),
+	    cmocka_unit_test(all_pass_is_clean),
+	    cmocka_unit_test(unrun_seeds_are_pending),
+	    cmocka_unit_test(a_failure_waits_for_its_rerun),
+	    cmocka_unit_test(fails_twice_is_regressed),
+	    cmocka_unit_test(crash_and_timeout_count_as_failures),
+	    cmocka_unit_test(fail_then_pass_is_flaky),
+	    cmocka_unit_test(build_and_infra_failures_win),
+	    cmocka_unit_test(empty_plan_is_pending),
+	    cmocka_unit_test(names_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
