@@ -15,18 +15,11 @@
 #include "poller.h"
 #include "slot.h"
 #include "store.h"
+#include "api_internal.h"
+#include "outcome.h"
 
 #define API "/api/v1"
 
-/* A request waiting for its query. */
-struct pending {
-	struct http_req *r; /* NULL once the client is gone */
-	struct nwd *d;
-	const char *what; /* "commit" etc., for 404 messages */
-	char key[64];
-	bool text;   /* reply text/plain instead of JSON */
-	bool health; /* merge live daemon state into the answer */
-};
 
 static const char commits_sql[] =
     "SELECT json_build_object("
@@ -83,6 +76,77 @@ static const char health_sql[] =
     " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
     " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1))::text";
 
+static const char checks_sql[] =
+	"SELECT json_build_object('checks', coalesce(json_agg(json_build_object("
+	"  'check', k.name, 'op', k.op, 'pass', k.pass, 'dtypes', k.dtypes, 'families', k.families,"
+	"  'deterministic', k.deterministic,"
+	"  'muted', (SELECT coalesce(json_agg(json_build_object('dtype', m.dtype, 'until', m.until,"
+	"    'reason', m.reason)), '[]') FROM mutes m WHERE m.check_id = k.id AND m.until > now()),"
+	"  'latest', (SELECT coalesce(json_object_agg(s.dtype, s.verdict), '{}') FROM stats s"
+	"    WHERE s.check_id = k.id AND s.commit_id = (SELECT c.id FROM commits c JOIN stats s2"
+	"     ON s2.commit_id = c.id AND s2.check_id = k.id WHERE c.reachable ORDER BY c.position DESC LIMIT 1))"
+	" ) ORDER BY k.name), '[]'))::text FROM checks k WHERE k.repo_id = $1";
+
+/* A check's history: per commit x dtype, its verdict and figures; regressions and culprits to mark. */
+static const char check_sql[] =
+	"WITH k AS (SELECT * FROM checks WHERE repo_id = $1 AND name = $2)"
+	" SELECT (SELECT count(*) FROM k), (SELECT json_build_object('check', k.name, 'op', k.op, 'pass', k.pass,"
+	"  'dtypes', k.dtypes, 'families', k.families, 'deterministic', k.deterministic,"
+	"  'total', (SELECT count(*) FROM commits c WHERE c.repo_id = $1 AND c.reachable),"
+	"  'limit', $4::int, 'offset', $5::int,"
+	"  'series', coalesce((SELECT json_agg(x ORDER BY x.position, x.dtype) FROM ("
+	"    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict, s.trials, s.failures,"
+	"     s.worst_ratio, CASE WHEN s.trials > 0 THEN s.failures::float8 / s.trials END AS failure_rate,"
+	"     (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY t.ratio) FROM trials t WHERE t.commit_id = c.id"
+	"      AND t.check_id = k.id AND t.dtype = s.dtype AND t.attempt = 0) AS median_ratio"
+	"    FROM (SELECT * FROM commits WHERE repo_id = $1 AND reachable ORDER BY position DESC"
+	"     LIMIT $4 OFFSET $5) c JOIN stats s ON s.commit_id = c.id AND s.check_id = k.id"
+	"    WHERE $3 = '' OR s.dtype = $3) x), '[]'),"
+	"  'bisections', coalesce((SELECT json_agg(json_build_object('id', b.id, 'dtype', b.dtype,"
+	"    'bad', bd.sha, 'culprit', cu.sha, 'outcome', b.outcome, 'state', b.state, 'confidence', b.confidence)"
+	"    ORDER BY b.id) FROM bisections b JOIN commits bd ON bd.id = b.bad_commit_id"
+	"    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]')"
+	" )::text FROM k)";
+
+static const char trials_sql[] =
+	"WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC LIMIT 2)"
+	" SELECT (SELECT count(*) FROM c), (SELECT json_build_object('trials', coalesce(json_agg(x ORDER BY"
+	"  x.dtype, x.seed, x.attempt), '[]'))::text FROM (SELECT t.dtype, t.seed, t.attempt, t.outcome, t.ratio,"
+	"  t.family, t.shape, t.gen, t.tensors, t.digest, t.digests_differ, t.kernel_us, t.error, t.slot, t.host,"
+	"  t.finished_at FROM trials t JOIN checks k ON k.id = t.check_id"
+	"  WHERE t.commit_id = (SELECT id FROM c LIMIT 1) AND k.name = $3 AND ($4 = '' OR t.dtype = $4)"
+	"  AND ($5 = '' OR t.seed = $5::bigint) AND ($6 = '' OR t.outcome = $6)"
+	"  ORDER BY t.dtype, t.seed, t.attempt LIMIT $7 OFFSET $8) x)";
+
+static const char bisections_sql[] =
+	"SELECT json_build_object('total', (SELECT count(*) FROM bisections WHERE repo_id = $1),"
+	" 'limit', $2::int, 'offset', $3::int,"
+	" 'bisections', coalesce((SELECT json_agg(x ORDER BY x.id DESC) FROM ("
+	"  SELECT b.id, k.name AS check, b.dtype, g.sha AS good, bd.sha AS bad, b.state, b.outcome,"
+	"   cu.sha AS culprit, cu.title AS culprit_title, b.confidence, b.requested_by, b.created_at,"
+	"   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes"
+	"  FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+	"  JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id"
+	"  WHERE b.repo_id = $1 ORDER BY b.id DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
+
+static const char bisection_sql[] =
+	"WITH b AS (SELECT * FROM bisections WHERE repo_id = $1 AND id = $2::bigint)"
+	" SELECT (SELECT count(*) FROM b), (SELECT json_build_object('id', b.id, 'check', k.name, 'dtype', b.dtype,"
+	"  'good', g.sha, 'bad', bd.sha, 'state', b.state, 'outcome', b.outcome, 'culprit', cu.sha,"
+	"  'culprit_title', cu.title, 'culprit_author', cu.author, 'confidence', b.confidence,"
+	"  'failing_seeds', b.failing_seeds, 'requested_by', b.requested_by, 'created_at', b.created_at,"
+	"  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log,"
+	"  'range', (SELECT coalesce(json_agg(json_build_object('sha', c.sha, 'title', c.title, 'author', c.author,"
+	"    'position', c.position, 'build', bu.status, 'runner_hash', bu.runner_hash) ORDER BY c.position), '[]')"
+	"    FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id WHERE c.repo_id = b.repo_id AND c.reachable"
+	"    AND c.position > g.position AND c.position <= bd.position),"
+	"  'probes', (SELECT coalesce(json_agg(json_build_object('id', p.id, 'commit', pc.sha, 'round', p.round,"
+	"    'purpose', p.purpose, 'seeds', cardinality(p.seeds), 'trials', p.trials, 'failures', p.failures,"
+	"    'created_at', p.created_at, 'finished_at', p.finished_at) ORDER BY p.id), '[]')"
+	"    FROM probes p JOIN commits pc ON pc.id = p.commit_id WHERE p.bisection_id = b.id)"
+	" )::text FROM b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+	" JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id)";
+
 bool api_valid_sha(const char *s)
 {
 	size_t n = strlen(s);
@@ -111,11 +175,11 @@ static json_t *live_state(struct nwd *d)
 		struct slot_status st;
 
 		slot_status(d->slots[i], &st);
-		json_array_append_new(slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}",
-						       "name", st.name, "gpu", st.gpu, "state", st.state,
-						       "commit", st.commit, "check", st.check, "dtype",
-						       st.dtype, "runner_pid", st.runner_pid, "restarts",
-						       st.restarts, "trials", (json_int_t)st.trials));
+		json_array_append_new(
+			slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}", "name", st.name, "gpu",
+					 st.gpu, "state", st.state, "commit", st.commit, "check", st.check, "dtype",
+					 st.dtype, "runner_pid", st.runner_pid, "restarts", st.restarts, "trials",
+					 (json_int_t)st.trials));
 	}
 	return json_pack("{s:s, s:s, s:I, s:o, s:s, s:i, s:I, s:i, s:b}", "version", NW_VERSION, "node",
 			 d->cfg.node_name, "uptime_s", (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
@@ -144,6 +208,18 @@ static void reply_health(struct pending *p, PGresult *res, const char *error)
 	http_reply(p->r, error ? 503 : 200, "application/json", body, body ? strlen(body) : 0);
 }
 
+/* A failed query: bad input that PostgreSQL refused (SQLSTATE class 22) is the client's fault. */
+static void reply_db_error(struct http_req *r, PGresult *res, const char *error)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+
+	if (state && strncmp(state, "22", 2) == 0)
+		http_reply_error(r, 400, "invalid value: %s", msg ? msg : error);
+	else
+		http_reply_error(r, 503, "database unavailable: %s", error);
+}
+
 static void on_answer(PGresult *res, const char *error, void *data)
 {
 	struct pending *p = data;
@@ -153,15 +229,15 @@ static void on_answer(PGresult *res, const char *error, void *data)
 	if (!p->r)
 		goto out;
 	http_set_pending(p->r, NULL);
-	if (p->health) {
-		reply_health(p, res, error);
+	if (p->then) {
+		p->then(p, res, error);
 		goto out;
 	}
 	if (error) {
-		http_reply_error(p->r, 503, "database unavailable: %s", error);
+		reply_db_error(p->r, res, error);
 		goto out;
 	}
-	/* Lookups by sha answer (matches, value); lists answer (value). */
+	/* Lookups answer (matches, value); lists answer (value). */
 	col = PQnfields(res) - 1;
 	if (PQntuples(res) != 1 || (col == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0)) {
 		http_reply_error(p->r, 404, "unknown %s '%s'", p->what, p->key);
@@ -179,34 +255,44 @@ static void on_answer(PGresult *res, const char *error, void *data)
 	http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json", strdup(value),
 		   strlen(value));
 out:
+	free(p->body);
 	free(p);
 }
 
-static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
-		const char *what, const char *key, bool text)
+struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
+			const char *what, const char *key, api_then_fn then)
 {
 	struct pending *p = calloc(1, sizeof(*p));
 
 	if (!p) {
 		http_reply_error(r, 500, "out of memory");
-		return;
+		return NULL;
 	}
 	p->r = r;
 	p->d = d;
 	p->what = what;
-	p->text = text;
-	p->health = what == NULL;
+	p->then = then;
 	snprintf(p->key, sizeof(p->key), "%s", key ? key : "");
 	http_set_pending(r, p);
 	if (db_query(d->db_http, sql, n, params, on_answer, p) < 0) {
 		http_set_pending(r, NULL);
 		free(p);
 		http_reply_error(r, 503, "database unavailable");
+		return NULL;
 	}
+	return p;
 }
 
-/* Parses a non-negative integer argument within [0, max]; false on junk. */
-static bool arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigned max, unsigned *out)
+static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
+		const char *what, const char *key, bool text)
+{
+	struct pending *p = api_ask(d, r, sql, n, params, what, key, NULL);
+
+	if (p)
+		p->text = text;
+}
+
+bool api_arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigned max, unsigned *out)
 {
 	const char *v = http_arg(r, key);
 	char *end;
@@ -223,54 +309,139 @@ static bool arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigne
 	return true;
 }
 
-static void get_commits(struct nwd *d, struct http_req *r)
+/* limit and offset of a paged list, or a 400 reply and false. */
+static bool page_args(struct http_req *r, unsigned dflt, char *lim, char *off)
 {
 	unsigned limit, offset;
+
+	if (!api_arg_uint(r, "limit", dflt, NW_HTTP_PAGE_MAX, &limit) || limit == 0) {
+		http_reply_error(r, 400, "'limit' must be an integer from 1 to %d", NW_HTTP_PAGE_MAX);
+		return false;
+	}
+	if (!api_arg_uint(r, "offset", 0, 100000000, &offset)) {
+		http_reply_error(r, 400, "'offset' must be a non-negative integer");
+		return false;
+	}
+	snprintf(lim, 16, "%u", limit);
+	snprintf(off, 16, "%u", offset);
+	return true;
+}
+
+static void get_commits(struct nwd *d, struct http_req *r)
+{
 	char repo[16], lim[16], off[16];
 	const char *params[3] = {repo, lim, off};
 
-	if (!arg_uint(r, "limit", 50, NW_HTTP_PAGE_MAX, &limit) || limit == 0) {
-		http_reply_error(r, 400, "'limit' must be an integer from 1 to %d", NW_HTTP_PAGE_MAX);
+	if (!page_args(r, 50, lim, off))
 		return;
-	}
-	if (!arg_uint(r, "offset", 0, 100000000, &offset)) {
-		http_reply_error(r, 400, "'offset' must be a non-negative integer");
-		return;
-	}
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
-	snprintf(lim, sizeof(lim), "%u", limit);
-	snprintf(off, sizeof(off), "%u", offset);
 	ask(d, r, commits_sql, 3, params, "page", NULL, false);
+}
+
+/* Copies a path segment (up to '/' or the end) into 'out'; false if too long. */
+static bool segment(const char *s, char *out, size_t cap, const char **rest)
+{
+	const char *slash = strchr(s, '/');
+	size_t n = slash ? (size_t)(slash - s) : strlen(s);
+
+	if (n >= cap)
+		return false;
+	memcpy(out, s, n);
+	out[n] = '\0';
+	*rest = slash ? slash : "";
+	return true;
 }
 
 static void get_commit(struct nwd *d, struct http_req *r, const char *rest)
 {
 	char sha[64], repo[16];
-	const char *slash = strchr(rest, '/');
-	size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
 	const char *params[2] = {repo, sha};
 
-	if (n >= sizeof(sha)) {
-		http_reply_error(r, 400, "malformed commit id: expected 4 to 40 hex digits");
-		return;
-	}
-	memcpy(sha, rest, n);
-	sha[n] = '\0';
-	if (!api_valid_sha(sha)) {
-		http_reply_error(r, 400, "malformed commit id '%s': expected 4 to 40 lowercase hex digits",
-				 sha);
+	if (!segment(rest, sha, sizeof(sha), &rest) || !api_valid_sha(sha)) {
+		http_reply_error(r, 400, "malformed commit id: expected 4 to 40 lowercase hex digits");
 		return;
 	}
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
-	if (!slash) {
+	if (!*rest)
 		ask(d, r, commit_sql, 2, params, "commit", sha, false);
-		return;
-	}
-	if (strcmp(slash, "/build-log") == 0) {
+	else if (strcmp(rest, "/build-log") == 0)
 		ask(d, r, build_log_sql, 2, params, "commit", sha, true);
+	else
+		http_reply_error(r, 404, "no such resource '%s'", rest);
+}
+
+static bool valid_name(const char *s)
+{
+	if (!*s || strlen(s) >= NW_PROTO_NAME_MAX)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr("._-+:", *s))
+			return false;
+	return true;
+}
+
+static void get_check(struct nwd *d, struct http_req *r, const char *name)
+{
+	char repo[16], lim[16], off[16];
+	const char *dtype = http_arg(r, "dtype");
+	const char *params[5] = {repo, name, dtype ? dtype : "", lim, off};
+
+	if (!valid_name(name)) {
+		http_reply_error(r, 400, "malformed check name");
 		return;
 	}
-	http_reply_error(r, 404, "no such resource '%s'", slash);
+	if (dtype && *dtype && !valid_name(dtype)) {
+		http_reply_error(r, 400, "malformed dtype");
+		return;
+	}
+	if (!page_args(r, 200, lim, off))
+		return;
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	ask(d, r, check_sql, 5, params, "check", name, false);
+}
+
+static void get_trials(struct nwd *d, struct http_req *r)
+{
+	char repo[16], lim[16], off[16];
+	const char *commit = http_arg(r, "commit"), *check = http_arg(r, "check");
+	const char *dtype = http_arg(r, "dtype"), *seed = http_arg(r, "seed"), *outcome = http_arg(r, "outcome");
+	const char *params[8] = {repo, commit, check, dtype ? dtype : "", seed ? seed : "", outcome ? outcome : "",
+				 lim, off};
+	unsigned seed_n;
+
+	if (!commit || !api_valid_sha(commit)) {
+		http_reply_error(r, 400, "'commit' must be 4 to 40 lowercase hex digits");
+		return;
+	}
+	if (!check || !valid_name(check)) {
+		http_reply_error(r, 400, "'check' is required");
+		return;
+	}
+	if ((dtype && *dtype && !valid_name(dtype)) || (outcome && *outcome && outcome_parse(outcome) == OUTCOME_NONE)) {
+		http_reply_error(r, 400, "malformed 'dtype' or 'outcome'");
+		return;
+	}
+	if (!api_arg_uint(r, "seed", 0, 4000000000u, &seed_n)) {
+		http_reply_error(r, 400, "'seed' must be a non-negative integer");
+		return;
+	}
+	if (!page_args(r, 100, lim, off))
+		return;
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	ask(d, r, trials_sql, 8, params, "commit", commit, false);
+}
+
+static void get_bisection(struct nwd *d, struct http_req *r, const char *id)
+{
+	char repo[16];
+	const char *params[2] = {repo, id};
+
+	if (!*id || strlen(id) > 18 || strspn(id, "0123456789") != strlen(id)) {
+		http_reply_error(r, 400, "malformed bisection id '%s'", id);
+		return;
+	}
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	ask(d, r, bisection_sql, 2, params, "bisection", id, false);
 }
 
 static bool safe_path(const char *p)
@@ -283,6 +454,36 @@ static bool safe_path(const char *p)
 	return true;
 }
 
+static void route_get(struct nwd *d, struct http_req *r, const char *path)
+{
+	char repo[16], lim[16], off[16];
+	const char *params[3] = {repo, lim, off};
+
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	if (strcmp(path, "/health") == 0) {
+		struct pending *p = api_ask(d, r, health_sql, 1, params, NULL, NULL, reply_health);
+
+		(void)p;
+	} else if (strcmp(path, "/commits") == 0) {
+		get_commits(d, r);
+	} else if (strncmp(path, "/commits/", 9) == 0) {
+		get_commit(d, r, path + 9);
+	} else if (strcmp(path, "/checks") == 0) {
+		ask(d, r, checks_sql, 1, params, "page", NULL, false);
+	} else if (strncmp(path, "/checks/", 8) == 0) {
+		get_check(d, r, path + 8);
+	} else if (strcmp(path, "/trials") == 0) {
+		get_trials(d, r);
+	} else if (strcmp(path, "/bisections") == 0) {
+		if (page_args(r, 50, lim, off))
+			ask(d, r, bisections_sql, 3, params, "page", NULL, false);
+	} else if (strncmp(path, "/bisections/", 12) == 0) {
+		get_bisection(d, r, path + 12);
+	} else {
+		http_reply_error(r, 404, "no such endpoint '/api/v1%s'", path);
+	}
+}
+
 void api_handle(struct nwd *d, struct http_req *r, const char *method, const char *url)
 {
 	bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -290,23 +491,16 @@ void api_handle(struct nwd *d, struct http_req *r, const char *method, const cha
 	if (strncmp(url, API "/", sizeof(API)) == 0 || strcmp(url, API) == 0) {
 		const char *path = url + sizeof(API) - 1;
 
-		if (!get) {
+		if (get)
+			route_get(d, r, path);
+		else if (strcmp(method, "POST") == 0 || strcmp(method, "DELETE") == 0)
+			api_write(d, r, method, path);
+		else
 			http_reply_error(r, 405, "method %s not allowed on '%s'", method, url);
-			return;
-		}
-		if (strcmp(path, "/health") == 0) {
-			char repo[16];
-			const char *params[1] = {repo};
-
-			snprintf(repo, sizeof(repo), "%d", d->repo_id);
-			ask(d, r, health_sql, 1, params, NULL, NULL, false);
-		} else if (strcmp(path, "/commits") == 0) {
-			get_commits(d, r);
-		} else if (strncmp(path, "/commits/", 9) == 0) {
-			get_commit(d, r, path + 9);
-		} else {
-			http_reply_error(r, 404, "no such endpoint '%s'", url);
-		}
+		return;
+	}
+	if (strcmp(url, "/metrics") == 0 && get) {
+		api_metrics(d, r);
 		return;
 	}
 	if (!get) {

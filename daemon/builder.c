@@ -161,6 +161,7 @@ static void store(struct builder *b, const char *checks_json)
 	snprintf(started, sizeof(started), "%lld", b->started_wall);
 	snprintf(duration, sizeof(duration), "%llu", (unsigned long long)ms);
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+	nwd_count_build(b->d, b->status, (double)ms / 1000.0);
 	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
 		 ok ? ", runner " : "", ok ? b->hash : "");
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);

@@ -1,6 +1,7 @@
 /* jobs: claim, lease, finish. */
 #include "jobs.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 static const char claim_sql[] =
     "WITH next AS ("
     "  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
-    "  WHERE j.kind = $1 AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
+    "  WHERE j.kind = ANY (string_to_array($1, ',')) AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
     "    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
     "  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
     "  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"
@@ -24,9 +25,41 @@ static const char claim_sql[] =
     " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
 
 struct claim {
+	struct nwd *d;
 	jobs_claim_cb cb;
 	void *data;
 };
+
+static int cmp_ull(const void *a, const void *b)
+{
+	unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Parses a PostgreSQL array literal of integers ("{1,2,3}") into a sorted array. */
+static int parse_seeds(const char *text, struct job *job)
+{
+	size_t cap = 1;
+
+	for (const char *c = text; *c; c++)
+		cap += *c == ',';
+	job->seeds = calloc(cap, sizeof(*job->seeds));
+	if (!job->seeds)
+		return -ENOMEM;
+	for (const char *c = text; *c;) {
+		char *end;
+
+		if (*c < '0' || *c > '9') {
+			c++;
+			continue;
+		}
+		job->seeds[job->nseeds++] = strtoull(c, &end, 10);
+		c = end;
+	}
+	qsort(job->seeds, job->nseeds, sizeof(*job->seeds), cmp_ull);
+	return 0;
+}
 
 static void on_claimed(PGresult *res, const char *error, void *data)
 {
@@ -48,6 +81,14 @@ static void on_claimed(PGresult *res, const char *error, void *data)
 	snprintf(job.sha, sizeof(job.sha), "%s", PQgetvalue(res, 0, 5));
 	snprintf(job.check, sizeof(job.check), "%s", PQgetvalue(res, 0, 6));
 	job.deterministic = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
+	job.bisection_id = db_get_ll(res, 0, 9, 0);
+	if (!PQgetisnull(res, 0, 8) && parse_seeds(PQgetvalue(res, 0, 8), &job) < 0) {
+		log_error("jobs: out of memory");
+		jobs_release(c->d, job.id);
+		c->cb(NULL, c->data);
+		free(c);
+		return;
+	}
 	c->cb(&job, c->data);
 	free(c);
 }
@@ -62,6 +103,7 @@ void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_c
 		cb(NULL, data);
 		return;
 	}
+	c->d = d;
 	c->cb = cb;
 	c->data = data;
 	snprintf(lease, sizeof(lease), "%u", d->cfg.lease_s);

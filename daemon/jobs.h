@@ -20,13 +20,17 @@ struct job {
 	char sha[41];
 	char check[64];     /* trials jobs only */
 	bool deterministic; /* trials jobs only */
+	/* probe jobs: the seeds to run (sorted, unique; owned by whoever holds the job, free()), else NULL */
+	unsigned long long *seeds;
+	unsigned nseeds;
+	long long bisection_id; /* probe jobs of a bisection, else 0 */
 };
 
 /* Called with the claimed job, or NULL when none is claimable (or on error). */
 typedef void (*jobs_claim_cb)(struct job *job, void *data);
 
-/* Claims the next job of 'kind' ("build" or "trials"), preferring 'prefer_commit'. */
-void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_claim_cb cb, void *data);
+/* Claims the next job of the kinds listed in 'kinds' ("build", or "trials,probe"), preferring 'prefer_commit'. */
+void jobs_claim(struct nwd *d, const char *kinds, long long prefer_commit, jobs_claim_cb cb, void *data);
 /* Extends the lease of a job this daemon holds. */
 void jobs_renew(struct nwd *d, long long job_id);
 /* Marks a job done (or failed, with 'error'). */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bisector.h"
 #include "builder.h"
 #include "slot.h"
 
@@ -64,4 +65,27 @@ void nwd_env_free(char **env)
 	for (size_t i = 0; env && env[i]; i++)
 		free(env[i]);
 	free(env);
+}
+
+const double nwd_build_bucket_le[NWD_BUILD_BUCKETS] = {1, 5, 15, 30, 60, 120, 300, 900};
+
+void nwd_count_build(struct nwd *d, const char *status, double seconds)
+{
+	static const char *const names[] = {"ok", "failed", "timeout", "no_runner"};
+	struct nwd_metrics *m = &d->metrics;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(status, names[i]) == 0)
+			m->builds[i]++;
+	for (int i = 0; i < NWD_BUILD_BUCKETS; i++)
+		if (seconds <= nwd_build_bucket_le[i])
+			m->build_buckets[i]++;
+	m->build_count++;
+	m->build_seconds += seconds;
+}
+
+void nwd_kick_bisector(struct nwd *d)
+{
+	if (d->bisector)
+		bisector_kick(d->bisector);
 }

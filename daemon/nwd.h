@@ -17,6 +17,19 @@ struct poller;
 struct builder;
 struct slot;
 struct http;
+struct bisector;
+
+/* Counters for /metrics, kept by the services that do the work. */
+#define NWD_BUILD_BUCKETS 8
+struct nwd_metrics {
+	unsigned long long trials[8];  /* by enum outcome */
+	unsigned long long builds[4];  /* ok, failed, timeout, no_runner */
+	unsigned long long build_buckets[NWD_BUILD_BUCKETS]; /* cumulative, by nwd_build_bucket_le */
+	unsigned long long build_count;
+	double build_seconds;
+	unsigned long long runner_restarts;
+};
+extern const double nwd_build_bucket_le[NWD_BUILD_BUCKETS];
 
 struct nwd {
 	uv_loop_t *loop;
@@ -31,7 +44,9 @@ struct nwd {
 	struct slot *slots[NW_CONFIG_SLOTS_MAX];
 	unsigned nslots;
 	struct http *http;
+	struct bisector *bisector;
 	bool draining; /* SIGTERM: claim nothing new, finish what runs */
+	struct nwd_metrics metrics;
 	uint64_t started_ms;
 	unsigned running_services; /* builder and slots not yet stopped after a drain */
 };
@@ -43,5 +58,9 @@ void nwd_service_stopped(struct nwd *d);
 /* Builds the environment of a child: the daemon's base plus 'extra' ("K=V", NULL-terminated). Caller frees with nwd_env_free. */
 char **nwd_env(const struct nwd *d, const char *const *extra);
 void nwd_env_free(char **env);
+/* A probe or a verdict was stored: bisections may take their next step. */
+void nwd_kick_bisector(struct nwd *d);
+/* Records a finished build for /metrics. */
+void nwd_count_build(struct nwd *d, const char *status, double seconds);
 
 #endif

@@ -40,6 +40,7 @@ static const char *const state_names[] = {"idle",    "claiming",   "loading",   
 					  "running", "restarting", "finishing", "stopped"};
 
 struct seed_rec {
+	unsigned long long seed;
 	struct verdict_seed v;
 	int next_attempt;
 	double worst_ratio;
@@ -61,13 +62,14 @@ struct slot {
 
 	bool has_job;
 	struct job job;
-	struct seed_rec *seeds;
+	struct seed_rec *seeds; /* sorted by seed */
 	unsigned nseeds;
+	bool plan; /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
 	int finish_tries;
 
 	bool in_trial;
 	long req_id;
-	unsigned cur_seed;
+	unsigned cur; /* index into seeds of the trial in flight */
 	int cur_attempt;
 
 	unsigned crash_streak;
@@ -97,12 +99,12 @@ static void drop_runner(struct slot *s)
 
 static void record(struct slot *s, enum outcome outcome, const struct proto_trial *result, const char *error)
 {
-	struct seed_rec *rec = &s->seeds[s->cur_seed];
+	struct seed_rec *rec = &s->seeds[s->cur];
 	struct trial_row row = {
 	    .commit_id = s->job.commit_id,
 	    .check_id = s->job.check_id,
 	    .dtype = s->job.dtype,
-	    .seed = s->cur_seed,
+	    .seed = rec->seed,
 	    .attempt = s->cur_attempt,
 	    .outcome = outcome,
 	    .result = result,
@@ -115,6 +117,7 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	if (store_add_trial(s->d->store, &row) < 0)
 		log_error("slot %s: out of memory storing a trial", s->cfg.name);
 	s->trials++;
+	s->d->metrics.trials[outcome]++;
 	rec->next_attempt = s->cur_attempt + 1;
 	if (result && isfinite(result->ratio) && !(result->ratio <= rec->worst_ratio))
 		rec->worst_ratio = result->ratio;
@@ -145,6 +148,7 @@ static void restart_later(struct slot *s)
 	if (ms > RESTART_MAX_MS)
 		ms = RESTART_MAX_MS;
 	s->restarts++;
+	s->d->metrics.runner_restarts++;
 	set_state(s, SLOT_RESTARTING);
 	uv_timer_start(&s->wake, on_wake, ms, 0);
 }
@@ -195,8 +199,8 @@ static void on_deadline(uv_timer_t *t)
 	if (!s->in_trial)
 		return;
 	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
-	log_warn("slot %s: %.12s %s %s seed %u: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
-		 s->cur_seed, why);
+	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
+		 s->seeds[s->cur].seed, why);
 	record(s, OUTCOME_TIMEOUT, NULL, why);
 	drop_runner(s);
 	s->crash_streak++;
@@ -290,8 +294,8 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		snprintf(why, sizeof(why), "runner exited with status %lld; stderr: %s",
 			 (long long)r->exit_status, tail);
 	if (s->in_trial) {
-		log_warn("slot %s: %.12s %s %s seed %u: crash: %s", s->cfg.name, s->job.sha, s->job.check,
-			 s->job.dtype, s->cur_seed, why);
+		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->job.sha, s->job.check,
+			 s->job.dtype, s->seeds[s->cur].seed, why);
 		record(s, OUTCOME_CRASH, NULL, why);
 		s->crash_streak++;
 		restart_later(s);
@@ -353,22 +357,39 @@ static int start_runner(struct slot *s)
 	return 0;
 }
 
-/* The next seed to run: the plan first, then reruns of seeds that failed once. */
-static bool pick_seed(struct slot *s, unsigned *seed)
+/* The next seed to run: every seed once, then (for a plan) reruns of seeds that failed once. */
+static bool pick_seed(struct slot *s, unsigned *index)
 {
 	for (unsigned i = 0; i < s->nseeds; i++) {
 		if (s->seeds[i].v.first == OUTCOME_NONE) {
-			*seed = i;
+			*index = i;
 			return true;
 		}
 	}
-	for (unsigned i = 0; i < s->nseeds; i++) {
+	for (unsigned i = 0; s->plan && i < s->nseeds; i++) {
 		if (verdict_seed_needs_rerun(&s->seeds[i].v)) {
-			*seed = i;
+			*index = i;
 			return true;
 		}
 	}
 	return false;
+}
+
+static struct seed_rec *find_seed(struct slot *s, unsigned long long seed)
+{
+	unsigned lo = 0, hi = s->nseeds;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (s->seeds[mid].seed == seed)
+			return &s->seeds[mid];
+		if (s->seeds[mid].seed < seed)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
 }
 
 static void advance(struct slot *s)
@@ -394,10 +415,11 @@ static void advance(struct slot *s)
 		start_runner(s);
 		return;
 	}
-	s->cur_seed = seed;
+	s->cur = seed;
 	s->cur_attempt = s->seeds[seed].next_attempt;
 	s->req_id++;
-	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, seed, s->d->cfg.repeats, NULL);
+	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, s->seeds[seed].seed, s->d->cfg.repeats,
+				   NULL);
 	if (!line) {
 		log_error("slot %s: out of memory", s->cfg.name);
 		restart_later(s);
@@ -424,6 +446,8 @@ static void job_done(struct slot *s)
 	free(s->seeds);
 	s->seeds = NULL;
 	s->nseeds = 0;
+	free(s->job.seeds);
+	s->job.seeds = NULL;
 	s->has_job = false;
 	set_state(s, SLOT_IDLE);
 	if (s->draining)
@@ -470,6 +494,7 @@ static void on_job_written(PGresult *res, const char *error, void *data)
 	struct slot *s = data;
 
 	if (!error && atoi(PQcmdTuples(res)) == 1) {
+		nwd_kick_bisector(s->d);
 		job_done(s);
 		return;
 	}
@@ -493,7 +518,7 @@ static void write_verdict(struct slot *s, bool infra_failed)
 	double worst = NAN;
 	char commit[24], check[16], trials[16], failures[16], worst_s[32], id[24], n[16];
 	char *seeds = NULL, *evidence = NULL;
-	size_t seeds_cap = 2 + (size_t)s->nseeds * 12, len = 0;
+	size_t seeds_cap = 2 + (size_t)s->nseeds * 22, len = 0;
 	json_t *ev = json_object(), *confirmed = json_array(), *unconfirmed = json_array();
 
 	seeds = malloc(seeds_cap);
@@ -507,11 +532,12 @@ static void write_verdict(struct slot *s, bool infra_failed)
 		if (!isnan(s->seeds[i].worst_ratio) && !(s->seeds[i].worst_ratio <= worst))
 			worst = s->seeds[i].worst_ratio;
 		if (outcome_is_failure(vs[i].first))
-			len += (size_t)snprintf(seeds + len, seeds_cap - len, "%s%u", len > 1 ? "," : "", i);
+			len += (size_t)snprintf(seeds + len, seeds_cap - len, "%s%llu", len > 1 ? "," : "",
+						s->seeds[i].seed);
 		if (verdict_seed_confirmed(&vs[i]))
-			json_array_append_new(confirmed, json_integer(i));
+			json_array_append_new(confirmed, json_integer((json_int_t)s->seeds[i].seed));
 		if (verdict_seed_unconfirmed(&vs[i]))
-			json_array_append_new(unconfirmed, json_integer(i));
+			json_array_append_new(unconfirmed, json_integer((json_int_t)s->seeds[i].seed));
 	}
 	seeds[len++] = '}';
 	seeds[len] = '\0';
@@ -557,11 +583,88 @@ out:
 	free(vs);
 }
 
+/* A probe's result feeds its bisection: done once every listed seed has a stored result. */
+static const char probe_done_sql[] =
+	"WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
+	"  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
+	"  AND check_id = $3 AND dtype = $4 AND outcome <> 'infra_error' AND seed = ANY ($5::bigint[]))"
+	"  >= cardinality($5::bigint[])) RETURNING id),"
+	" p AS (UPDATE probes SET trials = $6, failures = $7, finished_at = now()"
+	"  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
+	" SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
+
+static void write_probe(struct slot *s, bool infra_failed);
+
+static void on_probe_retry(uv_timer_t *t)
+{
+	write_probe(t->data, false);
+}
+
+static void on_probe_written(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+
+	if (!error && strcmp(PQgetvalue(res, 0, 0), "1") == 0) {
+		nwd_kick_bisector(s->d);
+		job_done(s);
+		return;
+	}
+	if (++s->finish_tries >= FINISH_RETRIES) {
+		log_warn("slot %s: probe job %lld: results not all stored yet (%s); giving the job back", s->cfg.name,
+			 s->job.id, error ? error : "rows missing");
+		jobs_release(s->d, s->job.id);
+		job_done(s);
+		return;
+	}
+	store_flush(s->d->store);
+	uv_timer_start(&s->wake, on_probe_retry, FINISH_RETRY_MS, 0);
+}
+
+static void write_probe(struct slot *s, bool infra_failed)
+{
+	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
+	char *seeds = malloc(cap);
+	char id[24], commit[24], check[16], trials[16], failures[16];
+	unsigned ran = 0, failed = 0;
+
+	if (!seeds) {
+		log_error("slot %s: out of memory writing a probe", s->cfg.name);
+		return;
+	}
+	seeds[len++] = '{';
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", i ? "," : "", s->seeds[i].seed);
+		ran += s->seeds[i].v.first != OUTCOME_NONE;
+		failed += outcome_is_failure(s->seeds[i].v.first);
+	}
+	seeds[len++] = '}';
+	seeds[len] = '\0';
+	snprintf(id, sizeof(id), "%lld", s->job.id);
+	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
+	snprintf(check, sizeof(check), "%d", s->job.check_id);
+	snprintf(trials, sizeof(trials), "%u", ran);
+	snprintf(failures, sizeof(failures), "%u", failed);
+	{
+		const char *params[8] = {id,     commit,   check, s->job.dtype, seeds,
+					 trials, failures, infra_failed ? "failed" : "done"};
+
+		if (s->finish_tries == 0)
+			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check, s->job.dtype,
+				 failed, ran);
+		store_flush(s->d->store);
+		db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s);
+	}
+	free(seeds);
+}
+
 static void finish_job(struct slot *s, bool infra_failed)
 {
 	set_state(s, SLOT_FINISHING);
 	s->finish_tries = 0;
-	write_verdict(s, infra_failed);
+	if (s->plan)
+		write_verdict(s, infra_failed);
+	else
+		write_probe(s, infra_failed);
 }
 
 static void on_loaded(PGresult *res, const char *error, void *data)
@@ -582,9 +685,9 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		enum outcome o = outcome_parse(PQgetvalue(res, i, 2));
 		struct seed_rec *rec;
 
-		if (seed < 0 || seed >= s->nseeds)
+		rec = seed < 0 ? NULL : find_seed(s, (unsigned long long)seed);
+		if (!rec)
 			continue;
-		rec = &s->seeds[seed];
 		if (attempt + 1 > rec->next_attempt)
 			rec->next_attempt = attempt + 1;
 		if (!PQgetisnull(res, i, 3)) {
@@ -630,15 +733,18 @@ static void on_claimed(struct job *job, void *data)
 	}
 	s->job = *job;
 	s->has_job = true;
-	s->nseeds = s->d->cfg.trials_per_commit;
-	s->seeds = calloc(s->nseeds, sizeof(*s->seeds));
+	s->plan = job->seeds == NULL;
+	s->nseeds = s->plan ? s->d->cfg.trials_per_commit : job->nseeds;
+	s->seeds = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->seeds));
 	if (!s->seeds) {
 		jobs_release(s->d, job->id);
 		job_done(s);
 		return;
 	}
-	for (unsigned i = 0; i < s->nseeds; i++)
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		s->seeds[i].seed = s->plan ? i : job->seeds[i];
 		s->seeds[i].worst_ratio = NAN;
+	}
 	log_debug("slot %s: job %lld: %.12s %s %s", s->cfg.name, job->id, job->sha, job->check, job->dtype);
 	uv_timer_start(&s->lease, on_lease, (uint64_t)s->d->cfg.lease_s * 1000 / 3,
 		       (uint64_t)s->d->cfg.lease_s * 1000 / 3);
@@ -658,7 +764,7 @@ static void claim(struct slot *s)
 		return;
 	uv_timer_stop(&s->wake);
 	set_state(s, SLOT_CLAIMING);
-	jobs_claim(s->d, "trials", s->runner ? s->runner_commit : 0, on_claimed, s);
+	jobs_claim(s->d, "trials,probe", s->runner ? s->runner_commit : 0, on_claimed, s);
 }
 
 void slot_kick(struct slot *s)

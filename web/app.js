@@ -168,8 +168,10 @@ async function show({ refresh = false, scrollTo = null } = {}) {
     }
     if (refresh && selecting()) return; // try again on the next tick (sig left unchanged)
     const ui = refresh ? captureUi() : null;
+    const t0 = performance.now();
     const node = route.view.render(data, route.params);
     main.replaceChildren(node);
+    performance.measure(`nw:render ${route.name}`, { start: t0 });
     state.sig = sig;
     updateTitle(route.view.title(route.params, data));
     if (ui) {
@@ -199,15 +201,16 @@ async function show({ refresh = false, scrollTo = null } = {}) {
 }
 
 /** In-app navigation to a same-origin dashboard URL. */
-function navigate(href, { replace = false } = {}) {
+function navigate(href, { replace = false, keepScroll = false } = {}) {
   const target = new URL(href, location.href);
   // Remember where we were, for the back button.
   history.replaceState({ ...(history.state || {}), scroll: [window.scrollX, window.scrollY] }, '');
   if (replace) history.replaceState({}, '', target);
   else history.pushState({}, '', target);
-  show().then(() => {
+  // A link that only changes a filter of the same view (data-keep-scroll) keeps the reader's place.
+  show({ scrollTo: keepScroll ? [window.scrollX, window.scrollY] : null }).then(() => {
     const h1 = main.querySelector('h1');
-    if (h1 && !location.hash) h1.focus({ preventScroll: true });
+    if (h1 && !location.hash && !keepScroll) h1.focus({ preventScroll: true });
   });
 }
 
@@ -226,7 +229,7 @@ document.addEventListener('click', (e) => {
   const a = e.target.closest && e.target.closest('a[href]');
   if (!isAppLink(a, e)) return;
   e.preventDefault();
-  navigate(a.href);
+  navigate(a.href, { keepScroll: a.hasAttribute('data-keep-scroll') });
 });
 
 window.addEventListener('nw:navigate', (e) => navigate(e.detail));

@@ -415,10 +415,10 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	}
 	nw_rng_init(&r, c->name, t->seed, STREAM_DY);
 	for (i = 0; i < rows; i++) {
-		double scale = t->family == SOFTMAX_EXTREME ? dy_scales[nw_rng_range(&r, 0, 2)] : 1.0;
+		double dy_scale = t->family == SOFTMAX_EXTREME ? dy_scales[nw_rng_range(&r, 0, 2)] : 1.0;
 
 		for (j = 0; j < cols; j++)
-			nw_store(d, dy, i * cols + j, (float)(scale * nw_rng_normal(&r)));
+			nw_store(d, dy, i * cols + j, (float)(dy_scale * nw_rng_normal(&r)));
 	}
 	scale = ref_softmax_bwd(d, y, dy, rows, cols, ref);
 	plain_softmax_bwd(d, y, dy, rows, cols, plain);

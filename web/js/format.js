@@ -181,8 +181,8 @@ export const url = {
   commits(page = 1) {
     return page > 1 ? `/?page=${page}` : '/';
   },
-  commit(sha, check, dtype) {
-    const base = `/?view=commit&sha=${encodeURIComponent(sha)}`;
+  commit(sha, check, dtype, { show } = {}) {
+    const base = `/?view=commit&sha=${encodeURIComponent(sha)}${show ? `&show=${encodeURIComponent(show)}` : ''}`;
     return check ? `${base}#${encodeURIComponent(checkAnchor(check, dtype)).replace(/%2F/g, '/')}` : base;
   },
   health() {

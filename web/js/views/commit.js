@@ -113,14 +113,21 @@ function buildSection(c) {
   );
 }
 
+function distinctSeeds(k) {
+  return Array.isArray(k.failing_seeds) ? new Set(k.failing_seeds.map((t) => String(t.seed))).size : 0;
+}
+
 function checksTable(checks, sha) {
+  let prev = null;
   const rows = checks.map((k) => {
     const id = checkAnchor(k.check, k.dtype);
-    const nfail = Array.isArray(k.failing_seeds) ? k.failing_seeds.length : 0;
+    const nfail = distinctSeeds(k);
     const info = verdictInfo(k.verdict);
+    const repeat = k.check === prev;
+    prev = k.check;
     return h(
       'tr',
-      { id, class: ATTENTION.has(info.key) ? 'attention' : null },
+      { id, class: [ATTENTION.has(info.key) ? 'attention' : '', repeat ? 'repeat' : ''].join(' ').trim() || null },
       h('th', { scope: 'row' }, h('a', { href: url.commit(sha, k.check, k.dtype), class: 'anchor', title: 'Link to this row' }, String(k.check)), k.deterministic === false ? h('span', { class: 'nd', title: 'non-deterministic: judged statistically' }, ' ~') : null),
       h('td', null, String(k.dtype)),
       h('td', null, badge(k.verdict)),
@@ -130,7 +137,7 @@ function checksTable(checks, sha) {
       ratioCell(k.worst_ratio),
       baselineCell(k.evidence),
       h('td', null, evidenceSummary(k.evidence)),
-      h('td', null, nfail ? h('a', { href: hashHref(seedsAnchor(k.check, k.dtype)) }, `${nfail} trial${nfail === 1 ? '' : 's'} ↓`) : h('span', { class: 'muted' }, '—')),
+      h('td', null, nfail ? h('a', { href: hashHref(seedsAnchor(k.check, k.dtype)) }, `${nfail} seed${nfail === 1 ? '' : 's'} ↑`) : h('span', { class: 'muted' }, '—')),
     );
   });
   return h(
@@ -239,7 +246,7 @@ function seedsSection(k) {
       h('span', null, `${k.check} · ${k.dtype}`),
       badge(k.verdict),
       h('span', { class: 'subtitle' }, `${bySeed.size} failing seed${bySeed.size === 1 ? '' : 's'} · ${fmtInt(k.failures)} of ${fmtInt(k.trials)} trials failed`),
-      h('a', { href: hashHref(checkAnchor(k.check, k.dtype)), class: 'up' }, '↑ row'),
+      h('a', { href: hashHref(checkAnchor(k.check, k.dtype)), class: 'up' }, 'its row in the table ↓'),
     ),
     shown,
     rest.length ? h('details', { class: 'more-seeds', dataset: { key: `more-${id}` } }, h('summary', null, `${rest.length} more failing seed${rest.length === 1 ? '' : 's'}`), rest) : null,
@@ -262,7 +269,7 @@ export default {
     return `Commit ${params.get('sha') || ''}`.trim();
   },
 
-  render(c) {
+  render(c, params) {
     const sha = isSha(c.sha) ? c.sha : '';
     const checks = Array.isArray(c.checks) ? c.checks : [];
     const counts = new Map();
@@ -294,7 +301,7 @@ export default {
       'p',
       { class: 'summary' },
       `${checks.length} check × dtype result${checks.length === 1 ? '' : 's'}: `,
-      [...counts.entries()].map(([k, n], i) => [i ? ', ' : '', h('span', { class: 'nowrap' }, badge(k), ` ${n}`)]),
+      [...counts.entries()].map(([k, n]) => h('span', { class: 'count-chip' }, badge(k), h('span', { class: 'n' }, String(n)))),
     );
     const attentionList = attention.length
       ? h(
@@ -305,8 +312,17 @@ export default {
         )
       : null;
 
+    const onlyProblems = params && params.get('show') === 'problems';
+    const shown = onlyProblems ? checks.filter((k) => verdictInfo(k.verdict).key !== 'clean') : checks;
+    const filter = h(
+      'div',
+      { class: 'segmented', role: 'group', 'aria-label': 'Which results to list' },
+      h('a', { href: url.commit(sha), 'aria-current': onlyProblems ? null : 'true', 'data-keep-scroll': true }, `All (${checks.length})`),
+      h('a', { href: url.commit(sha, null, null, { show: 'problems' }), 'aria-current': onlyProblems ? 'true' : null, 'data-keep-scroll': true }, `Not clean (${checks.filter((k) => verdictInfo(k.verdict).key !== 'clean').length})`),
+    );
+
     const checksPart = checks.length
-      ? [summary, attentionList, checksTable(checks, sha)]
+      ? [summary, attentionList]
       : [notice('info', c.verdict === 'build_failed' ? 'No checks ran: the build failed.' : 'No check results yet.', c.verdict === 'build_failed' ? 'See the build log above.' : 'They appear here as trials finish; this page refreshes by itself.')];
 
     return h(
@@ -316,6 +332,14 @@ export default {
       h('div', { class: 'panels' }, meta, buildSection(c)),
       h('section', { 'aria-labelledby': 'checks-h' }, h('h2', { id: 'checks-h' }, 'Checks'), checksPart),
       failing.length ? h('section', { 'aria-labelledby': 'seeds-h' }, h('h2', { id: 'seeds-h' }, 'Failing seeds'), failing.map(seedsSection)) : null,
+      checks.length
+        ? h(
+            'section',
+            { 'aria-labelledby': 'results-h' },
+            h('div', { class: 'section-head' }, h('h2', { id: 'results-h' }, 'Results per check and dtype'), filter),
+            shown.length ? checksTable(shown, sha) : h('p', { class: 'muted' }, 'Every check is clean.'),
+          )
+        : null,
     );
   },
 

@@ -33,13 +33,17 @@ function pager(page, pages, total) {
 }
 
 function headerRows(cols, checks) {
-  const top = h('tr', { class: 'h-checks' }, h('th', { class: 'corner', rowspan: '2', scope: 'col' }, 'Commit'));
+  const top = h(
+    'tr',
+    { class: 'h-checks' },
+    h('th', { class: 'corner', rowspan: '2', scope: 'col' }, h('span', { class: 'corner-hint' }, 'Columns: check · dtype', h('br'), '~ non-deterministic check'), h('span', { class: 'corner-label' }, 'Commit, newest first')),
+  );
   const bottom = h('tr', { class: 'h-dtypes' });
   for (const c of checks || []) {
     const dtypes = Array.isArray(c.dtypes) && c.dtypes.length ? c.dtypes : [''];
     const det = c.deterministic === false ? ' (non-deterministic: judged statistically)' : '';
     top.appendChild(
-      h('th', { class: 'check', colspan: String(dtypes.length), scope: 'colgroup', title: `${c.check}${det}` }, h('span', { class: 'check-name' }, String(c.check)), c.deterministic === false ? h('span', { class: 'nd', 'aria-hidden': 'true' }, '~') : null),
+      h('th', { class: 'check', colspan: String(dtypes.length), scope: 'colgroup', title: `${c.check}${det}` }, h('span', { class: 'check-name' }, c.deterministic === false ? `${c.check} ~` : String(c.check))),
     );
     dtypes.forEach((d, i) => bottom.appendChild(h('th', { class: i === 0 ? 'dtype first' : 'dtype', scope: 'col', title: `${c.check} ${d}` }, String(d))));
   }

@@ -1,0 +1,123 @@
+/* api_metrics: GET /metrics in the Prometheus text exposition format. */
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api_internal.h"
+#include "db.h"
+#include "http.h"
+#include "nwd.h"
+#include "outcome.h"
+#include "slot.h"
+#include "store.h"
+
+/* Queue depth and shared counts live in the database: one query. */
+static const char metrics_sql[] =
+	"SELECT (SELECT coalesce(json_object_agg(kind || ':' || state, n), '{}') FROM"
+	"  (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY 1, 2) q),"
+	" (SELECT count(*) FROM bisections WHERE state <> 'done'),"
+	" (SELECT count(*) FROM mail WHERE state = 'pending')";
+
+struct text {
+	char *buf;
+	size_t len, cap;
+};
+
+static void add(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void add(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if (t->buf && t->len + (size_t)n < t->cap) {
+			t->len += (size_t)n;
+			return;
+		}
+		t->cap = (t->cap + (size_t)n + 1) * 2;
+		t->buf = realloc(t->buf, t->cap);
+		if (!t->buf)
+			return;
+	}
+}
+
+static void on_metrics(struct pending *p, PGresult *res, const char *error)
+{
+	const struct nwd_metrics *m = &p->d->metrics;
+	struct text t = {0};
+	static const char *const builds[] = {"ok", "failed", "timeout", "no_runner"};
+
+	add(&t, "# HELP numwatch_up Whether numwatchd is serving.\n# TYPE numwatch_up gauge\nnumwatch_up 1\n");
+	add(&t, "# HELP numwatch_database_up Whether the database answered.\n# TYPE numwatch_database_up gauge\n"
+		"numwatch_database_up %d\n",
+	    error ? 0 : 1);
+	add(&t, "# HELP numwatch_trials_total Trials run by this daemon, by outcome.\n"
+		"# TYPE numwatch_trials_total counter\n");
+	for (int o = OUTCOME_PASS; o <= OUTCOME_INFRA_ERROR; o++)
+		add(&t, "numwatch_trials_total{outcome=\"%s\"} %llu\n", outcome_name(o), m->trials[o]);
+	add(&t, "# HELP numwatch_trial_failures_total Trials that counted against their commit.\n"
+		"# TYPE numwatch_trial_failures_total counter\nnumwatch_trial_failures_total %llu\n",
+	    m->trials[OUTCOME_FAIL] + m->trials[OUTCOME_CRASH] + m->trials[OUTCOME_TIMEOUT] + m->trials[OUTCOME_ERROR]);
+	add(&t, "# HELP numwatch_runner_restarts_total Runners restarted after a crash, timeout or fault.\n"
+		"# TYPE numwatch_runner_restarts_total counter\n");
+	for (unsigned i = 0; i < p->d->nslots; i++) {
+		struct slot_status st;
+
+		slot_status(p->d->slots[i], &st);
+		add(&t, "numwatch_runner_restarts_total{slot=\"%s\"} %u\n", st.name, st.restarts);
+	}
+	add(&t, "# HELP numwatch_builds_total Builds by status.\n# TYPE numwatch_builds_total counter\n");
+	for (int i = 0; i < 4; i++)
+		add(&t, "numwatch_builds_total{status=\"%s\"} %llu\n", builds[i], m->builds[i]);
+	add(&t, "# HELP numwatch_build_duration_seconds Build durations.\n"
+		"# TYPE numwatch_build_duration_seconds histogram\n");
+	for (int i = 0; i < NWD_BUILD_BUCKETS; i++)
+		add(&t, "numwatch_build_duration_seconds_bucket{le=\"%g\"} %llu\n", nwd_build_bucket_le[i],
+		    m->build_buckets[i]);
+	add(&t, "numwatch_build_duration_seconds_bucket{le=\"+Inf\"} %llu\n", m->build_count);
+	add(&t, "numwatch_build_duration_seconds_sum %.3f\nnumwatch_build_duration_seconds_count %llu\n",
+	    m->build_seconds, m->build_count);
+	add(&t, "# HELP numwatch_store_pending_batches Trial batches not yet written.\n"
+		"# TYPE numwatch_store_pending_batches gauge\nnumwatch_store_pending_batches %u\n",
+	    store_pending(p->d->store));
+	if (!error && PQntuples(res) == 1) {
+		json_t *q = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
+		const char *key;
+		json_t *v;
+
+		add(&t, "# HELP numwatch_queue_depth Jobs queued or running, shared by all daemons.\n"
+			"# TYPE numwatch_queue_depth gauge\n");
+		json_object_foreach(q, key, v)
+		{
+			const char *colon = strchr(key, ':');
+
+			if (colon)
+				add(&t, "numwatch_queue_depth{kind=\"%.*s\",state=\"%s\"} %lld\n", (int)(colon - key),
+				    key, colon + 1, (long long)json_integer_value(v));
+		}
+		json_decref(q);
+		add(&t, "# HELP numwatch_bisections_active Bisections not finished.\n"
+			"# TYPE numwatch_bisections_active gauge\nnumwatch_bisections_active %s\n",
+		    PQgetvalue(res, 0, 1));
+		add(&t, "# HELP numwatch_mail_pending Mail waiting to be sent.\n"
+			"# TYPE numwatch_mail_pending gauge\nnumwatch_mail_pending %s\n",
+		    PQgetvalue(res, 0, 2));
+	}
+	if (!t.buf) {
+		http_reply_error(p->r, 500, "out of memory");
+		return;
+	}
+	http_reply(p->r, 200, "text/plain; version=0.0.4; charset=utf-8", t.buf, t.len);
+}
+
+void api_metrics(struct nwd *d, struct http_req *r)
+{
+	api_ask(d, r, metrics_sql, 0, NULL, NULL, NULL, on_metrics);
+}

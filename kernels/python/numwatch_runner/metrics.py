@@ -1,0 +1,216 @@
+"""Per-tensor metrics of a kernel's output against the float64 reference.
+
+The tolerance rule (PRODUCT.md, "The check contract"), the same as the C SDK's
+kernels/sdk/metrics.c:
+
+    ratio = max_abs(kernel - ref) / (factor * max_abs(plain - ref) + floor)
+    floor = floor_eps * eps(dtype) * scale        (floor_eps = 4 by default)
+
+where "plain" is a straightforward program in the same dtype (the largest error
+over the reduction orders the check gives) and scale is max|ref| unless the
+check names the size of the terms its output is a difference of. A check may
+instead declare a fixed tolerance: ratio = max(|k - ref| / (atol + rtol*|ref|)).
+
+Hard failures do not go through the ratio: an element still holding the poison
+(never written), an element written outside the tensor (the output list grew:
+the canary), or a NaN/Inf where the reference is finite (or of another class
+than the reference's NaN/Inf) fails the tensor whatever its error. Elements the
+check excludes as non-smooth are counted, never hidden.
+"""
+import math
+import struct
+
+from .dtypes import EPS, TINY, has_ulp, ulp_distance
+
+#: The poison every output element holds before the kernel runs: a quiet NaN
+#: with a payload that arithmetic does not produce. Arithmetic on it (reading an
+#: output that was never initialised) keeps the payload, and counts as unwritten.
+POISON_BITS = 0x7FFDEAD00BADF00D
+POISON = struct.unpack("<d", struct.pack("<Q", POISON_BITS))[0]
+_POISON_BYTES = struct.pack("<Q", POISON_BITS)
+_D = struct.Struct("<d")
+
+#: Default floor of the budget, in units of eps(dtype) at the tensor's scale.
+FLOOR_EPS = 4.0
+
+
+def is_poison(v):
+    """Whether v is the poison value (the same object, or a NaN with its bits)."""
+    if v is POISON:
+        return True
+    return isinstance(v, float) and v != v and _D.pack(v) == _POISON_BYTES
+
+
+def finite_or_none(x):
+    """x when it is a finite number, else None (JSON has no NaN or infinity)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _same_class(a, b):
+    if a != a or b != b:
+        return a != a and b != b
+    return a == b  # both infinite here
+
+
+def unravel(i, shape):
+    """Flat row-major index i as a multi-index of shape."""
+    idx = []
+    for d in reversed(shape):
+        d = d if d > 0 else 1
+        idx.append(i % d)
+        i //= d
+    return idx[::-1]
+
+
+def compare(
+    name,
+    dtype,
+    got,
+    ref,
+    plains=(),
+    shape=None,
+    factor=2.0,
+    floor_eps=FLOOR_EPS,
+    floor_scale=None,
+    atol=None,
+    rtol=0.0,
+    unwritten=None,
+    exclude=None,
+    canary=0,
+    tail_width=0,
+):
+    """Measures one output tensor. Returns a dict of protocol tensor fields.
+
+    got:        the kernel's values (floats, already rounded to dtype)
+    ref:        the float64 reference, same length
+    plains:     lists of the plain same-dtype program's values (one per
+                reduction order); the largest error counts. Empty with atol set.
+    shape:      the tensor's shape, for the worst index (default: flat)
+    unwritten:  per element, true where the output still held the poison
+    exclude:    a set of flat indices left out as non-smooth (counted)
+    canary:     elements written outside the tensor
+    tail_width: last-dimension tile width; the worst element is "tail" when it
+                lies in the last, partial tile
+
+    The dict has: name, ratio, max_abs, max_rel, max_ulp, nonfinite,
+    ref_nonfinite, unwritten, canary, excluded, worst, tail, and beyond the
+    protocol's list mismatch, plain_max_abs, budget, failed. Numbers that are
+    not finite are None (null on the wire).
+    """
+    n = len(ref)
+    if len(got) != n:
+        raise ValueError("tensor '%s': %d values for %d reference elements" % (name, len(got), n))
+    shape = list(shape) if shape is not None else [n]
+    fixed = atol is not None
+    if not fixed and not plains:
+        raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
+    for p in plains:
+        if len(p) != n:
+            raise ValueError("tensor '%s': plain program has %d values for %d" % (name, len(p), n))
+    exclude = exclude or ()
+    ulp = has_ulp(dtype)
+    isfinite = math.isfinite
+
+    n_unwritten = n_excluded = n_nonfinite = n_ref_nonfinite = n_mismatch = 0
+    max_abs = max_rel = max_ref = plain_max = max_q = 0.0
+    max_ulp = 0
+    worst = hard = None
+
+    for i in range(n):
+        if unwritten is not None and unwritten[i]:
+            n_unwritten += 1
+            if hard is None:
+                hard = i
+            continue
+        if i in exclude:
+            n_excluded += 1
+            continue
+        k = got[i]
+        r = ref[i]
+        kfin = isfinite(k)
+        rfin = isfinite(r)
+        if not kfin:
+            n_nonfinite += 1
+        if not rfin:
+            n_ref_nonfinite += 1
+        if kfin != rfin or (not kfin and not _same_class(k, r)):
+            n_mismatch += 1
+            if hard is None:
+                hard = i
+            continue
+        if not rfin:
+            continue
+        a = abs(r)
+        if a > max_ref:
+            max_ref = a
+        err = abs(k - r)
+        if r != 0.0:
+            rel = err / a
+            if rel > max_rel:
+                max_rel = rel
+        if ulp and err > 0.0:
+            u = ulp_distance(k, r, dtype)
+            if u is not None and u > max_ulp:
+                max_ulp = u
+        if fixed:
+            if err > max_abs:
+                max_abs = err
+            tol = atol + rtol * a
+            q = err / tol if tol > 0.0 else (math.inf if err > 0.0 else 0.0)
+            if q > max_q:
+                max_q = q
+                worst = i
+        elif err > max_abs:
+            max_abs = err
+            worst = i
+
+    # The plain program's error does not depend on what the kernel did: it is
+    # measured on every element the reference defines and the check keeps.
+    for p in plains:
+        for i in range(n):
+            r = ref[i]
+            v = p[i]
+            if isfinite(r) and isfinite(v) and i not in exclude:
+                e = abs(v - r)
+                if e > plain_max:
+                    plain_max = e
+
+    if fixed:
+        budget = atol
+        ratio = max_q
+    else:
+        scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
+        budget = factor * plain_max + floor_eps * EPS[dtype] * scale
+        if budget <= 0.0:
+            budget = TINY[dtype]
+        ratio = max_abs / budget
+
+    pos = hard if hard is not None else worst
+    idx = unravel(pos, shape) if pos is not None else None
+    tail = False
+    if idx and tail_width > 1 and shape:
+        d = shape[-1]
+        tail = idx[-1] >= d - d % tail_width
+    failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
+    return {
+        "name": name,
+        "ratio": finite_or_none(ratio),
+        "max_abs": finite_or_none(max_abs),
+        "max_rel": finite_or_none(max_rel),
+        "max_ulp": max_ulp if ulp else None,
+        "nonfinite": n_nonfinite,
+        "ref_nonfinite": n_ref_nonfinite,
+        "unwritten": n_unwritten,
+        "canary": canary,
+        "excluded": n_excluded,
+        "worst": idx,
+        "tail": tail,
+        # Beyond version 1's list (the daemon stores unknown fields with the trial):
+        "mismatch": n_mismatch,
+        "plain_max_abs": None if fixed else finite_or_none(plain_max),
+        "budget": finite_or_none(budget),
+        "failed": failed,
+    }

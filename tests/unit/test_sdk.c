@@ -1,0 +1,662 @@
+/*
+ * Unit tests of the check SDK (kernels/sdk): conversions, the generator,
+ * the metrics and their hard failures, canaries, repeats and the runner's
+ * protocol answers. The softmax checks are tested in test_sdk_softmax.c.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "numwatch_check.h"
+#include "runner.h"
+
+static uint32_t bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static float from_bits(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static void test_f16_known_values(void **state)
+{
+	(void)state;
+	assert_int_equal(nw_f32_to_f16(1.0f), 0x3c00);
+	assert_int_equal(nw_f32_to_f16(-2.0f), 0xc000);
+	assert_int_equal(nw_f32_to_f16(65504.0f), 0x7bff);
+	assert_int_equal(nw_f32_to_f16(65519.0f), 0x7bff); /* below the midpoint to 65536 */
+	assert_int_equal(nw_f32_to_f16(65520.0f), 0x7c00); /* the midpoint rounds to even: infinity */
+	assert_int_equal(nw_f32_to_f16(INFINITY), 0x7c00);
+	assert_int_equal(nw_f32_to_f16(-0.0f), 0x8000);
+	assert_int_equal(nw_f32_to_f16(0x1p-14f), 0x0400);       /* smallest normal */
+	assert_int_equal(nw_f32_to_f16(0x1p-24f), 0x0001);       /* smallest subnormal */
+	assert_int_equal(nw_f32_to_f16(0x1p-25f), 0x0000);       /* tie to even: zero */
+	assert_int_equal(nw_f32_to_f16(0x1.8p-25f), 0x0001);     /* above the tie */
+	assert_int_equal(nw_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even, down */
+	assert_int_equal(nw_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie to even, up */
+	assert_true(isnan(nw_f16_to_f32(nw_f32_to_f16(NAN))));
+	assert_true(nw_f16_to_f32(0x0001) == 0x1p-24f);
+	assert_true(nw_f16_to_f32(0xfbff) == -65504.0f);
+}
+
+static void test_f16_round_trip_and_oracle(void **state)
+{
+	struct nw_rng r;
+	uint32_t h;
+	int i;
+
+	(void)state;
+	/* Every non-NaN half survives the trip through float unchanged. */
+	for (h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+			continue;
+		assert_int_equal(nw_f32_to_f16(nw_f16_to_f32((uint16_t)h)), h);
+	}
+#ifdef __FLT16_MANT_DIG__
+	/* The compiler's own conversion is an independent oracle. */
+	nw_rng_init(&r, "test", 1, 0);
+	for (i = 0; i < 200000; i++) {
+		float f = from_bits((uint32_t)nw_rng_u64(&r));
+		_Float16 g = (_Float16)f;
+		uint16_t want;
+
+		if (isnan(f))
+			continue;
+		memcpy(&want, &g, sizeof(want));
+		if (nw_f32_to_f16(f) != want)
+			fail_msg("f16(%a): got 0x%04x, want 0x%04x", (double)f, nw_f32_to_f16(f), want);
+	}
+#else
+	(void)r;
+	(void)i;
+#endif
+}
+
+static void test_bf16_known_values(void **state)
+{
+	(void)state;
+	assert_int_equal(nw_f32_to_bf16(1.0f), 0x3f80);
+	assert_int_equal(nw_f32_to_bf16(from_bits(0x3f808000)), 0x3f80); /* tie to even, down */
+	assert_int_equal(nw_f32_to_bf16(from_bits(0x3f818000)), 0x3f82); /* tie to even, up */
+	assert_int_equal(nw_f32_to_bf16(from_bits(0x3f808001)), 0x3f81);
+	assert_int_equal(nw_f32_to_bf16(from_bits(0x7f7fffff)), 0x7f80); /* rounds to infinity */
+	assert_int_equal(nw_f32_to_bf16(-INFINITY), 0xff80);
+	assert_true(isnan(nw_bf16_to_f32(nw_f32_to_bf16(NAN))));
+	assert_int_equal(bits(nw_bf16_to_f32(0x4049)), 0x40490000);
+	assert_true(nw_round(NW_BF16, 1.0f + 0x1p-9f) == 1.0f);
+	assert_true(nw_round(NW_F32, 1.0f + 0x1p-20f) == 1.0f + 0x1p-20f);
+}
+
+static void test_dtype_names(void **state)
+{
+	(void)state;
+	assert_int_equal(nw_dtype_parse("f32"), NW_F32);
+	assert_int_equal(nw_dtype_parse("bf16"), NW_BF16);
+	assert_int_equal(nw_dtype_parse("f64"), -1);
+	assert_int_equal(nw_dtype_parse(NULL), -1);
+	assert_string_equal(nw_dtype_name(NW_F16), "f16");
+}
+
+static void test_rng_is_a_function_of_its_key(void **state)
+{
+	struct nw_rng a, b, c;
+	int i, seen_lo = 0, seen_hi = 0;
+
+	(void)state;
+	nw_rng_init(&a, "softmax.fwd", 42, 1);
+	nw_rng_init(&b, "softmax.fwd", 42, 1);
+	nw_rng_init(&c, "softmax.fwd", 43, 1);
+	for (i = 0; i < 1000; i++) {
+		uint64_t x = nw_rng_u64(&a);
+
+		assert_true(x == nw_rng_u64(&b));
+		assert_true(x != nw_rng_u64(&c));
+	}
+	/* Another stream or name gives other values. */
+	nw_rng_init(&a, "softmax.fwd", 42, 1);
+	nw_rng_init(&b, "softmax.fwd", 42, 2);
+	nw_rng_init(&c, "softmax.bwd", 42, 1);
+	i = nw_rng_u64(&a) == nw_rng_u64(&b) || nw_rng_u64(&a) == nw_rng_u64(&c);
+	assert_false(i);
+
+	for (i = 0; i < 10000; i++) {
+		long v = nw_rng_range(&a, 3, 7);
+		double u = nw_rng_uniform(&a), n = nw_rng_normal(&a);
+
+		assert_true(v >= 3 && v <= 7);
+		seen_lo |= v == 3;
+		seen_hi |= v == 7;
+		assert_true(u >= 0.0 && u < 1.0);
+		assert_true(fabs(n) < 3.47);
+	}
+	assert_true(seen_lo && seen_hi);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+#define N 64
+
+struct fixture {
+	struct nw_trial t;
+	struct nw_output out;
+	double ref[N], plain[N];
+	long dims[2];
+};
+
+/*
+ * An f32 output of 2 x 32 around 1e-3 whose kernel values equal the reference
+ * rounded to f32, and a plain program 3e-8 off: the budget is about 6e-8
+ * (2 * 3e-8 plus a floor of 4 eps * 2e-3).
+ */
+static int setup_f32(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	int i;
+
+	if (!f || nw_output_init(&f->t, &f->out, "y", NW_F32, N))
+		return -1;
+	f->dims[0] = 2;
+	f->dims[1] = 32;
+	for (i = 0; i < N; i++) {
+		f->ref[i] = (1.0 + i / 64.0) * 1e-3 + 1e-12 * (i % 7);
+		f->plain[i] = (double)(float)f->ref[i] + 3e-8; /* a plain program a little off */
+		nw_store(NW_F32, f->out.host, i, (float)f->ref[i]);
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	nw_output_release(&f->out);
+	free(f);
+	return 0;
+}
+
+static struct nw_compare_spec spec_of(struct fixture *f)
+{
+	struct nw_compare_spec s = {.out = &f->out, .ref = f->ref, .nplain = 1, .factor = 2.0,
+				    .dims = f->dims, .ndim = 2, .tail_width = 4};
+
+	s.plain[0] = f->plain;
+	return s;
+}
+
+static void test_metrics_correct_output_passes(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	nw_compare(&r, "y", &s);
+	assert_string_equal(r.name, "y");
+	assert_true(r.ratio < 1.0);
+	assert_true(r.has_ulp && r.max_ulp <= 0.5);
+	assert_int_equal(r.nonfinite + r.ref_nonfinite + r.mismatch + r.unwritten + r.canary, 0);
+	assert_false(nw_tensor_failed(&r));
+}
+
+static void test_metrics_wrong_value_fails_with_its_index(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	/* 1e-5 is far above the budget: ratio well over 1, worst at [1, 30]. */
+	nw_store(NW_F32, f->out.host, 62, (float)(f->ref[62] + 1e-5));
+	nw_compare(&r, "y", &s);
+	assert_true(r.ratio > 1.0);
+	assert_true(nw_tensor_failed(&r));
+	assert_int_equal(r.worst_ndim, 2);
+	assert_int_equal(r.worst[0], 1);
+	assert_int_equal(r.worst[1], 30);
+	assert_true(r.tail == false); /* 32 columns: no tail tile */
+
+	/* With 31 columns, column 30 lies in the tail [28, 31). */
+	f->dims[0] = 1;
+	f->dims[1] = 31;
+	f->out.count = 31;
+	nw_store(NW_F32, f->out.host, 30, (float)(f->ref[30] + 1e-5));
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.worst[1], 30);
+	assert_true(r.tail);
+}
+
+static void test_metrics_error_within_budget_passes(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	/* Twice the plain program's error is the budget: 1.5 times that error passes. */
+	nw_store(NW_F32, f->out.host, 5, (float)(f->ref[5] + 4.5e-8));
+	nw_compare(&r, "y", &s);
+	assert_true(r.ratio > 0.1 && r.ratio < 1.0);
+	assert_false(nw_tensor_failed(&r));
+}
+
+static void test_metrics_nan_where_reference_is_finite_fails(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	nw_store(NW_F32, f->out.host, 7, NAN);
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.nonfinite, 1);
+	assert_int_equal(r.ref_nonfinite, 0);
+	assert_int_equal(r.mismatch, 1);
+	assert_true(r.ratio < 1.0); /* the error metrics stay finite... */
+	assert_true(nw_tensor_failed(&r)); /* ...and the tensor fails anyway */
+	assert_int_equal(r.worst[1], 7);
+
+	nw_store(NW_F32, f->out.host, 7, (float)f->ref[7]);
+	nw_store(NW_F32, f->out.host, 9, INFINITY);
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.mismatch, 1);
+	assert_true(nw_tensor_failed(&r));
+}
+
+static void test_metrics_nonfinite_reference_must_be_matched(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	/* NaN where the reference is NaN is right (a row of -inf has no softmax). */
+	f->ref[3] = NAN;
+	f->plain[3] = NAN;
+	nw_store(NW_F32, f->out.host, 3, NAN);
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.ref_nonfinite, 1);
+	assert_int_equal(r.nonfinite, 1);
+	assert_int_equal(r.mismatch, 0);
+	assert_false(nw_tensor_failed(&r));
+
+	/* A finite value, or Inf, where the reference is NaN is wrong. */
+	nw_store(NW_F32, f->out.host, 3, 0.25f);
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.mismatch, 1);
+	assert_true(nw_tensor_failed(&r));
+	nw_store(NW_F32, f->out.host, 3, -INFINITY);
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.mismatch, 1);
+}
+
+static void test_metrics_unwritten_element_fails(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+	uint32_t poison = nw_poison_bits(NW_F32);
+	volatile float zero;
+	float nan;
+
+	memcpy((char *)f->out.host + 4 * 40, &poison, 4);
+	assert_true(nw_is_poison(NW_F32, f->out.host, 40));
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.unwritten, 1);
+	assert_int_equal(r.nonfinite, 0); /* counted as unwritten, not as a computed NaN */
+	assert_true(nw_tensor_failed(&r));
+	assert_int_equal(r.worst[0], 1);
+	assert_int_equal(r.worst[1], 8);
+
+	/* A NaN computed by arithmetic is not mistaken for the poison. */
+	zero = 0.0f;
+	nan = zero / zero;
+	assert_false(nw_is_poison(NW_F32, &nan, 0));
+	nan = nw_f16_to_f32(nw_f32_to_f16(nan));
+	assert_false(nw_is_poison(NW_F32, &nan, 0));
+}
+
+static void test_metrics_excluded_elements_are_counted(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+	unsigned char ex[N] = {0};
+
+	nw_store(NW_F32, f->out.host, 11, 100.0f);
+	ex[11] = 1;
+	s.exclude = ex;
+	nw_compare(&r, "y", &s);
+	assert_int_equal(r.excluded, 1);
+	assert_false(nw_tensor_failed(&r));
+}
+
+static void test_metrics_fixed_tolerance(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+
+	s.nplain = 0;
+	s.atol = 1e-3;
+	s.rtol = 0.0;
+	nw_store(NW_F32, f->out.host, 20, (float)(f->ref[20] + 5e-4));
+	nw_compare(&r, "y", &s);
+	assert_true(r.ratio > 0.4 && r.ratio < 0.6);
+	nw_store(NW_F32, f->out.host, 21, (float)(f->ref[21] - 2e-3));
+	nw_compare(&r, "y", &s);
+	assert_true(r.ratio > 1.0);
+	assert_int_equal(r.worst[1], 21);
+}
+
+static void test_metrics_plain_exact_uses_floor(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec s = spec_of(f);
+	struct nw_tensor_result r;
+	int i;
+
+	/* The plain program is exact and the kernel 1 ulp off: the floor keeps it a pass. */
+	for (i = 0; i < N; i++) {
+		f->ref[i] = (double)(float)f->ref[i];
+		f->plain[i] = f->ref[i];
+	}
+	nw_store(NW_F32, f->out.host, 0, nextafterf((float)f->ref[0], 2.0f));
+	nw_compare(&r, "y", &s);
+	assert_true(r.ratio > 0.0 && r.ratio < 1.0);
+	assert_true(r.max_ulp == 1.0);
+}
+
+/* ---- outputs: canaries, repeats, digests ----------------------------------- */
+
+struct writer {
+	struct nw_output *out;
+	long skip;   /* element left unwritten, or -1 */
+	long extra;  /* element index written outside [0, count), or 0 */
+	int calls;
+	int flaky;   /* write a different value on the second call */
+	int rc;
+};
+
+static int write_ones(void *arg)
+{
+	struct writer *w = arg;
+	float *y = w->out->dev;
+	long i;
+
+	w->calls++;
+	for (i = 0; i < (long)w->out->count; i++)
+		if (i != w->skip)
+			y[i] = w->flaky && w->calls == 2 ? 2.0f : 1.0f;
+	if (w->extra)
+		y[w->extra] = 1.0f;
+	return w->rc;
+}
+
+static void test_run_kernel_digest_and_repeats(void **state)
+{
+	struct nw_trial t = {.repeats = 3};
+	struct nw_output o;
+	struct writer w = {.out = &o, .skip = -1};
+	uint64_t want;
+	float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+	(void)state;
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
+	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	want = nw_fnv1a(NW_FNV_OFFSET, ones, sizeof(ones));
+	assert_int_equal(w.calls, 3);
+	assert_true(t.digest == want);
+	assert_int_equal(t.digests_differ, 0);
+	assert_int_equal(o.canary, 0);
+	assert_true(t.kernel_us >= 0.0);
+
+	/* A kernel that answers differently on one repeat is caught by the digests. */
+	w = (struct writer){.out = &o, .skip = -1, .flaky = 1};
+	t.digests_differ = 0;
+	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(t.digests_differ, 1);
+	assert_true(t.digest == want);
+	nw_output_release(&o);
+}
+
+static void test_run_kernel_rearms_poison_and_counts_canaries(void **state)
+{
+	struct nw_trial t = {.repeats = 2};
+	struct nw_output o;
+	struct writer w = {.out = &o, .skip = 5, .extra = 8};
+
+	(void)state;
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
+	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_true(nw_is_poison(NW_F32, o.host, 5));
+	assert_false(nw_is_poison(NW_F32, o.host, 4));
+	assert_int_equal(o.canary, 1);
+
+	/* Writing just before the buffer breaks the leading canary too. */
+	nw_output_release(&o);
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
+	w = (struct writer){.out = &o, .skip = -1, .extra = -1};
+	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(o.canary, 1);
+	nw_output_release(&o);
+}
+
+static void test_run_kernel_library_error_is_an_error_answer(void **state)
+{
+	struct nw_trial t = {.repeats = 1};
+	struct nw_output o;
+	struct writer w = {.out = &o, .skip = -1, .rc = -22};
+
+	(void)state;
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
+	assert_true(nw_run_kernel(&t, &o, 1, "dl_thing", write_ones, &w) < 0);
+	assert_true(t.error);
+	assert_false(t.fatal);
+	assert_string_equal(t.errmsg, "dl_thing returned -22");
+	nw_output_release(&o);
+}
+
+/* ---- runner protocol ------------------------------------------------------ */
+
+static json_t *answer(const char *line, bool *quit)
+{
+	json_t *a = nw_runner_answer(line, strlen(line), quit);
+
+	assert_non_null(a);
+	return a;
+}
+
+static void test_runner_hello(void **state)
+{
+	bool quit;
+	json_t *a = answer("{\"op\":\"hello\",\"protocol\":1}", &quit), *checks, *c;
+	size_t i;
+	bool found = false;
+
+	(void)state;
+	assert_false(quit);
+	assert_string_equal(json_string_value(json_object_get(a, "op")), "hello");
+	assert_int_equal(json_integer_value(json_object_get(a, "protocol")), 1);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(a, "device"), "backend")), "host");
+	assert_true(json_is_string(json_object_get(a, "runner")));
+	checks = json_object_get(a, "checks");
+	json_array_foreach(checks, i, c) {
+		if (strcmp(json_string_value(json_object_get(c, "check")), "softmax.fwd") != 0)
+			continue;
+		found = true;
+		assert_string_equal(json_string_value(json_object_get(c, "op")), "softmax");
+		assert_string_equal(json_string_value(json_object_get(c, "pass")), "fwd");
+		assert_int_equal(json_array_size(json_object_get(c, "dtypes")), 3);
+		assert_int_equal(json_array_size(json_object_get(c, "families")), 5);
+		assert_true(json_is_true(json_object_get(c, "deterministic")));
+	}
+	assert_true(found);
+	json_decref(a);
+}
+
+static void test_runner_unknown_op_and_bad_lines(void **state)
+{
+	bool quit;
+	json_t *a;
+	char *line;
+
+	(void)state;
+	a = answer("{\"op\":\"frobnicate\",\"x\":1}", &quit);
+	line = nw_runner_dump(a);
+	assert_string_equal(line, "{\"op\":\"frobnicate\",\"error\":\"unknown op\"}");
+	free(line);
+	json_decref(a);
+
+	a = answer("{\"op\":", &quit);
+	assert_true(json_is_null(json_object_get(a, "op")));
+	assert_non_null(strstr(json_string_value(json_object_get(a, "error")), "not json"));
+	json_decref(a);
+
+	a = answer("[1,2]", &quit);
+	assert_true(json_is_string(json_object_get(a, "error")));
+	assert_false(quit);
+	json_decref(a);
+}
+
+static void test_runner_trial_answer(void **state)
+{
+	bool quit;
+	json_t *a, *tensor, *c;
+	const char *digest;
+
+	(void)state;
+	a = answer("{\"op\":\"trial\",\"id\":17,\"check\":\"softmax.bwd\",\"dtype\":\"bf16\",\"seed\":42,"
+		   "\"repeats\":3,\"family\":null,\"future_field\":true}",
+		   &quit);
+	assert_false(quit);
+	assert_string_equal(json_string_value(json_object_get(a, "op")), "trial");
+	assert_int_equal(json_integer_value(json_object_get(a, "id")), 17);
+	assert_string_equal(json_string_value(json_object_get(a, "verdict")), "pass");
+	c = json_object_get(a, "case");
+	assert_int_equal(json_integer_value(json_object_get(c, "gen")), NW_GEN_VERSION);
+	assert_string_equal(json_string_value(json_object_get(c, "family")), "threshold"); /* 42 % 5 */
+	assert_int_equal(json_array_size(json_object_get(c, "shape")), 2);
+	assert_true(json_is_real(json_object_get(a, "ratio")));
+	tensor = json_array_get(json_object_get(a, "tensors"), 0);
+	assert_string_equal(json_string_value(json_object_get(tensor, "name")), "dx");
+	assert_true(json_is_null(json_object_get(tensor, "max_ulp"))); /* bf16 */
+	assert_int_equal(json_integer_value(json_object_get(tensor, "unwritten")), 0);
+	assert_int_equal(json_integer_value(json_object_get(tensor, "canary")), 0);
+	assert_true(json_is_boolean(json_object_get(tensor, "tail")));
+	digest = json_string_value(json_object_get(a, "digest"));
+	assert_int_equal(strlen(digest), 16);
+	assert_int_equal(strspn(digest, "0123456789abcdef"), 16);
+	assert_int_equal(json_integer_value(json_object_get(a, "digests_differ")), 0);
+	assert_true(json_is_number(json_object_get(a, "kernel_us")));
+	json_decref(a);
+
+	/* A named family overrides the seed's; string ids are echoed as given. */
+	a = answer("{\"op\":\"trial\",\"id\":\"x-1\",\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":42,"
+		   "\"family\":\"tiny\"}",
+		   &quit);
+	assert_string_equal(json_string_value(json_object_get(a, "id")), "x-1");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(a, "case"), "family")), "tiny");
+	json_decref(a);
+}
+
+static void test_runner_trial_is_reproducible(void **state)
+{
+	const char *req = "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f16\",\"seed\":7}";
+	bool quit;
+	json_t *a = answer(req, &quit), *b = answer(req, &quit);
+
+	(void)state;
+	assert_string_equal(json_string_value(json_object_get(a, "digest")),
+			    json_string_value(json_object_get(b, "digest")));
+	assert_true(json_equal(json_object_get(a, "case"), json_object_get(b, "case")));
+	json_decref(a);
+	json_decref(b);
+}
+
+static void assert_error_answer(const char *req, const char *want)
+{
+	bool quit;
+	json_t *a = answer(req, &quit);
+
+	assert_string_equal(json_string_value(json_object_get(a, "op")), "trial");
+	assert_string_equal(json_string_value(json_object_get(a, "verdict")), "error");
+	assert_true(json_is_false(json_object_get(a, "fatal")));
+	assert_string_equal(json_string_value(json_object_get(a, "error")), want);
+	assert_false(quit);
+	json_decref(a);
+}
+
+static void test_runner_trial_errors(void **state)
+{
+	(void)state;
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"nope.fwd\",\"dtype\":\"f32\",\"seed\":1}",
+			    "unknown check 'nope.fwd'");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f64\",\"seed\":1}",
+			    "unknown dtype 'f64'");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\"}",
+			    "missing field 'seed'");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":-1}",
+			    "field 'seed' is negative");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":\"1\"}",
+			    "field 'seed' has the wrong type");
+	assert_error_answer(
+		"{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":1,\"repeats\":0}",
+		"field 'repeats' must be 1..1000");
+	assert_error_answer(
+		"{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":1,\"family\":\"huge\"}",
+		"unknown family 'huge' for check 'softmax.fwd'");
+}
+
+static void test_runner_bye(void **state)
+{
+	bool quit = false;
+	json_t *a = answer("{\"op\":\"bye\"}", &quit);
+	char *line = nw_runner_dump(a);
+
+	(void)state;
+	assert_true(quit);
+	assert_string_equal(line, "{\"op\":\"bye\"}");
+	free(line);
+	json_decref(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_f16_known_values),
+		cmocka_unit_test(test_f16_round_trip_and_oracle),
+		cmocka_unit_test(test_bf16_known_values),
+		cmocka_unit_test(test_dtype_names),
+		cmocka_unit_test(test_rng_is_a_function_of_its_key),
+		cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_error_within_budget_passes, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_nan_where_reference_is_finite_fails, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_nonfinite_reference_must_be_matched, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_unwritten_element_fails, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_excluded_elements_are_counted, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_fixed_tolerance, setup_f32, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_plain_exact_uses_floor, setup_f32, teardown),
+		cmocka_unit_test(test_run_kernel_digest_and_repeats),
+		cmocka_unit_test(test_run_kernel_rearms_poison_and_counts_canaries),
+		cmocka_unit_test(test_run_kernel_library_error_is_an_error_answer),
+		cmocka_unit_test(test_runner_hello),
+		cmocka_unit_test(test_runner_unknown_op_and_bad_lines),
+		cmocka_unit_test(test_runner_trial_answer),
+		cmocka_unit_test(test_runner_trial_is_reproducible),
+		cmocka_unit_test(test_runner_trial_errors),
+		cmocka_unit_test(test_runner_bye),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
