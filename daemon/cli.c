@@ -6,8 +6,18 @@
  *   numwatch commits [--limit N] [--offset N]
  *   numwatch show SHA
  *   numwatch ci-wait SHA [--timeout S]   exit 0 clean, 1 regressed, 2 timed out, 3 error
+ *   numwatch bisect --good SHA --bad SHA --check C --dtype D   (needs NUMWATCH_TOKEN)
+ *   numwatch token create NAME | list | revoke ID   --config FILE (talks to the database)
+ *   numwatch repro --commit SHA --check C --dtype D --seed S --config FILE
  */
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -16,6 +26,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "config.h"
 
 #define RESPONSE_MAX      (16 * 1024 * 1024)
 #define REQUEST_TIMEOUT_S 30L
@@ -27,6 +39,13 @@ struct buf {
 	size_t len;
 	bool too_big;
 };
+
+static bool api_like_sha(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n == 40 && strspn(s, "0123456789abcdef") == n;
+}
 
 static const char *base_url = "http://127.0.0.1:8080";
 
@@ -85,6 +104,52 @@ static long get_json(const char *path, json_t **out, char *err, size_t errlen)
 		snprintf(err, errlen, "%s",
 			 json_string_value(json_object_get(*out, "error")) ?: "request failed");
 out:
+	free(b.data);
+	curl_easy_cleanup(c);
+	return status;
+}
+
+/* POSTs a JSON body with the bearer token; returns the status and the parsed answer. */
+static long post_json(const char *path, const char *body, const char *token, json_t **out, char *err,
+		      size_t errlen)
+{
+	CURL *c = curl_easy_init();
+	struct curl_slist *h = NULL;
+	struct buf b = {0};
+	char url[2048], auth[512];
+	long status = 0;
+	CURLcode rc;
+
+	*out = NULL;
+	if (!c) {
+		snprintf(err, errlen, "cannot initialise libcurl");
+		return 0;
+	}
+	snprintf(url, sizeof(url), "%s%s", base_url, path);
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token ? token : "");
+	h = curl_slist_append(h, "Content-Type: application/json");
+	if (token)
+		h = curl_slist_append(h, auth);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	rc = curl_easy_perform(c);
+	if (rc != CURLE_OK) {
+		snprintf(err, errlen, "cannot reach '%s': %s", url, curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	*out = json_loads(b.data ? b.data : "", 0, NULL);
+	if (status >= 400)
+		snprintf(err, errlen, "%s", *out && json_string_value(json_object_get(*out, "error"))
+						    ? json_string_value(json_object_get(*out, "error"))
+						    : "request failed");
+out:
+	curl_slist_free_all(h);
 	free(b.data);
 	curl_easy_cleanup(c);
 	return status;
@@ -228,6 +293,226 @@ static int cmd_ci_wait(const char *sha, int timeout_s)
 	}
 }
 
+static int cmd_bisect(const char *good, const char *bad, const char *check, const char *dtype,
+		      const char *token)
+{
+	json_t *req, *ans;
+	char *body, err[512];
+	long st;
+
+	if (!good || !bad || !check || !dtype) {
+		fprintf(stderr, "numwatch: bisect needs --good, --bad, --check and --dtype\n");
+		return EXIT_ERROR;
+	}
+	req = json_pack("{s:s, s:s, s:s, s:s}", "good", good, "bad", bad, "check", check, "dtype", dtype);
+	body = json_dumps(req, JSON_COMPACT);
+	json_decref(req);
+	st = post_json("/api/v1/bisections", body, token, &ans, err, sizeof(err));
+	free(body);
+	if (st != 201) {
+		fprintf(stderr, "numwatch: %s\n", err);
+		json_decref(ans);
+		return EXIT_ERROR;
+	}
+	printf("bisection %lld queued: %s/?view=bisection&id=%lld\n",
+	       (long long)json_integer_value(json_object_get(ans, "id")), base_url,
+	       (long long)json_integer_value(json_object_get(ans, "id")));
+	json_decref(ans);
+	return 0;
+}
+
+static PGconn *connect_db(const char *config_path)
+{
+	struct config cfg = {0};
+	char err[1024];
+	PGconn *c;
+
+	if (!config_path) {
+		fprintf(stderr, "numwatch: this command needs --config FILE (the daemon's configuration)\n");
+		return NULL;
+	}
+	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "numwatch: %s\n", err);
+		return NULL;
+	}
+	c = PQconnectdb(cfg.database);
+	config_release(&cfg);
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "numwatch: cannot connect to the database: %s", PQerrorMessage(c));
+		PQfinish(c);
+		return NULL;
+	}
+	return c;
+}
+
+static int cmd_token(int argc, char **argv, const char *config_path)
+{
+	const char *sub = argc > 0 ? argv[0] : "";
+	PGconn *c = connect_db(config_path);
+	PGresult *r = NULL;
+	int rc = EXIT_ERROR;
+
+	if (!c)
+		return EXIT_ERROR;
+	if (!strcmp(sub, "create") && argc == 2) {
+		unsigned char raw[32];
+		char token[3 + 2 * sizeof(raw) + 1] = "nw_";
+		const char *params[2] = {argv[1], token};
+
+		if (getrandom(raw, sizeof(raw), 0) != sizeof(raw)) {
+			fprintf(stderr, "numwatch: cannot read random bytes: %s\n", strerror(errno));
+			goto out;
+		}
+		for (size_t i = 0; i < sizeof(raw); i++)
+			sprintf(token + 3 + 2 * i, "%02x", raw[i]);
+		/* Only the hash is stored; the secret is shown once, here. */
+		r = PQexecParams(c, "INSERT INTO tokens (name, hash) VALUES ($1, sha256(convert_to($2, 'UTF8')))"
+				    " RETURNING id", 2, NULL, params, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			fprintf(stderr, "numwatch: %s", PQresultErrorMessage(r));
+			goto out;
+		}
+		fprintf(stderr, "token %s '%s' created; it is shown only now:\n", PQgetvalue(r, 0, 0), argv[1]);
+		printf("%s\n", token);
+		rc = 0;
+	} else if (!strcmp(sub, "list") && argc == 1) {
+		r = PQexec(c, "SELECT id, name, created_at::timestamp(0), coalesce(last_used::timestamp(0)::text, '-'),"
+			      " CASE WHEN revoked_at IS NULL THEN 'active' ELSE 'revoked' END FROM tokens ORDER BY id");
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			fprintf(stderr, "numwatch: %s", PQresultErrorMessage(r));
+			goto out;
+		}
+		for (int i = 0; i < PQntuples(r); i++)
+			printf("%-4s %-20s created %s  last used %s  %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+			       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+		rc = 0;
+	} else if (!strcmp(sub, "revoke") && argc == 2) {
+		const char *params[1] = {argv[1]};
+
+		r = PQexecParams(c, "UPDATE tokens SET revoked_at = now() WHERE (id::text = $1 OR name = $1)"
+				    " AND revoked_at IS NULL", 1, NULL, params, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_COMMAND_OK || atoi(PQcmdTuples(r)) == 0) {
+			fprintf(stderr, "numwatch: no active token '%s'\n", argv[1]);
+			goto out;
+		}
+		printf("revoked %s token(s) '%s'\n", PQcmdTuples(r), argv[1]);
+		rc = 0;
+	} else {
+		fprintf(stderr, "usage: numwatch token create NAME | list | revoke ID|NAME --config FILE\n");
+	}
+out:
+	PQclear(r);
+	PQfinish(c);
+	return rc;
+}
+
+/*
+ * Runs a child in its own process group with a deadline: SIGTERM to the group
+ * at the deadline, SIGKILL two seconds later. Returns its exit status, or -1.
+ */
+static int run_child(const char *const *argv, const char *cwd, const char *const *env_extra, int timeout_s,
+		     bool quiet)
+{
+	pid_t pid = fork();
+	int status = 0;
+	time_t end = time(NULL) + timeout_s;
+	bool termed = false;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		setpgid(0, 0);
+		if (cwd && chdir(cwd) < 0)
+			_exit(126);
+		for (size_t i = 0; env_extra && env_extra[i]; i++)
+			putenv((char *)env_extra[i]);
+		if (quiet) {
+			int fd = open("/dev/null", O_WRONLY);
+
+			dup2(fd, 1);
+		}
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	for (;;) {
+		pid_t w = waitpid(pid, &status, WNOHANG);
+		struct timespec ts = {0, 50 * 1000 * 1000};
+
+		if (w == pid)
+			break;
+		if (w < 0)
+			return -1;
+		if (!termed && time(NULL) >= end) {
+			fprintf(stderr, "numwatch: '%s' ran past %d s; stopping it\n", argv[0], timeout_s);
+			kill(-pid, SIGTERM);
+			termed = true;
+			end = time(NULL) + 2;
+		} else if (termed && time(NULL) >= end) {
+			kill(-pid, SIGKILL);
+		}
+		nanosleep(&ts, NULL);
+	}
+	return WIFEXITED(status) && !termed ? WEXITSTATUS(status) : -1;
+}
+
+/* Builds the commit (or reuses the daemon's build of it) and runs one trial locally. */
+static int cmd_repro(const char *sha, const char *check, const char *dtype, const char *seed,
+		     const char *config_path, bool cuda)
+{
+	struct config cfg = {0};
+	char err[1024], build[4096], runner[4200], mirror[4096], tmp[] = "/tmp/numwatch-repro.XXXXXX";
+	char wt[4200], env_wt[4300], env_bd[4300], env_c[128];
+	const char *env[] = {env_wt, env_bd, env_c, NULL};
+	struct stat st;
+	int rc = EXIT_ERROR;
+
+	if (!sha || !check || !dtype || !seed || !api_like_sha(sha)) {
+		fprintf(stderr, "numwatch: repro needs --commit SHA (40 hex digits), --check, --dtype and --seed\n");
+		return EXIT_ERROR;
+	}
+	if (!config_path || config_load(&cfg, config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "numwatch: %s\n", config_path ? err : "repro needs --config FILE");
+		return EXIT_ERROR;
+	}
+	snprintf(build, sizeof(build), "%s/builds/%s", cfg.state_dir, sha);
+	snprintf(runner, sizeof(runner), "%s/%s", build, cuda ? cfg.runner_cuda : cfg.runner_host);
+	if (stat(runner, &st) < 0) {
+		/* Not built here yet: build it from the daemon's mirror in a scratch directory. */
+		if (!mkdtemp(tmp)) {
+			fprintf(stderr, "numwatch: cannot create a scratch directory: %s\n", strerror(errno));
+			goto out;
+		}
+		snprintf(mirror, sizeof(mirror), "%s/mirror.git", cfg.state_dir);
+		snprintf(wt, sizeof(wt), "%s/src", tmp);
+		snprintf(build, sizeof(build), "%s/build", tmp);
+		{
+			const char *clone[] = {"git", "clone", "--quiet", "--no-checkout", mirror, wt, NULL};
+			const char *co[] = {"git", "-C", wt, "checkout", "--quiet", "--detach", sha, NULL};
+			const char *sh[] = {"/bin/sh", "-c", cfg.build_command, NULL};
+
+			snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", wt);
+			snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", build);
+			snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", sha);
+			fprintf(stderr, "numwatch: building %.12s in %s\n", sha, tmp);
+			if (run_child(clone, NULL, NULL, 600, false) != 0 || run_child(co, NULL, NULL, 600, false) != 0 ||
+			    mkdir(build, 0755) < 0 || run_child(sh, wt, env, (int)cfg.build_timeout_s, true) != 0) {
+				fprintf(stderr, "numwatch: cannot build %.12s (see above)\n", sha);
+				goto out;
+			}
+		}
+		snprintf(runner, sizeof(runner), "%s/%s", build, cuda ? cfg.runner_cuda : cfg.runner_host);
+	}
+	{
+		const char *argv[] = {runner, "--check", check, "--dtype", dtype, "--seed", seed, NULL};
+		int st2 = run_child(argv, build, NULL, (int)cfg.trial_timeout_s, false);
+
+		rc = st2 == 0 ? 0 : EXIT_REGRESSED;
+	}
+out:
+	config_release(&cfg);
+	return rc;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: numwatch [--url URL] COMMAND\n"
@@ -235,23 +520,43 @@ static void usage(FILE *f)
 		   "  commits [--limit N] [--offset N]\n"
 		   "  show SHA                     a commit's verdict and failing checks\n"
 		   "  ci-wait SHA [--timeout S]    wait for a verdict: exit 0 clean, 1 regressed,\n"
-		   "                               2 timed out, 3 error\n");
+		   "                               2 timed out, 3 error\n"
+		   "  bisect --good SHA --bad SHA --check C --dtype D   start a bisection\n"
+		   "                               (token from --token or NUMWATCH_TOKEN)\n"
+		   "  token create NAME | list | revoke ID|NAME   --config FILE\n"
+		   "  repro --commit SHA --check C --dtype D --seed S --config FILE [--cuda]\n"
+		   "                               build (or reuse) the commit's runner, run one trial\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
-	    {"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
-	    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+		{"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
+		{"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
+		{"good", required_argument, NULL, 'g'},   {"bad", required_argument, NULL, 'b'},
+		{"check", required_argument, NULL, 'k'},  {"dtype", required_argument, NULL, 'd'},
+		{"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
+		{"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
+		{"cuda", no_argument, NULL, 'G'},         {"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
+	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL;
+	const char *config_path = getenv("NUMWATCH_CONFIG"), *token = getenv("NUMWATCH_TOKEN");
+	bool cuda = false;
+	char *args[64];
+	int nargs = 0;
 	const char *cmd;
 
 	if (getenv("NUMWATCH_URL"))
 		base_url = getenv("NUMWATCH_URL");
-	while ((c = getopt_long(argc, argv, "+u:l:o:t:h", opts, NULL)) != -1) {
+	/* Options may come before or after the command; the rest are positional. */
+	while ((c = getopt_long(argc, argv, "-u:l:o:t:h", opts, NULL)) != -1) {
 		switch (c) {
+		case 1: /* "-" in the option string: positional arguments come in order */
+			if (nargs < 64)
+				args[nargs++] = optarg;
+			break;
 		case 'u':
 			base_url = optarg;
 			break;
@@ -264,6 +569,33 @@ int main(int argc, char **argv)
 		case 't':
 			timeout_s = atoi(optarg);
 			break;
+		case 'g':
+			good = optarg;
+			break;
+		case 'b':
+			bad = optarg;
+			break;
+		case 'k':
+			check = optarg;
+			break;
+		case 'd':
+			dtype = optarg;
+			break;
+		case 's':
+			seed = optarg;
+			break;
+		case 'C':
+			commit = optarg;
+			break;
+		case 'c':
+			config_path = optarg;
+			break;
+		case 'T':
+			token = optarg;
+			break;
+		case 'G':
+			cuda = true;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -272,35 +604,26 @@ int main(int argc, char **argv)
 			return EXIT_ERROR;
 		}
 	}
-	if (optind >= argc) {
+	if (nargs == 0) {
 		usage(stderr);
 		return EXIT_ERROR;
 	}
-	cmd = argv[optind++];
-	/* Options may also follow the command. */
-	while ((c = getopt_long(argc, argv, "u:l:o:t:h", opts, NULL)) != -1) {
-		if (c == 'l')
-			limit = atoi(optarg);
-		else if (c == 'o')
-			offset = atoi(optarg);
-		else if (c == 't')
-			timeout_s = atoi(optarg);
-		else if (c == 'u')
-			base_url = optarg;
-		else {
-			usage(stderr);
-			return EXIT_ERROR;
-		}
-	}
+	cmd = args[0];
 	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (!strcmp(cmd, "health")) {
+	if (!strcmp(cmd, "health") && nargs == 1) {
 		rc = cmd_health();
-	} else if (!strcmp(cmd, "commits")) {
+	} else if (!strcmp(cmd, "commits") && nargs == 1) {
 		rc = cmd_commits(limit, offset);
-	} else if (!strcmp(cmd, "show") && optind < argc) {
-		rc = cmd_show(argv[optind]);
-	} else if (!strcmp(cmd, "ci-wait") && optind < argc) {
-		rc = cmd_ci_wait(argv[optind], timeout_s);
+	} else if (!strcmp(cmd, "show") && nargs == 2) {
+		rc = cmd_show(args[1]);
+	} else if (!strcmp(cmd, "ci-wait") && nargs == 2) {
+		rc = cmd_ci_wait(args[1], timeout_s);
+	} else if (!strcmp(cmd, "bisect") && nargs == 1) {
+		rc = cmd_bisect(good, bad, check, dtype, token);
+	} else if (!strcmp(cmd, "token")) {
+		rc = cmd_token(nargs - 1, args + 1, config_path);
+	} else if (!strcmp(cmd, "repro") && nargs == 1) {
+		rc = cmd_repro(commit, check, dtype, seed, config_path, cuda);
 	} else {
 		usage(stderr);
 		rc = EXIT_ERROR;

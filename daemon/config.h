@@ -56,6 +56,20 @@ struct config {
 	unsigned http_port;
 	char *web_root;   /* directory holding the dashboard's static files */
 	char *public_url; /* base of the links the daemon prints; default http://address:port */
+
+	/* [mail] (mail.c composes, mailer.c sends) */
+	char *mail_smtp_url;      /* smtp:// or smtps:// URL; empty: mail is appended to mail_mbox */
+	char *mail_from;          /* From: "addr" or "Name <addr>"; default numwatch@<host name> */
+	char *mail_to;            /* comma-separated recipients of every mail (may be empty) */
+	char *mail_starttls;      /* "no", "try" or "yes" (smtp:// only) */
+	char *mail_username;      /* empty: no login */
+	char *mail_password;      /* from 'password', or the first line of 'password_file' */
+	char *mail_password_file; /* NULL when not set */
+	char *mail_mbox;          /* default <state_dir>/mail.mbox */
+	unsigned mail_rate_limit; /* mails per hour; more wait */
+	bool mail_send_to_author; /* the culprit's author is a recipient */
+	unsigned mail_timeout_s;  /* deadline of one SMTP session */
+	unsigned mail_retry_s;    /* first retry after a failed send; doubles up to an hour */
 };
 
 /*

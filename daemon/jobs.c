@@ -21,7 +21,9 @@ static const char claim_sql[] =
     "  UPDATE jobs SET state = 'running', owner = $2, lease_until = now() + $3 * interval '1 second'"
     "  FROM next WHERE jobs.id = next.id RETURNING jobs.*)"
     " SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
-    "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true)"
+    "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),"
+    "  (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,"
+    "  coalesce(claimed.bisection_id, 0)"
     " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
 
 struct claim {

@@ -10,7 +10,10 @@
 //   /?view=health                     daemon, slots, queue, database, polling
 //
 // Adding a view: write js/views/NAME.js exporting {name, nav, load, title,
-// render[, reveal]} and list it in ROUTES (and in NAV to get a header link).
+// render[, update][, reveal]} and list it in ROUTES (and in NAV to get a
+// header link). load(params, {signal}) -> {data, sig}: sig is compared between
+// refreshes, so unchanged data costs no DOM work; update(main, data, params)
+// may patch the page in place and return true, else render() rebuilds it.
 import { ApiError, getJSON } from './js/api.js';
 import { h } from './js/dom.js';
 import { heading, notice, refreshTimes } from './js/components.js';
@@ -163,6 +166,11 @@ async function show({ refresh = false, scrollTo = null } = {}) {
     if (data && data.repository) setRepository(data.repository);
     stampOk();
     if (refresh && sig === state.sig) {
+      refreshTimes(main);
+      return;
+    }
+    if (refresh && route.view.update && route.view.update(main, data, route.params)) {
+      state.sig = sig;
       refreshTimes(main);
       return;
     }

@@ -32,9 +32,18 @@ def f32(v):
         return math.copysign(math.inf, v)
 
 
+def f32v(vs):
+    """Every value of a list rounded to float32 (one float32 operation each)."""
+    n = len(vs)
+    try:
+        return list(struct.unpack("<%df" % n, struct.pack("<%df" % n, *vs)))
+    except OverflowError:
+        return [f32(v) for v in vs]
+
+
 def _tree(acc):
     while len(acc) > 1:
-        acc = [f32(acc[i] + acc[i + 1]) for i in range(0, len(acc), 2)]
+        acc = f32v([acc[i] + acc[i + 1] for i in range(0, len(acc), 2)])
     return acc[0]
 
 
@@ -44,46 +53,51 @@ def _row_sum(v):
     acc = [0.0] * LANES
     if n > LONG_ROW:
         # Long rows: each step takes a pair of neighbours into one lane.
-        for i in range(0, n - 1, 2):
-            lane = (i >> 1) % LANES
-            acc[lane] = f32(acc[lane] + f32(v[i] + v[i + 1]))
+        pairs = f32v([v[i] + v[i + 1] for i in range(0, n - 1, 2)])
+        for k in range(0, len(pairs), LANES):
+            chunk = pairs[k : k + LANES]
+            acc[: len(chunk)] = f32v([a + b for a, b in zip(acc, chunk)])
         if n % 2:  # the odd element left after the pairs
             acc[0] = f32(acc[0] + v[n - 1])
     else:
-        for i in range(n):
-            acc[i % LANES] = f32(acc[i % LANES] + v[i])
+        for k in range(0, n, LANES):
+            chunk = v[k : k + LANES]
+            acc[: len(chunk)] = f32v([a + b for a, b in zip(acc, chunk)])
     return _tree(acc)
 
 
 def _rstd(row, eps):
     n = len(row)
-    ms = f32(_row_sum([f32(a * a) for a in row]) / n)
+    ms = f32(_row_sum(f32v([a * a for a in row])) / n)
     return f32(1.0 / math.sqrt(f32(ms + eps)))
 
 
 def rmsnorm_fwd(x, w, rows, cols, y, eps=EPS):
     """y[i, :] = x[i, :] * rsqrt(mean(x[i, :]^2) + eps) * w."""
+    if cols == 0:
+        return
     for i in range(rows):
         base = i * cols
         row = x[base : base + cols]
         r = _rstd(row, eps)
-        for j in range(cols):
-            y[base + j] = f32(f32(row[j] * r) * w[j])
+        y[base : base + cols] = f32v([h * b for h, b in zip(f32v([a * r for a in row]), w)])
 
 
 def rmsnorm_bwd(x, w, dy, rows, cols, dx, dw, eps=EPS):
     """Gradients of rmsnorm_fwd: dx ([rows, cols]) and dw ([cols])."""
     acc = [0.0] * cols
-    for i in range(rows):
+    for i in range(rows if cols else 0):
         base = i * cols
         row = x[base : base + cols]
         drow = dy[base : base + cols]
         r = _rstd(row, eps)
-        xh = [f32(a * r) for a in row]
-        g = [f32(d * b) for d, b in zip(drow, w)]
-        c = f32(_row_sum([f32(a * b) for a, b in zip(g, xh)]) / cols)
-        for j in range(cols):
-            dx[base + j] = f32(r * f32(g[j] - f32(xh[j] * c)))
-            acc[j] = f32(acc[j] + f32(drow[j] * xh[j]))
+        xh = f32v([a * r for a in row])
+        g = f32v([d * b for d, b in zip(drow, w)])
+        c = f32(_row_sum(f32v([a * b for a, b in zip(g, xh)])) / cols)
+        xc = f32v([xj * c for xj in xh])
+        t = f32v([gj - v for gj, v in zip(g, xc)])
+        dx[base : base + cols] = f32v([r * tj for tj in t])
+        prod = f32v([d * h for d, h in zip(drow, xh)])
+        acc = f32v([a + q for a, q in zip(acc, prod)])
     for j in range(cols):
         dw[j] = acc[j]

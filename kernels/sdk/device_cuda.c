@@ -38,20 +38,27 @@ static int refuse(void)
 	return -EIO;
 }
 
-/* The kernel module's version ("580.159.04"): cudart only knows the CUDA version the driver supports. */
+/*
+ * The kernel module's version ("580.159.04"): cudart only knows the CUDA
+ * version the driver supports. The line reads "NVRM version: NVIDIA UNIX
+ * [Open ]Kernel Module [for x86_64]  580.159.04  Release Build ...": take the
+ * first word made of digits and dots.
+ */
 static void driver_version(char *buf, size_t len)
 {
-	char line[256], *p;
+	char line[512], *tok, *save = NULL;
 	int v = 0;
 	FILE *f = fopen("/proc/driver/nvidia/version", "r");
 
 	if (f) {
-		if (fgets(line, sizeof(line), f) && (p = strstr(line, "Kernel Module")) != NULL) {
-			p += strlen("Kernel Module");
-			while (*p == ' ')
-				p++;
-			p[strcspn(p, " \n")] = '\0';
-			snprintf(buf, len, "%s", p);
+		if (fgets(line, sizeof(line), f)) {
+			for (tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
+				if (tok[0] >= '0' && tok[0] <= '9' && strchr(tok, '.') &&
+				    strspn(tok, "0123456789.") == strlen(tok)) {
+					snprintf(buf, len, "%s", tok);
+					break;
+				}
+			}
 		}
 		fclose(f);
 		if (buf[0])

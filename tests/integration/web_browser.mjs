@@ -79,7 +79,21 @@ try {
   const markup = grid.titles.find((t) => t.includes('<'));
   check(grid.injected === 0 && (markup === undefined || markup.includes('<img')), `API strings are text, not markup${markup ? `: ${markup}` : ''}`);
 
-  // ---- auto-refresh keeps scroll and focus
+  // ---- auto-refresh: changed verdicts are patched in place; a changed layout is
+  // rendered anew; both keep scroll and focus.
+  let served = 0;
+  let extraColumn = false;
+  await page.setRequestInterception(true);
+  page.on('request', async (r) => {
+    if (!r.url().includes('/api/v1/commits?')) return r.continue();
+    const res = await fetch(r.url());
+    const body = JSON.parse(await res.text());
+    served++;
+    const c0 = body.checks[0];
+    body.commits[0].verdicts[`${c0.check}/${c0.dtypes[0]}`] = served % 2 ? 'regressed' : 'flaky';
+    if (extraColumn) body.checks.push({ check: 'zz_new.fwd', dtypes: ['f32'], deterministic: true });
+    r.respond({ status: res.status, contentType: 'application/json', body: JSON.stringify(body) });
+  });
   await page.evaluate(() => {
     const w = document.querySelector('.grid-wrap');
     w.scrollLeft = 400;
@@ -89,28 +103,29 @@ try {
   });
   const focusedHref = await page.evaluate(() => document.activeElement.getAttribute('href'));
   const before = await page.evaluate(() => [document.querySelector('.grid-wrap').scrollLeft, document.querySelector('.grid-wrap').scrollTop]);
-  // Make every refresh see changed data, so that each one re-renders the grid.
-  await page.setRequestInterception(true);
-  page.on('request', async (r) => {
-    if (!r.url().includes('/api/v1/commits?')) return r.continue();
-    const res = await fetch(r.url());
-    const body = JSON.parse(await res.text());
-    body.nonce = Date.now();
-    r.respond({ status: res.status, contentType: 'application/json', body: JSON.stringify(body) });
-  });
-  await sleep(11000);
-  const after = await page.evaluate(() => ({
-    left: document.querySelector('.grid-wrap').scrollLeft,
-    top: document.querySelector('.grid-wrap').scrollTop,
-    focus: document.activeElement && document.activeElement.getAttribute('href'),
-    status: document.getElementById('refresh-status').textContent,
-    rerendered: !document.querySelector('table.grid').dataset.old,
-  }));
-  check(after.rerendered, 'auto-refresh re-rendered the grid with the new data');
-  check(/^Updated \d\d:\d\d:\d\d$/.test(after.status), `auto-refresh ran: '${after.status}'`);
-  check(before[0] === 400 && after.left === before[0] && after.top === before[1], `grid scroll kept across refreshes (${after.left}, ${after.top})`);
-  check(after.focus === focusedHref, `focus kept across refreshes (${after.focus})`);
-
+  const probe = () =>
+    page.evaluate(() => ({
+      left: document.querySelector('.grid-wrap').scrollLeft,
+      top: document.querySelector('.grid-wrap').scrollTop,
+      focus: document.activeElement && document.activeElement.getAttribute('href'),
+      status: document.getElementById('refresh-status').textContent,
+      same: document.querySelector('table.grid').dataset.old === '1',
+      first: document.querySelector('table.grid a.cell').dataset.v,
+      cols: document.querySelectorAll('table.grid thead tr.h-dtypes th').length,
+    }));
+  await sleep(5600);
+  const p1 = await probe();
+  await sleep(5000);
+  const p2 = await probe();
+  check(/^Updated \d\d:\d\d:\d\d$/.test(p2.status), `auto-refresh ran: '${p2.status}'`);
+  check(p1.same && p2.same && p1.first !== p2.first && ['regressed', 'flaky'].includes(p1.first), `changed verdicts patched in place (${p1.first} -> ${p2.first})`);
+  check(before[0] === 400 && p2.left === before[0] && p2.top === before[1] && p2.focus === focusedHref, `patching keeps scroll (${p2.left}, ${p2.top}) and focus`);
+  extraColumn = true;
+  await sleep(5200);
+  const p3 = await probe();
+  check(!p3.same && p3.cols === grid.cols + 1, `a new column renders the grid anew (${p3.cols} columns)`);
+  check(p3.left === before[0] && p3.top === before[1], `re-rendering keeps scroll (${p3.left}, ${p3.top})`);
+  check(p3.focus === focusedHref, `re-rendering keeps focus (${p3.focus})`);
   await page.setRequestInterception(false);
   page.removeAllListeners('request');
 

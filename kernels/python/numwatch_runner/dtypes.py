@@ -107,10 +107,9 @@ def _round_bf16_list(xs):
 
 def round_list(xs, dtype):
     """A new list: every value of xs rounded to dtype (fast for long lists)."""
-    xs = [float(x) for x in xs]
     n = len(xs)
     if n == 0 or dtype == "f64":
-        return xs
+        return [float(x) for x in xs]
     if dtype == "f32":
         try:
             return list(struct.unpack("<%df" % n, struct.pack("<%df" % n, *xs)))
@@ -122,9 +121,9 @@ def round_list(xs, dtype):
         except OverflowError:
             return [_f16(x) for x in xs]
     if dtype == "bf16":
-        return _round_bf16_list(xs)
+        return _round_bf16_list([float(x) for x in xs])
     check_dtype(dtype)
-    return xs
+    return [float(x) for x in xs]
 
 
 def _ordered(x, dtype):
@@ -134,6 +133,21 @@ def _ordered(x, dtype):
         return -(i & 0x7FFFFFFF) if i < 0 else i
     (i,) = struct.unpack("<q", struct.pack("<d", x))
     return -(i & 0x7FFFFFFFFFFFFFFF) if i < 0 else i
+
+
+def ordered_list(xs, dtype):
+    """For f32/f64: each value rounded to dtype as an integer that orders like
+    the value (ULP distances are differences), None where not finite."""
+    xs = round_list(xs, dtype)
+    n = len(xs)
+    if dtype == "f32":
+        ints = struct.unpack("<%di" % n, struct.pack("<%df" % n, *xs))
+        mask = 0x7FFFFFFF
+    else:
+        ints = struct.unpack("<%dq" % n, struct.pack("<%dd" % n, *xs))
+        mask = 0x7FFFFFFFFFFFFFFF
+    isfinite = math.isfinite
+    return [(-(i & mask) if i < 0 else i) if isfinite(x) else None for i, x in zip(ints, xs)]
 
 
 def has_ulp(dtype):

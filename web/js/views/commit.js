@@ -23,6 +23,8 @@ import {
   verdictInfo,
 } from '../format.js';
 
+/** Checks linked from the "Needs attention" line before the rest are summed up. */
+const ATTENTION_SHOWN = 24;
 /** Failing seeds shown before the rest are folded away, per check. */
 const SEEDS_SHOWN = 6;
 /** Evidence keys shown elsewhere or as a tooltip rather than in the evidence column. */
@@ -78,25 +80,32 @@ function buildSection(c) {
   const logHref = url.buildLog(c.sha);
   const key = `${c.sha} ${b.status} ${b.started_at} ${b.duration_ms}`;
   const pre = h('pre', { class: 'log', dataset: { scrollKey: 'build-log' }, tabindex: '0' });
-  const details = h('details', { class: 'log-details', dataset: { key: 'build-log' } }, h('summary', null, 'Show the build log here'), pre);
-  const fill = async () => {
+  // A failed build's log is what the reader came for: open it from the start.
+  const details = h('details', { class: 'log-details', open: b.status !== 'ok', dataset: { key: 'build-log' } }, h('summary', null, 'Build log'), pre);
+  let loading = null;
+  const fill = () => {
     if (logCache.has(key)) {
-      pre.textContent = logCache.get(key);
+      pre.textContent = logCache.get(key) || '(empty log)';
       return;
     }
+    if (loading) return;
     pre.textContent = 'Loading…';
-    try {
-      const text = await getText(logHref);
-      logCache.set(key, text);
-      pre.textContent = text || '(empty log)';
-    } catch (e) {
-      pre.textContent = `Cannot load the build log: ${e.message}`;
-    }
+    loading = getText(logHref)
+      .then((text) => {
+        logCache.set(key, text);
+        pre.textContent = text || '(empty log)';
+      })
+      .catch((e) => {
+        pre.textContent = `Cannot load the build log: ${e.message}`;
+      })
+      .finally(() => {
+        loading = null;
+      });
   };
-  if (logCache.has(key)) pre.textContent = logCache.get(key);
   details.addEventListener('toggle', () => {
     if (details.open) fill();
   });
+  if (details.open || logCache.has(key)) fill();
   return h(
     'section',
     { class: 'panel', 'aria-labelledby': 'build-h' },
@@ -127,7 +136,7 @@ function checksTable(checks, sha) {
     prev = k.check;
     return h(
       'tr',
-      { id, class: [ATTENTION.has(info.key) ? 'attention' : '', repeat ? 'repeat' : ''].join(' ').trim() || null },
+      { id, class: [ATTENTION.has(info.key) && info.key !== 'build_failed' ? 'attention' : '', repeat ? 'repeat' : ''].join(' ').trim() || null },
       h('th', { scope: 'row' }, h('a', { href: url.commit(sha, k.check, k.dtype), class: 'anchor', title: 'Link to this row' }, String(k.check)), k.deterministic === false ? h('span', { class: 'nd', title: 'non-deterministic: judged statistically' }, ' ~') : null),
       h('td', null, String(k.dtype)),
       h('td', null, badge(k.verdict)),
@@ -274,7 +283,8 @@ export default {
     const checks = Array.isArray(c.checks) ? c.checks : [];
     const counts = new Map();
     for (const k of checks) counts.set(verdictInfo(k.verdict).key, (counts.get(verdictInfo(k.verdict).key) || 0) + 1);
-    const attention = checks.filter((k) => ATTENTION.has(verdictInfo(k.verdict).key));
+    // build_failed on every check is said once, by the commit's own verdict and build panel.
+    const attention = checks.filter((k) => ATTENTION.has(verdictInfo(k.verdict).key) && k.verdict !== 'build_failed');
     const failing = checks.filter((k) => Array.isArray(k.failing_seeds) && k.failing_seeds.length);
 
     const head = h(
@@ -308,7 +318,10 @@ export default {
           'nav',
           { class: 'attention-list', 'aria-label': 'Checks that need attention' },
           h('span', null, 'Needs attention: '),
-          attention.map((k, i) => [i ? ' ' : '', h('a', { href: hashHref(k.failing_seeds?.length ? seedsAnchor(k.check, k.dtype) : checkAnchor(k.check, k.dtype)), class: 'chip' }, badge(k.verdict), ` ${k.check} · ${k.dtype}`)]),
+          attention.slice(0, ATTENTION_SHOWN).map((k, i) => [i ? ' ' : '', h('a', { href: hashHref(k.failing_seeds?.length ? seedsAnchor(k.check, k.dtype) : checkAnchor(k.check, k.dtype)), class: 'chip' }, badge(k.verdict), ` ${k.check} · ${k.dtype}`)]),
+          attention.length > ATTENTION_SHOWN
+            ? h('a', { href: url.commit(sha, null, null, { show: 'problems' }) + '#results-h', class: 'more' }, `and ${attention.length - ATTENTION_SHOWN} more`)
+            : null,
         )
       : null;
 

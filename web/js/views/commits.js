@@ -60,7 +60,7 @@ function row(commit, cols, index) {
       { scope: 'row', class: 'commit' },
       h(
         'div',
-        { class: 'c-line1' },
+        { class: 'c-line1', dataset: { v: String(commit.verdict) } },
         badge(commit.verdict),
         sha ? h('a', { href: url.commit(sha), class: 'sha', dataset: { k: `row-${sha}`, col: '0', row: String(index) } }, sha.slice(0, 8)) : h('span', { class: 'sha' }, '?'),
         h('span', { class: 'c-title', title }, title),
@@ -77,7 +77,7 @@ function row(commit, cols, index) {
     prevCheck = col.check;
     td.appendChild(
       sha
-        ? h('a', { class: `cell ${verdictClass(v)}`, href: url.commit(sha, col.check, col.dtype), tabindex: '-1', 'aria-label': label, title: `${label} — ${sha.slice(0, 8)} ${title}`, dataset: { col: String(i + 1), row: String(index) } }, info.glyph)
+        ? h('a', { class: `cell ${verdictClass(v)}`, href: url.commit(sha, col.check, col.dtype), tabindex: '-1', 'aria-label': label, title: `${label} — ${sha.slice(0, 8)} ${title}`, dataset: { col: String(i + 1), row: String(index), v: String(v) } }, info.glyph)
         : h('span', { class: `cell ${verdictClass(v)}`, title: label }, info.glyph, srOnly(label)),
     );
     tr.appendChild(td);
@@ -122,6 +122,57 @@ function onGridClick(e) {
   window.dispatchEvent(new CustomEvent('nw:navigate', { detail: tr.dataset.href }));
 }
 
+/** What each rendered grid shows, so that a refresh can patch it in place. */
+const shown = new WeakMap();
+
+function tableLabel(commits) {
+  const counts = {};
+  for (const c of commits) counts[verdictInfo(c.verdict).key] = (counts[verdictInfo(c.verdict).key] || 0) + 1;
+  const summary = Object.entries(counts)
+    .map(([k, n]) => `${n} ${verdictInfo(k).label}`)
+    .join(', ');
+  return `Verdicts of ${commits.length} commits (${summary}), newest first`;
+}
+
+/**
+ * Patches the grid on screen with fresh data when it shows the same commits
+ * and columns (the usual auto-refresh: verdicts arrive). Only changed cells
+ * are touched, so scrolling, focus and hover stay as they are and a refresh
+ * of a 50 x 150 grid costs next to nothing. False: render anew.
+ */
+function update(root, data, params) {
+  const table = root.querySelector('table.grid');
+  const was = table && shown.get(table);
+  const commits = Array.isArray(data.commits) ? data.commits : [];
+  if (!was || was.page !== parsePage(params.get('page')) || was.total !== (Number(data.total) || 0)) return false;
+  const cols = columns(data.checks);
+  if (was.cols !== cols.map((c) => c.key).join('\n') || was.rows !== commits.map((c) => c.sha).join(',')) return false;
+  const rows = table.tBodies[0].rows;
+  commits.forEach((commit, i) => {
+    const tr = rows[i];
+    const line1 = tr.querySelector('.c-line1');
+    if (line1.dataset.v !== String(commit.verdict)) {
+      line1.dataset.v = String(commit.verdict);
+      line1.replaceChild(badge(commit.verdict), line1.querySelector('.badge'));
+    }
+    const links = tr.querySelectorAll('a.cell');
+    cols.forEach((col, j) => {
+      const a = links[j];
+      const v = cellVerdict(commit, col.key);
+      if (!a || a.dataset.v === String(v)) return;
+      const info = verdictInfo(v);
+      const label = `${col.check} ${col.dtype}: ${info.label}`;
+      a.dataset.v = String(v);
+      a.className = `cell ${verdictClass(v)}`;
+      a.textContent = info.glyph;
+      a.setAttribute('aria-label', label);
+      a.title = `${label} — ${commit.sha.slice(0, 8)} ${commit.title == null ? '' : commit.title}`;
+    });
+  });
+  table.setAttribute('aria-label', tableLabel(commits));
+  return true;
+}
+
 export default {
   name: 'commits',
   nav: 'commits',
@@ -137,14 +188,14 @@ export default {
     return page > 1 ? `Commits, page ${page}` : 'Commits';
   },
 
+  update,
+
   render(data, params) {
     const page = parsePage(params.get('page'));
     const total = Number(data.total) || 0;
     const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
     const commits = Array.isArray(data.commits) ? data.commits : [];
     const cols = columns(data.checks);
-    const counts = {};
-    for (const c of commits) counts[verdictInfo(c.verdict).key] = (counts[verdictInfo(c.verdict).key] || 0) + 1;
 
     const top = h(
       'div',
@@ -166,12 +217,9 @@ export default {
       parts.push(notice('info', 'No checks known yet.', 'Checks appear once a commit has been built and its runner has listed them.'));
     }
 
-    const summary = Object.entries(counts)
-      .map(([k, n]) => `${n} ${verdictInfo(k).label}`)
-      .join(', ');
     const table = h(
       'table',
-      { class: 'grid', style: `--ncols: ${cols.length}`, 'aria-label': `Verdicts of ${commits.length} commits (${summary}), newest first`, onkeydown: onGridKey, onclick: onGridClick },
+      { class: 'grid', style: `--ncols: ${cols.length}`, 'aria-label': tableLabel(commits), onkeydown: onGridKey, onclick: onGridClick },
       h('colgroup', null, h('col', { class: 'col-commit' }), cols.map(() => h('col', { class: 'col-cell' }))),
       h('thead', null, headerRows(cols, data.checks)),
       h(
@@ -180,6 +228,7 @@ export default {
         commits.map((c, i) => row(c, cols, i)),
       ),
     );
+    shown.set(table, { page, total, cols: cols.map((c) => c.key).join('\n'), rows: commits.map((c) => c.sha).join(',') });
     parts.push(h('div', { class: 'grid-wrap', dataset: { scrollKey: 'grid' }, tabindex: '0', role: 'region', 'aria-label': 'Verdict grid (arrow keys move between cells)' }, table));
     if (pages > 1) parts.push(h('div', { class: 'view-foot' }, pager(page, pages, total)));
     return h('section', { class: 'view view-commits' }, parts);

@@ -1,0 +1,532 @@
+/*
+ * Unit tests of the statistics module (daemon/stats.c) against known values.
+ *
+ * Reference values not taken from a textbook were computed with Python 3
+ * (no scipy) by independent code: exact rational arithmetic
+ * (fractions.Fraction, math.comb) for binomial tails, enumeration of all
+ * 2^n sign patterns for the exact Wilcoxon distribution, and
+ * statistics.NormalDist for the normal quantile. The script is reproduced
+ * next to each value where it is not a one-liner.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "stats.h"
+
+#define P OUTCOME_PASS
+#define F OUTCOME_FAIL
+#define N OUTCOME_NONE
+
+/* Relative closeness, printing both values when it fails. */
+static void near(double got, double want, double rel, const char *what)
+{
+	double tol = rel * fmax(fabs(want), 1e-300);
+
+	if (!(fabs(got - want) <= tol)) {
+		print_error("%s: got %.15g, want %.15g (rel tol %g)\n", what, got, want, rel);
+		fail();
+	}
+}
+
+static void normal_quantile(void **state)
+{
+	/* statistics.NormalDist().inv_cdf(0.975) = 1.959963984540054 */
+	near(stats_z_from_alpha(0.05), 1.959963984540054, 1e-12, "z(0.05)");
+	assert_true(fabs(stats_normal_quantile(0.5)) < 1e-15);
+	near(stats_normal_quantile(1e-10), -6.361340902404056, 1e-10, "quantile(1e-10)");
+	near(stats_normal_sf(1.959963984540054), 0.025, 1e-12, "sf(1.96)");
+	assert_true(isnan(stats_normal_quantile(0.0)));
+	assert_true(isnan(stats_z_from_alpha(1.5)));
+}
+
+static void wilson_textbook(void **state)
+{
+	struct stats_interval iv;
+	double z = stats_z_from_alpha(0.05);
+
+	/*
+	 * 81 successes in 263 trials at 95%: [0.2553, 0.3662], the usual worked
+	 * example (Wikipedia, "Binomial proportion confidence interval"). From
+	 * Wilson's closed form, (p + z^2/2n)/(1 + z^2/n) -+ z/(1 + z^2/n)
+	 * sqrt(p(1-p)/n + z^2/4n^2), in Python: 0.2552885199, 0.3662095770.
+	 */
+	assert_int_equal(stats_wilson(81, 263, z, &iv), 0);
+	near(iv.p, 81.0 / 263, 1e-15, "p");
+	near(iv.lo, 0.2552885199, 1e-9, "lo 81/263");
+	near(iv.hi, 0.3662095770, 1e-9, "hi 81/263");
+	/* No failure in 10: the upper bound is z^2/(n + z^2) = 0.2775327999. */
+	assert_int_equal(stats_wilson(0, 10, z, &iv), 0);
+	assert_true(iv.lo == 0.0);
+	near(iv.hi, 0.2775327999, 1e-9, "hi 0/10");
+	assert_int_equal(stats_wilson(10, 10, z, &iv), 0);
+	near(iv.lo, 0.7224672001, 1e-9, "lo 10/10");
+	assert_true(iv.hi == 1.0);
+	/* A rare failure rate, where the Wald interval would go negative. */
+	assert_int_equal(stats_wilson(1, 1000, z, &iv), 0);
+	near(iv.lo, 0.000176546370626078, 1e-9, "lo 1/1000");
+	near(iv.hi, 0.0056425586, 1e-9, "hi 1/1000");
+	assert_int_equal(stats_wilson(0, 0, z, &iv), 0);
+	assert_true(iv.lo == 0.0 && iv.hi == 1.0);
+	assert_int_equal(stats_wilson(5, 4, z, &iv), -EINVAL);
+	assert_int_equal(stats_wilson(1, 4, 0.0, &iv), -EINVAL);
+}
+
+static void sprt_boundaries(void **state)
+{
+	struct sprt_params p = {.p0 = 0.002, .p1 = 0.02, .alpha = 0.05, .beta = 0.05};
+	struct sprt s;
+	unsigned f, n;
+
+	/* Wald: A = log((1-beta)/alpha) = log 19 = 2.944439, B = log(beta/(1-alpha)) = -log 19. */
+	assert_int_equal(sprt_init(&s, &p), 0);
+	near(s.a, log(19.0), 1e-15, "A");
+	near(s.a, 2.944438979166, 1e-12, "A numeric");
+	near(s.b, -log(19.0), 1e-15, "B");
+	near(s.inc_fail, log(10.0), 1e-15, "failure increment");
+	near(s.inc_pass, log(0.98 / 0.998), 1e-12, "pass increment");
+	assert_int_equal(sprt_run_lengths(&p, &f, &n), 0);
+	assert_int_equal(f, 2);
+	assert_int_equal(n, 162); /* ceil(2.944439 / 0.018200) = ceil(161.78) */
+
+	/* PRODUCT.md's example reproduced exactly with alpha 0.01, beta 0.05. */
+	p.alpha = 0.01;
+	assert_int_equal(sprt_run_lengths(&p, &f, &n), 0);
+	assert_int_equal(f, 2);
+	assert_int_equal(n, 165); /* B = log(0.05/0.99) = -2.985682; 2.985682 / 0.018200 = 164.04 */
+	assert_int_equal(sprt_init(&s, &p), 0);
+	near(s.a, 4.553876891601, 1e-12, "A 0.01/0.05");
+	near(s.b, -2.985681937700, 1e-12, "B 0.01/0.05");
+
+	/* Bad parameters. */
+	p.p1 = 0.001;
+	assert_int_equal(sprt_init(&s, &p), -EINVAL);
+	p.p1 = 0.02;
+	p.alpha = 0.6;
+	p.beta = 0.5;
+	assert_int_equal(sprt_init(&s, &p), -EINVAL);
+}
+
+static void sprt_sequence(void **state)
+{
+	struct sprt_params p = {.p0 = 0.002, .p1 = 0.02, .alpha = 0.01, .beta = 0.05, .min_trials = 20};
+	struct sprt s;
+
+	/* Two quick failures flag it, even before min_trials. */
+	assert_int_equal(sprt_init(&s, &p), 0);
+	assert_int_equal(sprt_observe(&s, true), SPRT_CONTINUE);
+	assert_int_equal(sprt_observe(&s, true), SPRT_ACCEPT_H1);
+	/* Latched: later passes do not undo a crossing. */
+	for (int i = 0; i < 1000; i++)
+		sprt_observe(&s, false);
+	assert_int_equal(sprt_decision(&s), SPRT_ACCEPT_H1);
+	assert_int_equal(s.decided_at, 2);
+	assert_int_equal(s.trials, 1002);
+
+	/* 165 clean trials accept H0, 164 do not. */
+	assert_int_equal(sprt_init(&s, &p), 0);
+	assert_int_equal(sprt_passes_to_decide(&s), 165);
+	for (int i = 0; i < 164; i++)
+		assert_int_equal(sprt_observe(&s, false), SPRT_CONTINUE);
+	assert_int_equal(sprt_passes_to_decide(&s), 1);
+	assert_int_equal(sprt_observe(&s, false), SPRT_ACCEPT_H0);
+	assert_int_equal(sprt_passes_to_decide(&s), 0);
+
+	/* min_trials holds back H0: a larger B would otherwise be reached in 10. */
+	p = (struct sprt_params){.p0 = 0.05, .p1 = 0.5, .alpha = 0.05, .beta = 0.05, .min_trials = 30};
+	assert_int_equal(sprt_init(&s, &p), 0);
+	for (int i = 0; i < 29; i++)
+		assert_int_equal(sprt_observe(&s, false), SPRT_CONTINUE);
+	assert_int_equal(sprt_observe(&s, false), SPRT_ACCEPT_H0);
+
+	/* Truncation: undecided at max_trials, the sign-based call on request. */
+	p = (struct sprt_params){.p0 = 0.01, .p1 = 0.02, .alpha = 0.01, .beta = 0.01, .max_trials = 50};
+	assert_int_equal(sprt_init(&s, &p), 0);
+	for (int i = 0; i < 50; i++)
+		sprt_observe(&s, i == 10);
+	assert_int_equal(sprt_decision(&s), SPRT_UNDECIDED);
+	/* One failure in 50: log 2 + 49 log(0.98/0.99) = 0.196 > 0, leaning to H1. */
+	assert_int_equal(sprt_truncated(&s), SPRT_ACCEPT_H1);
+}
+
+static void binomial_tails(void **state)
+{
+	/* Python: float(sum(comb(50,i) p^i (1-p)^(50-i) for i <= 3)), p = Fraction(1, 50). */
+	near(stats_binom_cdf(3, 50, 0.02), 9.822419193020284e-01, 1e-12, "cdf 3/50");
+	near(stats_binom_sf(10, 200, 0.02), 7.479287865361487e-03, 1e-10, "sf 10/200");
+	near(stats_binom_cdf(0, 10, 0.5), 1.0 / 1024, 1e-13, "cdf 0/10");
+	assert_true(stats_binom_cdf(10, 10, 0.3) == 1.0);
+	assert_true(stats_binom_sf(0, 10, 0.3) == 1.0);
+	assert_true(stats_binom_sf(11, 10, 0.3) == 0.0);
+	assert_true(stats_binom_logpmf(1, 5, 0.0) == -INFINITY);
+	assert_true(stats_binom_logpmf(0, 5, 0.0) == 0.0);
+}
+
+static void mcnemar_exact(void **state)
+{
+	struct stats_mcnemar m;
+
+	/* b = 1, c = 7: 2 P(X <= 1 | 8, 1/2) = 2 * 9/256 = 0.0703125. */
+	assert_int_equal(stats_mcnemar_exact(1, 7, &m), 0);
+	near(m.p_two_sided, 0.0703125, 1e-13, "1,7 two-sided");
+	near(m.p_worse, 255.0 / 256, 1e-13, "1,7 worse");
+	near(m.p_better, 9.0 / 256, 1e-13, "1,7 better");
+	/* b = 0, c = 5: 2 / 32 = 0.0625. */
+	assert_int_equal(stats_mcnemar_exact(0, 5, &m), 0);
+	near(m.p_two_sided, 0.0625, 1e-13, "0,5");
+	/* b = 5, c = 0, candidate worse, one-sided: 1/32. */
+	assert_int_equal(stats_mcnemar_exact(5, 0, &m), 0);
+	near(m.p_worse, 1.0 / 32, 1e-13, "5,0 worse");
+	/* b = 3, c = 12: 2 P(X <= 3 | 15) = 0.03515625; P(X >= 3) = 0.996307373046875. */
+	assert_int_equal(stats_mcnemar_exact(3, 12, &m), 0);
+	near(m.p_two_sided, 0.03515625, 1e-12, "3,12");
+	near(m.p_worse, 0.996307373046875, 1e-12, "3,12 worse");
+	/* Equal counts: 1. */
+	assert_int_equal(stats_mcnemar_exact(4, 4, &m), 0);
+	assert_true(m.p_two_sided == 1.0);
+	assert_int_equal(stats_mcnemar_exact(0, 0, &m), 0);
+	assert_true(m.p_two_sided == 1.0 && m.p_worse == 1.0);
+	/*
+	 * n = 100000, b = 50300: exact integer sum of comb(100000, i) for
+	 * i <= 49700 by the recurrence c *= (n - i) / (i + 1), divided by 2^n
+	 * as a Fraction: two-sided 5.819735311019374e-02.
+	 */
+	assert_int_equal(stats_mcnemar_exact(50300, 49700, &m), 0);
+	near(m.p_two_sided, 5.819735311019374e-02, 1e-8, "50300,49700");
+	/* A tail far below the smallest normal double's square: 2 * 2^-1000. */
+	assert_int_equal(stats_mcnemar_exact(1000, 0, &m), 0);
+	near(m.p_two_sided, 1.866527237006438e-301, 1e-9, "1000,0");
+	near(m.p_worse, 1.866527237006438e-301 / 2, 1e-9, "1000,0 worse");
+}
+
+static void wilcoxon_exact_small(void **state)
+{
+	/*
+	 * Wikipedia's worked example ("Wilcoxon signed-rank test"): ten pairs,
+	 * one zero difference dropped, ties at |5|; W+ = 27 of 45. By
+	 * enumerating the 2^9 sign patterns: P(W+ >= 27) = 0.31640625,
+	 * P(W+ <= 27) = 0.705078125, two-sided 0.6328125.
+	 */
+	const double wiki[] = {15, -7, 5, 20, 0, -9, 17, -12, 5, -10};
+	/* Ties across signs and a zero: P(W+ >= 57.5) = 0.0146484375 (2^11 patterns). */
+	const double ties[] = {1, -1, 2, 2, -2, 3, 0, 4, 4, 5, -0.5, 6};
+	struct stats_wilcoxon w;
+
+	assert_int_equal(stats_wilcoxon_signed_rank(wiki, 10, &w), 0);
+	assert_true(w.exact);
+	assert_int_equal(w.n, 9);
+	assert_int_equal(w.zeros, 1);
+	near(w.w_plus, 27.0, 1e-15, "wiki W+");
+	near(w.p_greater, 0.31640625, 1e-13, "wiki p>");
+	near(w.p_less, 0.705078125, 1e-13, "wiki p<");
+	near(w.p_two_sided, 0.6328125, 1e-13, "wiki two-sided");
+
+	assert_int_equal(stats_wilcoxon_signed_rank(ties, 12, &w), 0);
+	assert_int_equal(w.n, 11);
+	near(w.w_plus, 57.5, 1e-15, "ties W+");
+	near(w.p_greater, 0.0146484375, 1e-13, "ties p>");
+	near(w.p_less, 0.9892578125, 1e-13, "ties p<");
+
+	/* All zero: nothing to rank, p = 1. */
+	{
+		const double z[] = {0, 0, 0};
+
+		assert_int_equal(stats_wilcoxon_signed_rank(z, 3, &w), 0);
+		assert_true(w.p_two_sided == 1.0 && w.n == 0 && w.zeros == 3);
+	}
+	{
+		const double bad[] = {1, NAN};
+
+		assert_int_equal(stats_wilcoxon_signed_rank(bad, 2, &w), -EINVAL);
+	}
+}
+
+static void wilcoxon_normal(void **state)
+{
+	/*
+	 * n >= 20: normal approximation, tie-corrected variance
+	 * n(n+1)(2n+1)/24 - sum(t^3 - t)/48, continuity correction 1/2, the same
+	 * as R's wilcox.test(exact = FALSE, correct = TRUE). Reference values by
+	 * the Python formulas in the header comment of this file: d25 has 2 zeros
+	 * and several ties (23 ranked, W+ = 185, z = 1.43232); d40 is heavily
+	 * tied integers (34 ranked, W+ = 404.5, z = 1.88180).
+	 */
+	const double d25[] = {0.0,  0.8, 0.1,  -0.0, -0.6, 0.1, 1.4, 0.7,  1.3, 0.5, 0.7, 0.5, -1.4,
+			      1.2,  0.8, 0.8,  -1.4, -1.4, -0.6, -0.2, 0.6, 0.3, 0.8, -0.3, 0.6};
+	const double d40[] = {0,  1, 3, 2,  -1, -2, 1,  1, 2,  -1, 0, -2, 1, 2, -2, 1, -2, 1,  -1, 1,
+			      2,  1, 1, 3,  0,  1,  1,  1, 0,  0,  -1, 3, -1, 2, 3, -1, -2, 1, 0,  1};
+	struct stats_wilcoxon w;
+
+	assert_int_equal(stats_wilcoxon_signed_rank(d25, 25, &w), 0);
+	assert_false(w.exact);
+	assert_int_equal(w.n, 23);
+	assert_int_equal(w.zeros, 2);
+	near(w.w_plus, 185.0, 1e-15, "d25 W+");
+	near(w.z, 1.4323211923805912, 1e-10, "d25 z");
+	near(w.p_greater, 0.07822922397911246, 1e-9, "d25 p>");
+	near(w.p_less, 0.9261297389679825, 1e-9, "d25 p<");
+
+	assert_int_equal(stats_wilcoxon_signed_rank(d40, 40, &w), 0);
+	assert_int_equal(w.n, 34);
+	near(w.w_plus, 404.5, 1e-15, "d40 W+");
+	near(w.z, 1.8817959512975195, 1e-10, "d40 z");
+	near(w.p_greater, 0.03053401903782798, 1e-9, "d40 p>");
+}
+
+static void drift(void **state)
+{
+	double cand[40], base[40];
+	struct stats_drift d;
+
+	/* The candidate's error is 3x the baseline's on every seed, with noise. */
+	for (int i = 0; i < 40; i++) {
+		base[i] = 0.1 + 0.01 * i;
+		cand[i] = base[i] * (3.0 + 0.05 * ((i * 7) % 5 - 2));
+	}
+	assert_int_equal(stats_drift_test(cand, base, 40, 2.0, 0.001, &d), 0);
+	assert_int_equal(d.pairs, 40);
+	near(d.median_log_ratio, log(3.0), 0.02, "median log ratio");
+	assert_true(d.w.p_greater < 1e-6);
+	assert_true(d.drift);
+	/* The same growth below the factor is not drift, however significant. */
+	assert_int_equal(stats_drift_test(cand, base, 40, 4.0, 0.001, &d), 0);
+	assert_false(d.drift);
+	/* And the reverse direction is an improvement, not drift. */
+	assert_int_equal(stats_drift_test(base, cand, 40, 2.0, 0.001, &d), 0);
+	assert_false(d.drift);
+	assert_true(d.improved);
+	/* Non-finite ratios are skipped; exact zeros on both sides are ties at 0. */
+	cand[0] = NAN;
+	base[1] = INFINITY;
+	cand[2] = base[2] = 0.0;
+	assert_int_equal(stats_drift_test(cand, base, 40, 2.0, 0.001, &d), 0);
+	assert_int_equal(d.pairs, 38);
+	assert_int_equal(d.w.zeros, 1);
+}
+
+/* ---------------------------------------------------------------------------
+ * Verdict v2
+ */
+
+static struct stats_seed seed(int64_t s, enum outcome cf, enum outcome cr, enum outcome bf, enum outcome br)
+{
+	return (struct stats_seed){.seed = s,
+				   .cand_first = cf,
+				   .cand_rerun = cr,
+				   .base_first = bf,
+				   .base_rerun = br,
+				   .cand_ratio = NAN,
+				   .base_ratio = NAN};
+}
+
+static enum verdict decide(const struct stats_seed *s, unsigned n, bool det, struct stats_evidence *ev)
+{
+	struct stats_verdict_input in = {.deterministic = det, .seeds = s, .nseeds = n};
+
+	assert_int_equal(stats_verdict(&in, NULL, ev), 0);
+	return ev->verdict;
+}
+
+static void det_regressed(void **state)
+{
+	struct stats_seed s[4] = {seed(10, P, N, P, N), seed(11, F, F, P, N), seed(12, N, N, N, N),
+				  seed(13, P, N, P, N)};
+	struct stats_evidence ev;
+
+	/* Decided at once, with a seed still to run. */
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_REGRESSED);
+	assert_int_equal(ev.test, STATS_TEST_PAIRED);
+	assert_int_equal(ev.nseeds, 1);
+	assert_int_equal(ev.seeds[0], 11);
+	/* Fails twice but also failed on the baseline twice: the library's, flaky. */
+	s[1] = seed(11, F, F, F, F);
+	s[2] = seed(12, P, N, P, N);
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_FLAKY);
+	assert_int_equal(ev.both_fail_seeds, 1);
+}
+
+static void det_pending(void **state)
+{
+	struct stats_seed s[3] = {seed(0, P, N, P, N), seed(1, F, N, P, N), seed(2, P, N, P, N)};
+	struct stats_evidence ev;
+
+	assert_int_equal(decide(s, 3, true, &ev), VERDICT_PENDING);
+	assert_int_equal(ev.needs_trials, 1);
+	assert_string_equal(ev.reason, "needs more trials: 1");
+	/* Confirmed here, but the baseline never ran that seed. */
+	s[1] = seed(1, F, F, N, N);
+	assert_int_equal(decide(s, 3, true, &ev), VERDICT_PENDING);
+	assert_int_equal(ev.needs_baseline, 1);
+	/* Infrastructure errors are not results. */
+	s[1] = seed(1, OUTCOME_INFRA_ERROR, N, P, N);
+	assert_int_equal(decide(s, 3, true, &ev), VERDICT_PENDING);
+	assert_int_equal(decide(NULL, 0, true, &ev), VERDICT_PENDING);
+}
+
+static void det_improved_and_flaky(void **state)
+{
+	struct stats_seed s[4] = {seed(0, P, N, F, F), seed(1, P, N, P, N), seed(2, P, N, F, F),
+				  seed(3, P, N, P, N)};
+	struct stats_evidence ev;
+
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_IMPROVED);
+	assert_int_equal(ev.improved_seeds, 2);
+	assert_int_equal(ev.seeds_total, 2);
+	/* One baseline failure was itself a flake (failed, then passed): not all improved. */
+	s[2] = seed(2, P, N, F, P);
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_CLEAN);
+	/* Non-determinism on the candidate: flaky. */
+	s[3] = seed(3, F, P, P, N);
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_FLAKY);
+	assert_int_equal(ev.nondeterministic_seeds, 1);
+	assert_int_equal(ev.seeds[0], 3);
+}
+
+static void det_drift(void **state)
+{
+	struct stats_seed s[30];
+	struct stats_evidence ev;
+
+	for (int i = 0; i < 30; i++) {
+		s[i] = seed(i, P, N, P, N);
+		s[i].base_ratio = 0.05 + 0.001 * i;
+		s[i].cand_ratio = s[i].base_ratio * (i % 3 ? 2.6 : 2.2);
+	}
+	assert_int_equal(decide(s, 30, true, &ev), VERDICT_REGRESSED);
+	assert_int_equal(ev.test, STATS_TEST_DRIFT);
+	assert_true(ev.drift_used && ev.drift.drift);
+	/* Growth of 1.5x is below the default factor of 2. */
+	for (int i = 0; i < 30; i++)
+		s[i].cand_ratio = s[i].base_ratio * 1.5;
+	assert_int_equal(decide(s, 30, true, &ev), VERDICT_CLEAN);
+	assert_true(ev.drift_used && !ev.drift.drift);
+}
+
+/* n seeds; the candidate fails the seeds in cf[], the baseline those in bf[]. */
+static void fill(struct stats_seed *s, unsigned n, const int *cf, unsigned ncf, const int *bf, unsigned nbf,
+		 unsigned base_n)
+{
+	for (unsigned i = 0; i < n; i++)
+		s[i] = seed(i, P, N, i < base_n ? P : N, N);
+	for (unsigned i = 0; i < ncf; i++)
+		s[cf[i]].cand_first = F;
+	for (unsigned i = 0; i < nbf; i++)
+		s[bf[i]].base_first = F;
+}
+
+static void nondet_sprt(void **state)
+{
+	static struct stats_seed s[400];
+	struct stats_evidence ev;
+	const int two[] = {0, 1};
+
+	/* Baseline clean in 200; the candidate's first two seeds fail: flagged. */
+	fill(s, 2, two, 2, NULL, 0, 200);
+	assert_int_equal(decide(s, 2, false, &ev), VERDICT_REGRESSED);
+	assert_int_equal(ev.test, STATS_TEST_SPRT);
+	assert_int_equal(ev.sprt.decided_at, 2);
+	near(ev.sprt.par.p0, 0.002, 1e-15, "p0 floor");
+	near(ev.sprt.par.p1, 0.02, 1e-15, "p1");
+	assert_int_equal(ev.seeds_total, 2);
+
+	/* 100 clean trials: pending, 65 more would accept. */
+	fill(s, 200, NULL, 0, NULL, 0, 200);
+	assert_int_equal(decide(s, 100, false, &ev), VERDICT_PENDING);
+	assert_int_equal(ev.needs_trials, 65);
+	assert_string_equal(ev.reason, "needs more trials: 65");
+	/* 165: clean. */
+	assert_int_equal(decide(s, 165, false, &ev), VERDICT_CLEAN);
+	assert_int_equal(ev.sprt.decided_at, 165);
+}
+
+static void nondet_flaky_mcnemar_improved(void **state)
+{
+	static struct stats_seed s[200];
+	int base_f[10], cand_f[30];
+	struct stats_evidence ev;
+
+	for (int i = 0; i < 10; i++)
+		base_f[i] = cand_f[i] = 20 * i;
+	/* Both fail the same 5% of seeds: p0 = 0.05, p1 = 0.15, H0 accepted, flaky. */
+	fill(s, 200, cand_f, 10, base_f, 10, 200);
+	assert_int_equal(decide(s, 200, false, &ev), VERDICT_FLAKY);
+	assert_int_equal(ev.test, STATS_TEST_SPRT);
+	near(ev.sprt.par.p0, 0.05, 1e-15, "p0 = baseline rate");
+	near(ev.sprt.par.p1, 0.15, 1e-12, "p1 = 3 p0");
+	assert_int_equal(ev.mcnemar.b + ev.mcnemar.c, 0);
+
+	/* 20 more seeds fail only on the candidate: regressed (b = 20, c = 0). */
+	for (int i = 10; i < 30; i++)
+		cand_f[i] = 2 * i + 1;
+	fill(s, 200, cand_f, 30, base_f, 10, 200);
+	assert_int_equal(decide(s, 200, false, &ev), VERDICT_REGRESSED);
+	assert_int_equal(ev.mcnemar.b, 20);
+	assert_int_equal(ev.mcnemar.c, 0);
+	assert_int_equal(ev.seeds_total, 20);
+
+	/* The baseline's failures are gone on the candidate: improved by McNemar. */
+	fill(s, 200, NULL, 0, base_f, 10, 200);
+	assert_int_equal(decide(s, 200, false, &ev), VERDICT_IMPROVED);
+	assert_int_equal(ev.test, STATS_TEST_MCNEMAR);
+	near(ev.mcnemar.p_better, 1.0 / 1024, 1e-12, "p better");
+
+	/* No baseline at all: ask for one. */
+	fill(s, 50, NULL, 0, NULL, 0, 0);
+	assert_int_equal(decide(s, 50, false, &ev), VERDICT_PENDING);
+	assert_true(ev.needs_baseline >= 50);
+}
+
+static void evidence_json(void **state)
+{
+	static struct stats_seed s[200];
+	const int two[] = {0, 1};
+	struct stats_evidence ev;
+	json_t *j, *x;
+
+	fill(s, 200, two, 2, NULL, 0, 200);
+	assert_int_equal(decide(s, 200, false, &ev), VERDICT_REGRESSED);
+	j = stats_evidence_json(&ev);
+	assert_non_null(j);
+	assert_string_equal(json_string_value(json_object_get(j, "verdict")), "regressed");
+	assert_string_equal(json_string_value(json_object_get(j, "test")), "sprt");
+	x = json_object_get(j, "seeds");
+	assert_int_equal(json_array_size(x), 2);
+	assert_int_equal(json_integer_value(json_array_get(x, 1)), 1);
+	x = json_object_get(json_object_get(j, "candidate"), "wilson95");
+	assert_int_equal(json_array_size(x), 2);
+	assert_true(json_real_value(json_array_get(x, 0)) > 0.0);
+	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "sprt"), "decision")), "accept_h1");
+	assert_non_null(json_object_get(j, "mcnemar"));
+	json_decref(j);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(normal_quantile),
+		cmocka_unit_test(wilson_textbook),
+		cmocka_unit_test(sprt_boundaries),
+		cmocka_unit_test(sprt_sequence),
+		cmocka_unit_test(binomial_tails),
+		cmocka_unit_test(mcnemar_exact),
+		cmocka_unit_test(wilcoxon_exact_small),
+		cmocka_unit_test(wilcoxon_normal),
+		cmocka_unit_test(drift),
+		cmocka_unit_test(det_regressed),
+		cmocka_unit_test(det_pending),
+		cmocka_unit_test(det_improved_and_flaky),
+		cmocka_unit_test(det_drift),
+		cmocka_unit_test(nondet_sprt),
+		cmocka_unit_test(nondet_flaky_mcnemar_improved),
+		cmocka_unit_test(evidence_json),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
