@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mail.h"
+
 #ifndef NW_WEB_ROOT
 #define NW_WEB_ROOT "/usr/share/numwatch/web"
 #endif
@@ -40,6 +42,12 @@ enum opt_type {
 	OPT_UINT,     /* decimal integer in [min, max] */
 	OPT_DURATION, /* seconds, optionally with a unit suffix s, m or h, in [min, max] */
 	OPT_SLOTS,    /* the [slots] list */
+	/* [mail] */
+	OPT_SMTP_URL,     /* smtp:// or smtps:// */
+	OPT_MAILBOX,      /* "addr" or "Name <addr>" */
+	OPT_ADDRESS_LIST, /* comma-separated addresses */
+	OPT_TLS,          /* no, try or yes */
+	OPT_BOOL,         /* true/false, yes/no, on/off, 1/0; stored in a bool */
 };
 
 #define OPT_REQUIRED 0x1
@@ -65,6 +73,12 @@ struct option {
 	{                                                                                                    \
 		.section = sec, .key = k, .type = t, .offset = offsetof(struct config, field), .min = lo,    \
 		.max = hi, .def_num = d                                                                      \
+	}
+
+#define BOOL(sec, k, field, d)                                                                               \
+	{                                                                                                    \
+		.section = sec, .key = k, .type = OPT_BOOL, .offset = offsetof(struct config, field),        \
+		.def_num = d                                                                                 \
 	}
 
 /*
@@ -102,9 +116,23 @@ static const struct option options[] = {
     NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
     STR("http", "web_root", OPT_PATH, web_root, 0, NW_WEB_ROOT),
     STR("http", "public_url", OPT_URL, public_url, 0, NULL),
+
+    /* [mail]: mail_from and mail_mbox get computed defaults in finish(). */
+    STR("mail", "smtp_url", OPT_SMTP_URL, mail_smtp_url, OPT_EMPTY_OK, ""),
+    STR("mail", "from", OPT_MAILBOX, mail_from, 0, NULL),
+    STR("mail", "to", OPT_ADDRESS_LIST, mail_to, OPT_EMPTY_OK, ""),
+    STR("mail", "starttls", OPT_TLS, mail_starttls, 0, "try"),
+    STR("mail", "username", OPT_STRING, mail_username, OPT_EMPTY_OK, ""),
+    STR("mail", "password", OPT_STRING, mail_password, OPT_EMPTY_OK, ""),
+    STR("mail", "password_file", OPT_PATH, mail_password_file, 0, NULL),
+    STR("mail", "mbox", OPT_PATH, mail_mbox, 0, NULL),
+    NUM("mail", "rate_limit", OPT_UINT, mail_rate_limit, 1, 10000, 20),
+    BOOL("mail", "send_to_author", mail_send_to_author, 1),
+    NUM("mail", "timeout", OPT_DURATION, mail_timeout_s, 1, 600, 60),
+    NUM("mail", "retry", OPT_DURATION, mail_retry_s, 1, 3600, 60),
 };
 
-static const char *const sections[] = {"daemon", "repository", "build", "trials", "slots", "http"};
+static const char *const sections[] = {"daemon", "repository", "build", "trials", "slots", "http", "mail"};
 
 struct parser {
 	struct config cfg; /* filled here, moved to the caller's only on success */
@@ -401,6 +429,34 @@ static const char *string_problem(const struct option *o, const char *value)
 		if (strncmp(value, "http://", 7) == 0 || strncmp(value, "https://", 8) == 0)
 			return NULL;
 		return "expected a url starting with http:// or https://";
+	case OPT_SMTP_URL:
+		if ((strncmp(value, "smtp://", 7) == 0 && value[7] && value[7] != '/') ||
+		    (strncmp(value, "smtps://", 8) == 0 && value[8] && value[8] != '/'))
+			return NULL;
+		return "expected a url starting with smtp:// or smtps:// and a host, or nothing";
+	case OPT_MAILBOX: {
+		char mailbox[MAIL_ADDRESS_MAX + 1];
+
+		if (mail_parse_from(value, mailbox, sizeof(mailbox), NULL, 0) == 0)
+			return NULL;
+		return "expected an address, optionally with a name: 'numwatch <numwatch@example.org>'";
+	}
+	case OPT_ADDRESS_LIST: {
+		struct mail_rcpts *r = calloc(1, sizeof(*r));
+		int rc;
+
+		if (!r)
+			return "out of memory";
+		rc = mail_rcpts_add_list(r, value, NULL, 0);
+		free(r);
+		if (rc == -ENOSPC)
+			return "more than 63 addresses";
+		return rc < 0 ? "expected a comma-separated list of addresses (user@example.org)" : NULL;
+	}
+	case OPT_TLS:
+		if (strcmp(value, "no") == 0 || strcmp(value, "try") == 0 || strcmp(value, "yes") == 0)
+			return NULL;
+		return "expected 'no', 'try' or 'yes'";
 	default:
 		return NULL;
 	}
@@ -437,6 +493,17 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 		return 0;
 	case OPT_SLOTS:
 		return parse_slots(p, value);
+	case OPT_BOOL:
+		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on") || !strcmp(value, "1")) {
+			*(bool *)((char *)&p->cfg + o->offset) = true;
+			return 0;
+		}
+		if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "off") || !strcmp(value, "0")) {
+			*(bool *)((char *)&p->cfg + o->offset) = false;
+			return 0;
+		}
+		fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': expected true or false", value, o->key);
+		return -EINVAL;
 	default:
 		why = string_problem(o, value);
 		if (why) {
@@ -525,6 +592,86 @@ static char *default_public_url(const struct config *cfg)
 	return url;
 }
 
+/* Reads the SMTP password from the first line of password_file (a systemd credential, say). */
+static int read_password_file(struct parser *p, int lineno)
+{
+	struct config *cfg = &p->cfg;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	FILE *f;
+
+	f = fopen(cfg->mail_password_file, "re");
+	if (!f) {
+		fail(p, -errno, lineno, "cannot read password_file '%s': %s", cfg->mail_password_file,
+		     strerror(errno));
+		return p->rc;
+	}
+	errno = 0;
+	n = getline(&line, &cap, f);
+	if (n < 0 && errno) {
+		fail(p, -errno, lineno, "cannot read password_file '%s': %s", cfg->mail_password_file,
+		     strerror(errno));
+	} else if (n > NW_CONFIG_LINE_MAX) {
+		fail(p, -EINVAL, lineno, "password_file '%s': first line longer than %d bytes",
+		     cfg->mail_password_file, NW_CONFIG_LINE_MAX);
+	} else {
+		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+			line[--n] = '\0';
+		free(cfg->mail_password);
+		cfg->mail_password = strdup(n > 0 ? line : "");
+		if (!cfg->mail_password)
+			fail(p, -ENOMEM, lineno, "out of memory");
+	}
+	if (line) {
+		explicit_bzero(line, cap);
+		free(line);
+	}
+	fclose(f);
+	return p->rc;
+}
+
+/* [mail] defaults computed from other options, and options that exclude each other. */
+static int finish_mail(struct parser *p)
+{
+	struct config *cfg = &p->cfg;
+	size_t ipass, ifile;
+	char *host;
+
+	find_option("mail", "password", &ipass);
+	find_option("mail", "password_file", &ifile);
+	if (p->seen[ipass] && p->seen[ifile]) {
+		fail(p, -EINVAL, p->seen[ipass] > p->seen[ifile] ? p->seen[ipass] : p->seen[ifile],
+		     "'password' and 'password_file' are both set in [mail]: keep one");
+		return p->rc;
+	}
+	if (cfg->mail_password_file && read_password_file(p, p->seen[ifile]) < 0)
+		return p->rc;
+	if (!cfg->mail_mbox && asprintf(&cfg->mail_mbox, "%s/mail.mbox", cfg->state_dir) < 0) {
+		cfg->mail_mbox = NULL;
+		goto oom;
+	}
+	if (!cfg->mail_from) {
+		/* A host name that is no valid domain must not make the default From unusable. */
+		host = default_node_name();
+		if (!host)
+			goto oom;
+		if (asprintf(&cfg->mail_from, "numwatch@%s", host) < 0)
+			cfg->mail_from = NULL;
+		free(host);
+		if (cfg->mail_from && !mail_address_ok(cfg->mail_from)) {
+			free(cfg->mail_from);
+			cfg->mail_from = strdup("numwatch@localhost");
+		}
+		if (!cfg->mail_from)
+			goto oom;
+	}
+	return 0;
+oom:
+	fail(p, -ENOMEM, 0, "out of memory");
+	return p->rc;
+}
+
 /* Fills in what the file left out, and checks what it must not leave out. */
 static int finish(struct parser *p)
 {
@@ -542,6 +689,8 @@ static int finish(struct parser *p)
 		}
 		if (o->type == OPT_UINT || o->type == OPT_DURATION)
 			*(unsigned *)((char *)cfg + o->offset) = o->def_num;
+		else if (o->type == OPT_BOOL)
+			*(bool *)((char *)cfg + o->offset) = o->def_num != 0;
 		else if (o->def && set_option(p, o, o->def) < 0)
 			return p->rc;
 	}
@@ -555,7 +704,7 @@ static int finish(struct parser *p)
 	/* Links are built as public_url + "/path": one slash, whatever the file says. */
 	for (i = strlen(cfg->public_url); i > 0 && cfg->public_url[i - 1] == '/'; i--)
 		cfg->public_url[i - 1] = '\0';
-	return 0;
+	return finish_mail(p);
 oom:
 	fail(p, -ENOMEM, 0, "out of memory");
 	return p->rc;
@@ -683,5 +832,15 @@ void config_release(struct config *cfg)
 	free(cfg->http_address);
 	free(cfg->web_root);
 	free(cfg->public_url);
+	free(cfg->mail_smtp_url);
+	free(cfg->mail_from);
+	free(cfg->mail_to);
+	free(cfg->mail_starttls);
+	free(cfg->mail_username);
+	if (cfg->mail_password)
+		explicit_bzero(cfg->mail_password, strlen(cfg->mail_password));
+	free(cfg->mail_password);
+	free(cfg->mail_password_file);
+	free(cfg->mail_mbox);
 	memset(cfg, 0, sizeof(*cfg));
 }

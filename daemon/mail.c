@@ -20,6 +20,9 @@
 /* Short SHAs: 8 hex digits in subjects (as in the README's example), 12 in bodies. */
 #define SHA_SUBJECT 8
 #define SHA_BODY    12
+/* A display name made of these (RFC 5322 atext and spaces) needs no quotes. */
+#define PHRASE_CHARS                                                                                         \
+	"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 !#$%&'*+-/=?^_`{|}~"
 
 static const char *const kind_names[] = {"culprit", "withdrawn", "fixed"};
 static const char *const wday_names[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
@@ -324,42 +327,48 @@ static void add_number(struct buf *b, double v)
 	buf_addf(b, "%.3g", v);
 }
 
-/* The sentence that explains how bad the worst trial is. */
-static void add_error_line(struct buf *b, const struct mail_culprit *c)
+/*
+ * How bad the worst trial is, after "  error:   ": the ratio (or the
+ * non-finite count), then the tensor and its figures, then the trial's error
+ * text, each on its own line so that lines stay short.
+ */
+static void add_error_lines(struct buf *b, const struct mail_culprit *c)
 {
-	bool any = false;
+	static const char indent[] = "\n           ";
+	bool line = false;
 
 	if (c->nonfinite > 0) {
 		buf_addf(b, "%lld non-finite value%s where the reference is finite", c->nonfinite,
 			 c->nonfinite == 1 ? "" : "s");
-		any = true;
+		line = true;
 	} else if (!isnan(c->ratio)) {
 		buf_adds(b, "ratio ");
 		add_number(b, c->ratio);
 		buf_adds(b, " to the tolerance budget (a trial fails above 1)");
-		any = true;
+		line = true;
 	}
-	if (c->tensor) {
-		buf_adds(b, any ? ", tensor " : "tensor ");
-		add_clean(b, c->tensor, MAIL_FIELD_MAX);
-		any = true;
-	}
-	if (!isnan(c->max_abs)) {
-		buf_adds(b, any ? ", max_abs " : "max_abs ");
-		add_number(b, c->max_abs);
-		any = true;
-	}
-	if (!isnan(c->max_rel)) {
-		buf_adds(b, any ? ", max_rel " : "max_rel ");
-		add_number(b, c->max_rel);
-		any = true;
+	if (c->tensor || !isnan(c->max_abs) || !isnan(c->max_rel)) {
+		if (line)
+			buf_adds(b, indent);
+		buf_adds(b, "in tensor ");
+		add_clean(b, c->tensor ? c->tensor : "?", MAIL_FIELD_MAX);
+		if (!isnan(c->max_abs)) {
+			buf_adds(b, ": max_abs ");
+			add_number(b, c->max_abs);
+		}
+		if (!isnan(c->max_rel)) {
+			buf_adds(b, isnan(c->max_abs) ? ": max_rel " : ", max_rel ");
+			add_number(b, c->max_rel);
+		}
+		line = true;
 	}
 	if (c->error) {
-		buf_adds(b, any ? "; " : "");
+		if (line)
+			buf_adds(b, indent);
 		add_clean(b, c->error, MAIL_FIELD_MAX);
-		any = true;
+		line = true;
 	}
-	if (!any)
+	if (!line)
 		buf_adds(b, "not recorded");
 }
 
@@ -439,7 +448,7 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 			buf_adds(&b, "\n");
 		}
 		buf_adds(&b, "  error:   ");
-		add_error_line(&b, c);
+		add_error_lines(&b, c);
 		buf_adds(&b, "\n");
 	}
 	if (c->failing_seeds && *c->failing_seeds) {
@@ -885,7 +894,9 @@ int mail_format(const struct mail_message *m, char **out, size_t *outlen)
 	buf_init(&b, MAIL_MESSAGE_MAX);
 	buf_init(&v, MAIL_MESSAGE_MAX);
 
-	if (name[0])
+	if (name[0] && strspn(name, PHRASE_CHARS) == strlen(name))
+		buf_addf(&v, "%s <%s>", name, addr);
+	else if (name[0])
 		buf_addf(&v, "\"%s\" <%s>", name, addr);
 	else
 		buf_adds(&v, addr);

@@ -22,6 +22,7 @@
 #include "http.h"
 #include "jobs.h"
 #include "log.h"
+#include "mailer.h"
 #include "migrate.h"
 #include "nwd.h"
 #include "poller.h"
@@ -37,6 +38,8 @@ static struct nwd daemon_ctx;
 static uv_signal_t sig_term, sig_int, sig_hup;
 static uv_timer_t drain_timer, watchdog_timer;
 static unsigned term_count;
+/* mailer.c: the culprit emails (its enqueue API needs only the struct nwd). */
+static struct mailer *mailer;
 
 static void notify(const char *state)
 {
@@ -101,6 +104,11 @@ static void drain(struct nwd *d)
 	builder_drain(d->builder);
 	for (unsigned i = 0; i < d->nslots; i++)
 		slot_drain(d->slots[i]);
+	/* mailer.c: a send in flight finishes (within [mail] timeout) and its result is stored. */
+	if (mailer) {
+		d->running_services++;
+		mailer_drain(mailer);
+	}
 	drain_timer.data = (void *)(uintptr_t)uv_now(d->loop);
 	uv_timer_start(&drain_timer, on_drain_check, 20, 20);
 }
@@ -293,6 +301,9 @@ int main(int argc, char **argv)
 			return 1;
 		d->nslots++;
 	}
+	/* mailer.c: after the slots, as the other services. */
+	if (mailer_start(d, &mailer) < 0)
+		return 1;
 	uv_signal_init(d->loop, &sig_term);
 	uv_signal_init(d->loop, &sig_int);
 	uv_signal_init(d->loop, &sig_hup);

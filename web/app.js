@@ -72,7 +72,12 @@ function renderNav(active) {
   );
 }
 
+const announceEl = document.getElementById('announce');
+
+/** The refresh line. Screen readers hear only changes between working and failing, not every tick. */
 function setStatus(kind, text) {
+  if (kind === 'error' && statusEl.dataset.kind !== 'error') announceEl.textContent = text;
+  else if (kind !== 'error' && statusEl.dataset.kind === 'error') announceEl.textContent = 'Updates work again.';
   statusEl.dataset.kind = kind;
   statusEl.textContent = text;
 }
@@ -140,12 +145,13 @@ function errorView(err, route) {
  * forward, or at the URL's fragment); a refresh keeps scroll, open sections
  * and focus, and re-renders only when the data changed.
  */
-async function show({ refresh = false, scrollTo = null } = {}) {
+async function show({ refresh = false, scrollTo = null, restore = null } = {}) {
   const route = routeOf();
   if (!refresh) {
     state.gen++;
     if (state.controller) state.controller.abort();
     state.sig = null;
+    state.unrevealed = null;
     state.route = route;
     renderNav(route.view ? route.view.nav : null);
   }
@@ -182,12 +188,16 @@ async function show({ refresh = false, scrollTo = null } = {}) {
     performance.measure(`nw:render ${route.name}`, { start: t0 });
     state.sig = sig;
     updateTitle(route.view.title(route.params, data));
-    if (ui) {
-      restoreUi(ui);
+    if (ui || restore) {
+      restoreUi(ui || restore);
+      // The fragment's target may appear later (a check still running): reveal it then,
+      // unless the reader has moved since.
+      if (ui && state.unrevealed && window.scrollY === state.unrevealed.y && route.view.reveal()) state.unrevealed = null;
     } else if (scrollTo) {
       window.scrollTo(scrollTo[0], scrollTo[1]);
     } else if (!(route.view.reveal && route.view.reveal())) {
       window.scrollTo(0, 0);
+      if (route.view.reveal && location.hash) state.unrevealed = { y: window.scrollY };
     }
   } catch (err) {
     if (err && err.name === 'AbortError') return;
@@ -195,7 +205,7 @@ async function show({ refresh = false, scrollTo = null } = {}) {
     const unreachable = !(err instanceof ApiError) || err.status === 0 || err.status >= 500;
     setStatus('error', unreachable ? `Update failed: ${err.message}` : String(err.message));
     // Keep showing the last good data when a refresh fails; say so in the status line.
-    if (!refresh || state.sig === null || !unreachable) {
+    if ((!refresh || state.sig === null || !unreachable) && state.sig !== `error:${err.message}`) {
       main.replaceChildren(errorView(err, route));
       state.sig = `error:${err.message}`;
       updateTitle(route.view.title(route.params));
@@ -211,8 +221,8 @@ async function show({ refresh = false, scrollTo = null } = {}) {
 /** In-app navigation to a same-origin dashboard URL. */
 function navigate(href, { replace = false, keepScroll = false } = {}) {
   const target = new URL(href, location.href);
-  // Remember where we were, for the back button.
-  history.replaceState({ ...(history.state || {}), scroll: [window.scrollX, window.scrollY] }, '');
+  // Remember where we were (scroll, open sections, focus), for the back button.
+  history.replaceState({ ...(history.state || {}), ui: captureUi() }, '');
   if (replace) history.replaceState({}, '', target);
   else history.pushState({}, '', target);
   // A link that only changes a filter of the same view (data-keep-scroll) keeps the reader's place.
@@ -243,7 +253,7 @@ document.addEventListener('click', (e) => {
 window.addEventListener('nw:navigate', (e) => navigate(e.detail));
 
 window.addEventListener('popstate', (e) => {
-  show({ scrollTo: e.state && e.state.scroll ? e.state.scroll : null });
+  show({ restore: e.state && e.state.ui ? e.state.ui : null });
 });
 
 window.addEventListener('hashchange', () => {

@@ -13,8 +13,8 @@
 #define NW_STR(x)  NW_XSTR(x)
 
 static const struct nw_check *const all_checks[] = {
-	&softmax_fwd_check,
-	&softmax_bwd_check,
+    &softmax_fwd_check,
+    &softmax_bwd_check,
 };
 
 const struct nw_check *const *nw_checks(unsigned *count)

@@ -20,13 +20,13 @@
 #include "softmax.h"
 
 static const char *const families[SOFTMAX_FAMILIES] = {
-	[SOFTMAX_ALIGNED] = "aligned", [SOFTMAX_TAIL] = "tail",       [SOFTMAX_THRESHOLD] = "threshold",
-	[SOFTMAX_TINY] = "tiny",       [SOFTMAX_EXTREME] = "extreme",
+    [SOFTMAX_ALIGNED] = "aligned", [SOFTMAX_TAIL] = "tail",       [SOFTMAX_THRESHOLD] = "threshold",
+    [SOFTMAX_TINY] = "tiny",       [SOFTMAX_EXTREME] = "extreme",
 };
 
 /* Dispatch thresholds and tile sizes, each with its neighbours (PRODUCT.md "Shape families"). */
-static const long threshold_cols[] = {63,   64,   65,   127,  128,  129,  255,  256,  257,  511,  512,
-				      513,  1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097};
+static const long threshold_cols[] = {63,  64,   65,   127,  128,  129,  255,  256,  257,  511, 512,
+				      513, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097};
 
 /* Generator streams: the shape is keyed by op, the data by check. */
 enum { STREAM_SHAPE = 0, STREAM_X = 1, STREAM_DY = 2 };
@@ -34,7 +34,7 @@ enum { STREAM_SHAPE = 0, STREAM_X = 1, STREAM_DY = 2 };
 /* How an extreme-family row is drawn. */
 enum row_kind {
 	ROW_NORMAL,
-	ROW_PLUS_1E4,  /* large offsets: exp(x) overflows without the max shift */
+	ROW_PLUS_1E4, /* large offsets: exp(x) overflows without the max shift */
 	ROW_MINUS_1E4,
 	ROW_SOME_NEGINF, /* about a third of the row -inf, at least one finite */
 	ROW_ONE_FINITE,  /* a one-hot row: all -inf but one */
@@ -70,7 +70,8 @@ void softmax_shape(int family, uint64_t seed, uint64_t index, long *rows, long *
 		*rows = rows_for(&r, *cols, 1);
 		break;
 	case SOFTMAX_THRESHOLD:
-		*cols = threshold_cols[nw_rng_range(&r, 0, sizeof(threshold_cols) / sizeof(threshold_cols[0]) - 1)];
+		*cols = threshold_cols[nw_rng_range(&r, 0,
+						    sizeof(threshold_cols) / sizeof(threshold_cols[0]) - 1)];
 		*rows = rows_for(&r, *cols, 1);
 		break;
 	case SOFTMAX_TINY:
@@ -297,13 +298,19 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	rc = nw_output_init(t, &y, "y", d, (size_t)n);
 	if (rc)
 		goto out;
-	ctx = (struct launch_ctx){.k = k, .dtype = d, .in0 = x_dev, .out = y.dev, .rows = (int)rows, .cols = (int)cols};
+	ctx = (struct launch_ctx){
+	    .k = k, .dtype = d, .in0 = x_dev, .out = y.dev, .rows = (int)rows, .cols = (int)cols};
 	rc = nw_run_kernel(t, &y, 1, k->fwd_name, launch_fwd, &ctx);
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &y, .ref = ref, .nplain = ORDERS, .factor = c->budget_factor,
-					.dims = t->shape, .ndim = 2, .tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &y,
+					.ref = ref,
+					.nplain = ORDERS,
+					.factor = c->budget_factor,
+					.dims = t->shape,
+					.ndim = 2,
+					.tail_width = 4};
 	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "y", &spec);
 	t->ntensors = 1;
@@ -324,7 +331,8 @@ out:
  * dx is a difference of, max y_i * (|dy_i| + sum_j |dy_j * y_j|): rounding
  * errors of any float program scale with it, not with dx itself.
  */
-static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double *dx)
+static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols,
+			      double *dx)
 {
 	double scale = 0.0;
 	long i, j;
@@ -350,7 +358,8 @@ static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, lo
 }
 
 /* The plain program: dy * y, sum, dy - sum, y * that, each result rounded to the dtype. */
-static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols, double **dx)
+static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols,
+			      double **dx)
 {
 	long i, j;
 	int o;
@@ -368,8 +377,8 @@ static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, lo
 			}
 			dot = nw_round(d, dot);
 			for (j = 0; j < cols; j++)
-				dx[o][off + j] = nw_round(
-					d, nw_load(d, y, off + j) * nw_round(d, nw_load(d, dy, off + j) - dot));
+				dx[o][off + j] = nw_round(d, nw_load(d, y, off + j) *
+								 nw_round(d, nw_load(d, dy, off + j) - dot));
 		}
 	}
 }
@@ -432,14 +441,25 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	rc = nw_output_init(t, &dx, "dx", d, (size_t)n);
 	if (rc)
 		goto out;
-	ctx = (struct launch_ctx){
-		.k = k, .dtype = d, .in0 = y_dev, .in1 = dy_dev, .out = dx.dev, .rows = (int)rows, .cols = (int)cols};
+	ctx = (struct launch_ctx){.k = k,
+				  .dtype = d,
+				  .in0 = y_dev,
+				  .in1 = dy_dev,
+				  .out = dx.dev,
+				  .rows = (int)rows,
+				  .cols = (int)cols};
 	rc = nw_run_kernel(t, &dx, 1, k->bwd_name, launch_bwd, &ctx);
 	if (rc)
 		goto out;
 
-	spec = (struct nw_compare_spec){.out = &dx, .ref = ref, .nplain = ORDERS, .factor = c->budget_factor,
-					.floor_scale = scale, .dims = t->shape, .ndim = 2, .tail_width = 4};
+	spec = (struct nw_compare_spec){.out = &dx,
+					.ref = ref,
+					.nplain = ORDERS,
+					.factor = c->budget_factor,
+					.floor_scale = scale,
+					.dims = t->shape,
+					.ndim = 2,
+					.tail_width = 4};
 	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "dx", &spec);
 	t->ntensors = 1;
@@ -457,27 +477,27 @@ out:
 }
 
 const struct nw_check softmax_fwd_check = {
-	.name = "softmax.fwd",
-	.op = "softmax",
-	.pass = "fwd",
-	.dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
-	.families = families,
-	.nfamilies = SOFTMAX_FAMILIES,
-	.deterministic = true,
-	.budget_factor = 2.0,
-	.kernels = &softmax_kernels,
-	.run = fwd_run,
+    .name = "softmax.fwd",
+    .op = "softmax",
+    .pass = "fwd",
+    .dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
+    .families = families,
+    .nfamilies = SOFTMAX_FAMILIES,
+    .deterministic = true,
+    .budget_factor = 2.0,
+    .kernels = &softmax_kernels,
+    .run = fwd_run,
 };
 
 const struct nw_check softmax_bwd_check = {
-	.name = "softmax.bwd",
-	.op = "softmax",
-	.pass = "bwd",
-	.dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
-	.families = families,
-	.nfamilies = SOFTMAX_FAMILIES,
-	.deterministic = true,
-	.budget_factor = 2.0,
-	.kernels = &softmax_kernels,
-	.run = bwd_run,
+    .name = "softmax.bwd",
+    .op = "softmax",
+    .pass = "bwd",
+    .dtypes = NW_DTYPE_BIT(NW_F32) | NW_DTYPE_BIT(NW_F16) | NW_DTYPE_BIT(NW_BF16),
+    .families = families,
+    .nfamilies = SOFTMAX_FAMILIES,
+    .deterministic = true,
+    .budget_factor = 2.0,
+    .kernels = &softmax_kernels,
+    .run = bwd_run,
 };

@@ -19,8 +19,8 @@ static int bwd(enum nw_dtype d, const void *y, const void *dy, void *dx, int row
 }
 
 const struct softmax_kernels softmax_kernels = {
-	.fwd_name = "dl_softmax_fwd",
-	.bwd_name = "dl_softmax_bwd",
-	.fwd = fwd,
-	.bwd = bwd,
+    .fwd_name = "dl_softmax_fwd",
+    .bwd_name = "dl_softmax_bwd",
+    .fwd = fwd,
+    .bwd = bwd,
 };

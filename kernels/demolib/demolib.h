@@ -19,7 +19,7 @@ extern "C" {
 
 enum dl_dtype {
 	DL_F32 = 0,
-	DL_F16 = 1, /* IEEE binary16, stored as uint16_t bits */
+	DL_F16 = 1,  /* IEEE binary16, stored as uint16_t bits */
 	DL_BF16 = 2, /* bfloat16, stored as uint16_t bits */
 };
 

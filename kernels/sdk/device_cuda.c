@@ -52,7 +52,8 @@ static void driver_version(char *buf, size_t len)
 
 	if (f) {
 		if (fgets(line, sizeof(line), f)) {
-			for (tok = strtok_r(line, " \t\n", &save); tok; tok = strtok_r(NULL, " \t\n", &save)) {
+			for (tok = strtok_r(line, " \t\n", &save); tok;
+			     tok = strtok_r(NULL, " \t\n", &save)) {
 				if (tok[0] >= '0' && tok[0] <= '9' && strchr(tok, '.') &&
 				    strspn(tok, "0123456789.") == strlen(tok)) {
 					snprintf(buf, len, "%s", tok);
@@ -77,7 +78,8 @@ const struct nw_device_info *nw_dev_init(void)
 		return &info;
 	probed = true;
 	info.backend = "cuda";
-	snprintf(info.toolkit, sizeof(info.toolkit), "%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+	snprintf(info.toolkit, sizeof(info.toolkit), "%d.%d", CUDART_VERSION / 1000,
+		 CUDART_VERSION % 1000 / 10);
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
 		(void)cudaGetLastError();
 		snprintf(info.name, sizeof(info.name), "no CUDA device");

@@ -26,11 +26,10 @@
 #define NW_GEN_VERSION 1
 
 /* Caps, kept in step with the daemon's caps.h. */
-#define NW_SHAPE_MAX      8
-#define NW_TENSORS_MAX    16
-#define NW_FAMILIES_MAX   32
-#define NW_REPEATS_MAX    1000
-#define NW_ERROR_MAX      256
+#define NW_SHAPE_MAX       8
+#define NW_TENSORS_MAX     16
+#define NW_REPEATS_MAX     1000
+#define NW_ERROR_MAX       256
 #define NW_TENSOR_NAME_MAX 32
 
 /* ---- dtypes and conversions ---------------------------------------------- */
@@ -97,10 +96,10 @@ double nw_rng_normal(struct nw_rng *r);
 /* What nw_compare() measured for one output tensor (PROTOCOL.md "tensors"). */
 struct nw_tensor_result {
 	char name[NW_TENSOR_NAME_MAX];
-	double ratio;         /* max_abs / budget; fail above 1 */
-	double max_abs;       /* over elements where kernel and reference are finite */
-	double max_rel;       /* same elements, reference non-zero */
-	double max_ulp;       /* fp32 only: distance to the reference rounded to fp32 */
+	double ratio;   /* max_abs / budget; fail above 1 */
+	double max_abs; /* over elements where kernel and reference are finite */
+	double max_rel; /* same elements, reference non-zero */
+	double max_ulp; /* fp32 only: distance to the reference rounded to fp32 */
 	bool has_ulp;
 	double plain_max_abs; /* error of the plain same-dtype program */
 	double budget;        /* factor * plain_max_abs + floor, or the fixed atol */
@@ -111,8 +110,8 @@ struct nw_tensor_result {
 	long canary;          /* guard elements around the output that were overwritten */
 	long excluded;        /* elements left out as non-smooth (counted, never hidden) */
 	long worst[NW_SHAPE_MAX]; /* index of the worst element */
-	unsigned worst_ndim;  /* 0 when there is no worst element (no error at all) */
-	bool tail;            /* the worst element lies in a tail tile */
+	unsigned worst_ndim;      /* 0 when there is no worst element (no error at all) */
+	bool tail;                /* the worst element lies in a tail tile */
 };
 
 struct nw_check;
@@ -176,7 +175,8 @@ int nw_check_family(const struct nw_check *c, const char *name);
  */
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
 /* Records an error answer; returns -EIO for the caller to pass up. */
-int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Whether the finished trial fails under the check contract (PRODUCT.md). */
 bool nw_trial_failed(const struct nw_trial *t);
 /* The largest tensor ratio. */
@@ -195,8 +195,8 @@ struct nw_output {
 	const char *name; /* borrowed */
 	enum nw_dtype dtype;
 	size_t count;
-	void *dev;  /* where the kernel writes: count elements */
-	void *host; /* the first repeat's data, fetched after the kernel */
+	void *dev;   /* where the kernel writes: count elements */
+	void *host;  /* the first repeat's data, fetched after the kernel */
 	long canary; /* guard elements found overwritten in any repeat */
 	/* private */
 	void *dev_alloc;
@@ -246,7 +246,7 @@ struct nw_compare_spec {
 	 */
 	const double *plain[NW_PLAIN_MAX];
 	unsigned nplain;
-	double factor;    /* budget factor on the plain error */
+	double factor; /* budget factor on the plain error */
 	/*
 	 * Floor of the budget: floor_eps * eps(dtype) * floor_scale. floor_eps 0
 	 * picks NW_FLOOR_EPS; floor_scale 0 picks max|ref|. An op whose output is

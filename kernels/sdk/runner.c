@@ -54,13 +54,13 @@ json_t *nw_runner_hello(void)
 		for (d = 0; d < NW_DTYPE_COUNT; d++)
 			if (c->dtypes & NW_DTYPE_BIT(d))
 				dtypes[nd++] = nw_dtype_name((enum nw_dtype)d);
-		json_array_append_new(checks, json_pack("{s:s, s:s, s:s, s:o, s:b, s:o}", "check", c->name, "op",
-							c->op, "pass", c->pass, "dtypes", string_list(dtypes, nd),
-							"deterministic", c->deterministic, "families",
-							string_list(c->families, c->nfamilies)));
+		json_array_append_new(
+		    checks, json_pack("{s:s, s:s, s:s, s:o, s:b, s:o}", "check", c->name, "op", c->op, "pass",
+				      c->pass, "dtypes", string_list(dtypes, nd), "deterministic",
+				      c->deterministic, "families", string_list(c->families, c->nfamilies)));
 	}
-	hello = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "op", "hello", "protocol", NW_RUNNER_PROTOCOL, "runner",
-			  nw_runner_name, "device", device ? device : json_object(), "checks",
+	hello = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "op", "hello", "protocol", NW_RUNNER_PROTOCOL,
+			  "runner", nw_runner_name, "device", device ? device : json_object(), "checks",
 			  checks ? checks : json_array(), "gen", NW_GEN_VERSION);
 	return hello;
 }
@@ -75,22 +75,23 @@ static json_t *tensor_json(const struct nw_tensor_result *r)
 		for (k = 0; worst && k < r->worst_ndim; k++)
 			json_array_append_new(worst, json_integer(r->worst[k]));
 	}
-	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:b, s:I, s:o, s:o}", "name", r->name,
-		      "ratio", real_or_null(r->ratio), "max_abs", real_or_null(r->max_abs), "max_rel",
-		      real_or_null(r->max_rel), "max_ulp", r->has_ulp ? real_or_null(r->max_ulp) : json_null(),
-		      "nonfinite", (json_int_t)r->nonfinite, "ref_nonfinite", (json_int_t)r->ref_nonfinite,
-		      "unwritten", (json_int_t)r->unwritten, "canary", (json_int_t)r->canary, "excluded",
+	o = json_pack("{s:s, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:o, s:b, s:I, s:o, s:o}", "name",
+		      r->name, "ratio", real_or_null(r->ratio), "max_abs", real_or_null(r->max_abs),
+		      "max_rel", real_or_null(r->max_rel), "max_ulp",
+		      r->has_ulp ? real_or_null(r->max_ulp) : json_null(), "nonfinite",
+		      (json_int_t)r->nonfinite, "ref_nonfinite", (json_int_t)r->ref_nonfinite, "unwritten",
+		      (json_int_t)r->unwritten, "canary", (json_int_t)r->canary, "excluded",
 		      (json_int_t)r->excluded, "worst", worst ? worst : json_null(), "tail", r->tail,
 		      /* optional fields, beyond version 1's list */
-		      "mismatch", (json_int_t)r->mismatch, "plain_max_abs", real_or_null(r->plain_max_abs), "budget",
-		      real_or_null(r->budget));
+		      "mismatch", (json_int_t)r->mismatch, "plain_max_abs", real_or_null(r->plain_max_abs),
+		      "budget", real_or_null(r->budget));
 	return o;
 }
 
 static json_t *error_answer(json_t *id, const char *msg, bool fatal)
 {
-	return json_pack("{s:s, s:O, s:s, s:s, s:b}", "op", "trial", "id", id ? id : json_null(), "verdict", "error",
-			 "error", msg, "fatal", fatal);
+	return json_pack("{s:s, s:O, s:s, s:s, s:b}", "op", "trial", "id", id ? id : json_null(), "verdict",
+			 "error", "error", msg, "fatal", fatal);
 }
 
 json_t *nw_runner_trial_json(const struct nw_check *c, const struct nw_trial *t, json_t *id)
@@ -109,10 +110,11 @@ json_t *nw_runner_trial_json(const struct nw_check *c, const struct nw_trial *t,
 		json_array_append_new(tensors, tensor_json(&t->tensors[i]));
 	snprintf(digest, sizeof(digest), "%016" PRIx64, t->digest);
 	o = json_pack("{s:s, s:O, s:s, s:{s:s, s:o, s:i}, s:o, s:o, s:s, s:i, s:o}", "op", "trial", "id",
-		      id ? id : json_null(), "verdict", nw_trial_failed(t) ? "fail" : "pass", "case", "family",
-		      c->families[t->family], "shape", shape ? shape : json_array(), "gen", NW_GEN_VERSION, "ratio",
-		      real_or_null(nw_trial_ratio(t)), "tensors", tensors ? tensors : json_array(), "digest", digest,
-		      "digests_differ", (int)t->digests_differ, "kernel_us", real_or_null(t->kernel_us));
+		      id ? id : json_null(), "verdict", nw_trial_failed(t) ? "fail" : "pass", "case",
+		      "family", c->families[t->family], "shape", shape ? shape : json_array(), "gen",
+		      NW_GEN_VERSION, "ratio", real_or_null(nw_trial_ratio(t)), "tensors",
+		      tensors ? tensors : json_array(), "digest", digest, "digests_differ",
+		      (int)t->digests_differ, "kernel_us", real_or_null(t->kernel_us));
 	return o;
 }
 
@@ -179,8 +181,8 @@ static json_t *answer_trial(json_t *req, bool *quit)
 	if ((v = field(req, "family", JSON_STRING, false, err, sizeof(err)))) {
 		t.family = nw_check_family(c, json_string_value(v));
 		if (t.family < 0) {
-			snprintf(err, sizeof(err), "unknown family '%.64s' for check '%s'", json_string_value(v),
-				 c->name);
+			snprintf(err, sizeof(err), "unknown family '%.64s' for check '%s'",
+				 json_string_value(v), c->name);
 			return error_answer(id, err, false);
 		}
 	} else if (err[0]) {

@@ -94,9 +94,10 @@ try {
     if (extraColumn) body.checks.push({ check: 'zz_new.fwd', dtypes: ['f32'], deterministic: true });
     r.respond({ status: res.status, contentType: 'application/json', body: JSON.stringify(body) });
   });
+  await page.setViewport({ width: 480, height: 600 }); // narrow: the grid scrolls even with few checks
   await page.evaluate(() => {
     const w = document.querySelector('.grid-wrap');
-    w.scrollLeft = 400;
+    w.scrollLeft = 400; // clamped when the grid is narrow
     w.scrollTop = 60; // clamped when the grid is short
     document.querySelector('table.grid').dataset.old = '1';
     document.querySelector('table.grid a.sha').focus();
@@ -119,7 +120,7 @@ try {
   const p2 = await probe();
   check(/^Updated \d\d:\d\d:\d\d$/.test(p2.status), `auto-refresh ran: '${p2.status}'`);
   check(p1.same && p2.same && p1.first !== p2.first && ['regressed', 'flaky'].includes(p1.first), `changed verdicts patched in place (${p1.first} -> ${p2.first})`);
-  check(before[0] === 400 && p2.left === before[0] && p2.top === before[1] && p2.focus === focusedHref, `patching keeps scroll (${p2.left}, ${p2.top}) and focus`);
+  check(before[0] > 0 && p2.left === before[0] && p2.top === before[1] && p2.focus === focusedHref, `patching keeps scroll (${p2.left}, ${p2.top}) and focus`);
   extraColumn = true;
   await sleep(5200);
   const p3 = await probe();
@@ -128,6 +129,7 @@ try {
   check(p3.focus === focusedHref, `re-rendering keeps focus (${p3.focus})`);
   await page.setRequestInterception(false);
   page.removeAllListeners('request');
+  await page.setViewport({ width: 1400, height: 900 });
 
   // ---- arrow keys
   await page.keyboard.press('ArrowRight');
@@ -137,11 +139,20 @@ try {
   check(k1.includes('cell') && k2[0] === '1' && k2[1] === '1', `arrow keys move between cells (${k1}; row ${k2[0]} col ${k2[1]})`);
 
   // ---- a cell opens the commit at its check
+  await page.goto(base + '/', { waitUntil: 'networkidle0' }); // the real data again
+  await page.waitForSelector('table.grid tbody tr');
   const cellHref = await page.evaluate(() => {
-    const a = document.querySelector('table.grid a.cell.v-regressed') || document.querySelector('table.grid a.cell');
+    const a = document.querySelector('table.grid a.cell.v-regressed') || document.querySelector('table.grid a.cell:not(.v-pending):not(.v-build_failed)');
     a.scrollIntoView();
     return a.getAttribute('href');
   });
+  await page.setViewport({ width: 480, height: 600 }); // so that the grid scrolls
+  const placeBefore = await page.evaluate((href) => {
+    const a = document.querySelector(`a.cell[href="${CSS.escape(href)}"]`);
+    a.scrollIntoView({ block: 'nearest', inline: 'center' });
+    a.focus();
+    return document.querySelector('.grid-wrap').scrollLeft;
+  }, cellHref);
   await page.evaluate((href) => document.querySelector(`a.cell[href="${CSS.escape(href)}"]`).click(), cellHref);
   await page.waitForSelector('.view-commit');
   const cv = await page.evaluate(() => ({
@@ -157,7 +168,14 @@ try {
   // ---- back returns to the grid
   await page.goBack();
   await page.waitForSelector('table.grid');
-  check(await page.evaluate(() => location.search === '' || location.search === '?'), 'back returns to the grid');
+  const placeAfter = await page.evaluate(() => ({
+    search: location.search,
+    left: document.querySelector('.grid-wrap').scrollLeft,
+    focus: document.activeElement && document.activeElement.getAttribute('href'),
+  }));
+  check(placeAfter.search === '', 'back returns to the grid');
+  check(placeBefore > 0 && placeAfter.left === placeBefore && placeAfter.focus === cellHref, `back restores the grid's scroll (${placeAfter.left}) and the focused cell`);
+  await page.setViewport({ width: 1400, height: 900 });
 
   // ---- a row click (outside links) opens the commit
   await page.evaluate(() => document.querySelector('table.grid tbody tr .c-line2').click());
@@ -225,7 +243,8 @@ try {
     return { n, ms: performance.now() - t0, render: renders[renders.length - 1].duration };
   });
   check(perf.n === 50 * 150, `synthetic page: ${perf.n} cells`);
-  check(perf.render < 300, `50 x 150 grid built in ${perf.render.toFixed(0)} ms (fetched, built and painted in ${perf.ms.toFixed(0)} ms)`);
+  // Generous: catches a pathological regression, not noise on a busy CI machine (typically 90-200 ms).
+  check(perf.render < 1500, `50 x 150 grid built in ${perf.render.toFixed(0)} ms (fetched, built and painted in ${perf.ms.toFixed(0)} ms)`);
   await page2.setViewport({ width: 1400, height: 900 });
   await page2.screenshot({ path: process.env.NW_WEB_SHOT || '/tmp/nw-web-synthetic.png' });
 

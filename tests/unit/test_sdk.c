@@ -42,10 +42,10 @@ static void test_f16_known_values(void **state)
 	assert_int_equal(nw_f32_to_f16(65520.0f), 0x7c00); /* the midpoint rounds to even: infinity */
 	assert_int_equal(nw_f32_to_f16(INFINITY), 0x7c00);
 	assert_int_equal(nw_f32_to_f16(-0.0f), 0x8000);
-	assert_int_equal(nw_f32_to_f16(0x1p-14f), 0x0400);       /* smallest normal */
-	assert_int_equal(nw_f32_to_f16(0x1p-24f), 0x0001);       /* smallest subnormal */
-	assert_int_equal(nw_f32_to_f16(0x1p-25f), 0x0000);       /* tie to even: zero */
-	assert_int_equal(nw_f32_to_f16(0x1.8p-25f), 0x0001);     /* above the tie */
+	assert_int_equal(nw_f32_to_f16(0x1p-14f), 0x0400);        /* smallest normal */
+	assert_int_equal(nw_f32_to_f16(0x1p-24f), 0x0001);        /* smallest subnormal */
+	assert_int_equal(nw_f32_to_f16(0x1p-25f), 0x0000);        /* tie to even: zero */
+	assert_int_equal(nw_f32_to_f16(0x1.8p-25f), 0x0001);      /* above the tie */
 	assert_int_equal(nw_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even, down */
 	assert_int_equal(nw_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie to even, up */
 	assert_true(isnan(nw_f16_to_f32(nw_f32_to_f16(NAN))));
@@ -191,8 +191,13 @@ static int teardown(void **state)
 
 static struct nw_compare_spec spec_of(struct fixture *f)
 {
-	struct nw_compare_spec s = {.out = &f->out, .ref = f->ref, .nplain = 1, .factor = 2.0,
-				    .dims = f->dims, .ndim = 2, .tail_width = 4};
+	struct nw_compare_spec s = {.out = &f->out,
+				    .ref = f->ref,
+				    .nplain = 1,
+				    .factor = 2.0,
+				    .dims = f->dims,
+				    .ndim = 2,
+				    .tail_width = 4};
 
 	s.plain[0] = f->plain;
 	return s;
@@ -262,7 +267,7 @@ static void test_metrics_nan_where_reference_is_finite_fails(void **state)
 	assert_int_equal(r.nonfinite, 1);
 	assert_int_equal(r.ref_nonfinite, 0);
 	assert_int_equal(r.mismatch, 1);
-	assert_true(r.ratio < 1.0); /* the error metrics stay finite... */
+	assert_true(r.ratio < 1.0);        /* the error metrics stay finite... */
 	assert_true(nw_tensor_failed(&r)); /* ...and the tensor fails anyway */
 	assert_int_equal(r.worst[1], 7);
 
@@ -380,10 +385,10 @@ static void test_metrics_plain_exact_uses_floor(void **state)
 
 struct writer {
 	struct nw_output *out;
-	long skip;   /* element left unwritten, or -1 */
-	long extra;  /* element index written outside [0, count), or 0 */
+	long skip;  /* element left unwritten, or -1 */
+	long extra; /* element index written outside [0, count), or 0 */
 	int calls;
-	int flaky;   /* write a different value on the second call */
+	int flaky; /* write a different value on the second call */
 	int rc;
 };
 
@@ -487,10 +492,12 @@ static void test_runner_hello(void **state)
 	assert_false(quit);
 	assert_string_equal(json_string_value(json_object_get(a, "op")), "hello");
 	assert_int_equal(json_integer_value(json_object_get(a, "protocol")), 1);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(a, "device"), "backend")), "host");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(a, "device"), "backend")),
+			    "host");
 	assert_true(json_is_string(json_object_get(a, "runner")));
 	checks = json_object_get(a, "checks");
-	json_array_foreach(checks, i, c) {
+	json_array_foreach(checks, i, c)
+	{
 		if (strcmp(json_string_value(json_object_get(c, "check")), "softmax.fwd") != 0)
 			continue;
 		found = true;
@@ -571,7 +578,8 @@ static void test_runner_trial_answer(void **state)
 
 static void test_runner_trial_is_reproducible(void **state)
 {
-	const char *req = "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f16\",\"seed\":7}";
+	const char *req =
+	    "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f16\",\"seed\":7}";
 	bool quit;
 	json_t *a = answer(req, &quit), *b = answer(req, &quit);
 
@@ -601,20 +609,23 @@ static void test_runner_trial_errors(void **state)
 	(void)state;
 	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"nope.fwd\",\"dtype\":\"f32\",\"seed\":1}",
 			    "unknown check 'nope.fwd'");
-	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f64\",\"seed\":1}",
-			    "unknown dtype 'f64'");
+	assert_error_answer(
+	    "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f64\",\"seed\":1}",
+	    "unknown dtype 'f64'");
 	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\"}",
 			    "missing field 'seed'");
-	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":-1}",
-			    "field 'seed' is negative");
-	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":\"1\"}",
-			    "field 'seed' has the wrong type");
 	assert_error_answer(
-		"{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":1,\"repeats\":0}",
-		"field 'repeats' must be 1..1000");
+	    "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":-1}",
+	    "field 'seed' is negative");
 	assert_error_answer(
-		"{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":1,\"family\":\"huge\"}",
-		"unknown family 'huge' for check 'softmax.fwd'");
+	    "{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":\"1\"}",
+	    "field 'seed' has the wrong type");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":"
+			    "1,\"repeats\":0}",
+			    "field 'repeats' must be 1..1000");
+	assert_error_answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f32\",\"seed\":"
+			    "1,\"family\":\"huge\"}",
+			    "unknown family 'huge' for check 'softmax.fwd'");
 }
 
 static void test_runner_bye(void **state)
@@ -633,29 +644,32 @@ static void test_runner_bye(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_f16_known_values),
-		cmocka_unit_test(test_f16_round_trip_and_oracle),
-		cmocka_unit_test(test_bf16_known_values),
-		cmocka_unit_test(test_dtype_names),
-		cmocka_unit_test(test_rng_is_a_function_of_its_key),
-		cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_error_within_budget_passes, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_nan_where_reference_is_finite_fails, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_nonfinite_reference_must_be_matched, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_unwritten_element_fails, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_excluded_elements_are_counted, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_fixed_tolerance, setup_f32, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_plain_exact_uses_floor, setup_f32, teardown),
-		cmocka_unit_test(test_run_kernel_digest_and_repeats),
-		cmocka_unit_test(test_run_kernel_rearms_poison_and_counts_canaries),
-		cmocka_unit_test(test_run_kernel_library_error_is_an_error_answer),
-		cmocka_unit_test(test_runner_hello),
-		cmocka_unit_test(test_runner_unknown_op_and_bad_lines),
-		cmocka_unit_test(test_runner_trial_answer),
-		cmocka_unit_test(test_runner_trial_is_reproducible),
-		cmocka_unit_test(test_runner_trial_errors),
-		cmocka_unit_test(test_runner_bye),
+	    cmocka_unit_test(test_f16_known_values),
+	    cmocka_unit_test(test_f16_round_trip_and_oracle),
+	    cmocka_unit_test(test_bf16_known_values),
+	    cmocka_unit_test(test_dtype_names),
+	    cmocka_unit_test(test_rng_is_a_function_of_its_key),
+	    cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_error_within_budget_passes, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_nan_where_reference_is_finite_fails, setup_f32,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_nonfinite_reference_must_be_matched, setup_f32,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_unwritten_element_fails, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_excluded_elements_are_counted, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_fixed_tolerance, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_plain_exact_uses_floor, setup_f32, teardown),
+	    cmocka_unit_test(test_run_kernel_digest_and_repeats),
+	    cmocka_unit_test(test_run_kernel_rearms_poison_and_counts_canaries),
+	    cmocka_unit_test(test_run_kernel_library_error_is_an_error_answer),
+	    cmocka_unit_test(test_runner_hello),
+	    cmocka_unit_test(test_runner_unknown_op_and_bad_lines),
+	    cmocka_unit_test(test_runner_trial_answer),
+	    cmocka_unit_test(test_runner_trial_is_reproducible),
+	    cmocka_unit_test(test_runner_trial_errors),
+	    cmocka_unit_test(test_runner_bye),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

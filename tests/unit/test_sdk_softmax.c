@@ -68,7 +68,8 @@ static int tail_bug_bwd(enum nw_dtype d, const void *y, const void *dy, void *dx
 	for (r = 0; r < rows; r++) {
 		size_t off = (size_t)r * (size_t)cols * es;
 
-		real_bwd(d, (const char *)y + off, (const char *)dy + off, (char *)dx + off, 1, cols - cols % 4);
+		real_bwd(d, (const char *)y + off, (const char *)dy + off, (char *)dx + off, 1,
+			 cols - cols % 4);
 	}
 	return 0;
 }
@@ -144,8 +145,8 @@ static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t s
 
 	nw_trial_run(c, &t);
 	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d), (unsigned long long)seed,
-			 t.errmsg);
+		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
+			 (unsigned long long)seed, t.errmsg);
 	return t;
 }
 
@@ -189,7 +190,8 @@ static void test_family_comes_from_the_seed(void **state)
 
 static void test_shapes_are_deterministic_and_fit_their_family(void **state)
 {
-	static const long thresholds[] = {1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096, 4097, 63, 65, 127, 129};
+	static const long thresholds[] = {1023, 1024, 1025, 2047, 2048, 2049, 4095,
+					  4096, 4097, 63,   65,   127,  129};
 	bool tiny_seen[17] = {false}, threshold_seen[sizeof(thresholds) / sizeof(thresholds[0])] = {false};
 	bool bug_in_tail = false, aligned_wide = false;
 	uint64_t seed;
@@ -250,11 +252,12 @@ static void expect_all_pass(const struct nw_check *c, uint64_t first, uint64_t c
 			struct nw_trial t = run(c, all_dtypes[i], seed, -1);
 
 			if (nw_trial_failed(&t))
-				fail_msg("%s %s seed %llu shape [%ld,%ld] (%s): ratio %g, mismatch %ld, unwritten %ld, "
+				fail_msg("%s %s seed %llu shape [%ld,%ld] (%s): ratio %g, mismatch %ld, "
+					 "unwritten %ld, "
 					 "canary %ld",
-					 c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed, t.shape[0],
-					 t.shape[1], c->families[t.family], t.tensors[0].ratio, t.tensors[0].mismatch,
-					 t.tensors[0].unwritten, t.tensors[0].canary);
+					 c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+					 t.shape[0], t.shape[1], c->families[t.family], t.tensors[0].ratio,
+					 t.tensors[0].mismatch, t.tensors[0].unwritten, t.tensors[0].canary);
 			assert_int_equal(t.ntensors, 1);
 		}
 }
@@ -390,8 +393,9 @@ static void test_tail_bug_is_found_within_64_seeds(void **state)
 
 				if (nw_trial_failed(&t) != bug)
 					fail_msg("%s %s seed %llu shape [%ld,%ld]: %s", c.name,
-						 nw_dtype_name(all_dtypes[i]), (unsigned long long)seed, t.shape[0],
-						 t.shape[1], bug ? "bug shape passed" : "correct shape failed");
+						 nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+						 t.shape[0], t.shape[1],
+						 bug ? "bug shape passed" : "correct shape failed");
 				if (!bug)
 					continue;
 				fails++;
@@ -404,8 +408,8 @@ static void test_tail_bug_is_found_within_64_seeds(void **state)
 			if (fails == 0)
 				fail_msg("%s %s: the tail bug was not found in 64 seeds", c.name,
 					 nw_dtype_name(all_dtypes[i]));
-			print_message("%s %s: tail bug first seen at seed %llu, %d of 64 seeds fail\n", c.name,
-				      nw_dtype_name(all_dtypes[i]), (unsigned long long)first, fails);
+			print_message("%s %s: tail bug first seen at seed %llu, %d of 64 seeds fail\n",
+				      c.name, nw_dtype_name(all_dtypes[i]), (unsigned long long)first, fails);
 		}
 	}
 }
@@ -413,16 +417,16 @@ static void test_tail_bug_is_found_within_64_seeds(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_family_comes_from_the_seed),
-		cmocka_unit_test(test_shapes_are_deterministic_and_fit_their_family),
-		cmocka_unit_test(test_correct_library_passes_every_family),
-		cmocka_unit_test(test_rows_of_neg_inf_are_nan_in_both),
-		cmocka_unit_test(test_repeats_give_one_digest),
-		cmocka_unit_test(test_planted_wrong_value_is_caught),
-		cmocka_unit_test(test_planted_nan_is_caught),
-		cmocka_unit_test(test_planted_unwritten_element_is_caught),
-		cmocka_unit_test(test_planted_overrun_is_caught),
-		cmocka_unit_test(test_tail_bug_is_found_within_64_seeds),
+	    cmocka_unit_test(test_family_comes_from_the_seed),
+	    cmocka_unit_test(test_shapes_are_deterministic_and_fit_their_family),
+	    cmocka_unit_test(test_correct_library_passes_every_family),
+	    cmocka_unit_test(test_rows_of_neg_inf_are_nan_in_both),
+	    cmocka_unit_test(test_repeats_give_one_digest),
+	    cmocka_unit_test(test_planted_wrong_value_is_caught),
+	    cmocka_unit_test(test_planted_nan_is_caught),
+	    cmocka_unit_test(test_planted_unwritten_element_is_caught),
+	    cmocka_unit_test(test_planted_overrun_is_caught),
+	    cmocka_unit_test(test_tail_bug_is_found_within_64_seeds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,7 +1,8 @@
 // DOM helpers. Every string from the API reaches the page as a text node or an
 // attribute value set with setAttribute: nothing is ever parsed as HTML, so
 // nothing needs escaping and nothing can inject markup. Keep it that way: no
-// innerHTML, outerHTML, insertAdjacentHTML or document.write in this app.
+// HTML-parsing DOM sinks in this app (tests/integration/web_dashboard.sh
+// greps for them).
 
 /**
  * h('a', {href: '/x', class: 'sha'}, 'text', child, [more, children])

@@ -12,7 +12,7 @@
 
 #include "../demolib.h"
 
-#define THREADS 128
+#define THREADS     128
 #define VEC_THREADS 256
 
 __device__ __forceinline__ float load(const float *p, long i)
@@ -191,7 +191,8 @@ static int check_args(enum dl_dtype dtype, int rows, int cols)
 	return 0;
 }
 
-extern "C" int dl_cuda_softmax_fwd(enum dl_dtype dtype, const void *x, void *y, int rows, int cols, void *stream)
+extern "C" int dl_cuda_softmax_fwd(enum dl_dtype dtype, const void *x, void *y, int rows, int cols,
+				   void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	int rc = check_args(dtype, rows, cols);
@@ -209,8 +210,8 @@ extern "C" int dl_cuda_softmax_fwd(enum dl_dtype dtype, const void *x, void *y, 
 	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
 }
 
-extern "C" int dl_cuda_softmax_bwd(enum dl_dtype dtype, const void *y, const void *dy, void *dx, int rows, int cols,
-				   void *stream)
+extern "C" int dl_cuda_softmax_bwd(enum dl_dtype dtype, const void *y, const void *dy, void *dx, int rows,
+				   int cols, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
 	int rc = check_args(dtype, rows, cols);

@@ -250,6 +250,10 @@ class Runner:
         for oname, oshape in outs:
             got, unwritten, canary = first[oname]
             excl = case.exclude.get(oname)
+            if excl is not None:
+                excl = list(excl)
+                if excl and all(isinstance(e, bool) for e in excl):  # a mask rather than indices
+                    excl = [i for i, e in enumerate(excl) if e]
             t = compare(
                 oname,
                 dtype,

@@ -1,0 +1,725 @@
+/* bisect: posterior over culprits, probe planning and confirmation. */
+#include "bisect.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+/* The smallest flake rate the model assumes: one flake must not rule a commit out. */
+#define FLAKE_FLOOR 1e-4
+/* The largest culprit rate on the grid: a rate of exactly 1 would let one pass veto. */
+#define Q_MAX 0.999
+/*
+ * A probe runs until this share of the probability at or before it would be
+ * left after all passes (see plan_trials()).
+ */
+double bisect_tune_shrink = 0.5; /* TUNING */
+double bisect_tune_qtrue = 0; /* TUNING */
+#define PASS_SHRINK bisect_tune_shrink
+/* Confirmation: the rate tested is this quantile of q given the culprit. */
+#define CONFIRM_Q_QUANTILE 0.2
+/* Confirmation: the chance of withdrawing a right culprit, per test. */
+#define CONFIRM_WITHDRAW_ERROR 0.001
+/* Confirmation gives up (withdraws) after the trials that would show this many failures at q. */
+#define CONFIRM_FAILURES_MAX 30.0
+
+void bisect_params_default(struct bisect_params *p)
+{
+	*p = (struct bisect_params){
+		.confidence = 0.99,
+		.prior_none = 0.1,
+		.flake_rate = 0.001,
+		.q_min = 0.02,
+		.batch_max = 512,
+		.max_trials = 50000,
+		.failing_seeds = 0,
+	};
+}
+
+const char *bisect_status_name(enum bisect_status s)
+{
+	switch (s) {
+	case BISECT_RUNNING:
+		return "running";
+	case BISECT_FOUND:
+		return "culprit";
+	case BISECT_NO_CULPRIT:
+		return "no_culprit";
+	case BISECT_EXHAUSTED:
+		return "exhausted";
+	}
+	return "unknown";
+}
+
+static bool eligible(const struct bisect *b, unsigned i)
+{
+	return !(b->flags[i] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY));
+}
+
+static bool params_ok(const struct bisect_params *p)
+{
+	return p->confidence > 0.5 && p->confidence < 1.0 && p->prior_none >= 0.0 && p->prior_none < 1.0 &&
+	       p->flake_rate >= 0.0 && p->flake_rate < 0.2 && p->q_min > 0.0 && p->q_min < Q_MAX &&
+	       p->batch_max >= 1 && p->max_trials >= 1;
+}
+
+void bisect_release(struct bisect *b)
+{
+	if (!b)
+		return;
+	free(b->flags);
+	free(b->probes);
+	for (int k = 0; k < 2; k++) {
+		free(b->fail[k]);
+		free(b->trial[k]);
+	}
+	free(b->post);
+	free(b->qpost);
+	free(b->qbar);
+	free(b->qbar_s);
+	memset(b, 0, sizeof(*b));
+}
+
+int bisect_init(struct bisect *b, unsigned n, const uint8_t *flags, const struct bisect_params *p)
+{
+	struct bisect_params def;
+	double qlo, ratio;
+
+	if (!b)
+		return -EINVAL;
+	memset(b, 0, sizeof(*b));
+	if (!p) {
+		bisect_params_default(&def);
+		p = &def;
+	}
+	if (n == 0 || !params_ok(p))
+		return -EINVAL;
+	if (n > BISECT_RANGE_MAX)
+		return -E2BIG;
+	b->par = *p;
+	b->n = n;
+	b->flags = calloc(n, 1);
+	for (int k = 0; k < 2; k++) {
+		b->fail[k] = calloc(n, sizeof(unsigned));
+		b->trial[k] = calloc(n, sizeof(unsigned));
+	}
+	b->post = calloc(n, sizeof(double));
+	b->qpost = calloc((size_t)n * BISECT_QGRID, sizeof(double));
+	b->qbar = calloc(n, sizeof(double));
+	b->qbar_s = calloc(n, sizeof(double));
+	if (!b->flags || !b->fail[0] || !b->fail[1] || !b->trial[0] || !b->trial[1] || !b->post || !b->qpost ||
+	    !b->qbar || !b->qbar_s) {
+		bisect_release(b);
+		return -ENOMEM;
+	}
+	if (flags)
+		for (unsigned i = 0; i < n; i++)
+			b->flags[i] = flags[i] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY);
+	b->f = fmax(p->flake_rate, FLAKE_FLOOR);
+	/*
+	 * A culprit is a commit that fails clearly more often than the baseline:
+	 * rates below 2 f are not told apart from flakes within any sane budget.
+	 */
+	qlo = fmax(p->q_min, 2.0 * b->f);
+	ratio = pow(Q_MAX / qlo, 1.0 / (BISECT_QGRID - 1));
+	for (int g = 0; g < BISECT_QGRID; g++)
+		b->q[g] = qlo * pow(ratio, g);
+	b->q[BISECT_QGRID - 1] = Q_MAX;
+	{ extern double bisect_tune_qtrue; if (bisect_tune_qtrue > 0) for (int g = 0; g < BISECT_QGRID; g++) b->q[g] = bisect_tune_qtrue; } /* TUNING */
+	b->dirty = true;
+	return 0;
+}
+
+int bisect_set_flags(struct bisect *b, unsigned commit, unsigned flags)
+{
+	if (!b || commit >= b->n)
+		return -EINVAL;
+	b->flags[commit] = flags & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY);
+	b->dirty = true;
+	return 0;
+}
+
+int bisect_observe(struct bisect *b, unsigned commit, unsigned failures, unsigned trials, bool failing_seeds)
+{
+	int k = failing_seeds ? 1 : 0;
+
+	if (!b || commit >= b->n || failures > trials)
+		return -EINVAL;
+	if (trials == 0)
+		return 0;
+	if (b->nprobes >= BISECT_PROBES_MAX || b->trial[k][commit] > UINT32_MAX - trials)
+		return -E2BIG;
+	if (b->nprobes == b->probes_cap) {
+		unsigned cap = b->probes_cap ? 2 * b->probes_cap : 64;
+		struct bisect_probe *np = realloc(b->probes, cap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		b->probes = np;
+		b->probes_cap = cap;
+	}
+	b->probes[b->nprobes++] = (struct bisect_probe){commit, trials, failures, failing_seeds};
+	b->fail[k][commit] += failures;
+	b->trial[k][commit] += trials;
+	b->total_trials += trials;
+	b->dirty = true;
+	return 0;
+}
+
+int bisect_replay(struct bisect *b, const struct bisect_probe *probes, unsigned n)
+{
+	if (!b || (n && !probes))
+		return -EINVAL;
+	for (unsigned i = 0; i < n; i++) {
+		int rc = bisect_observe(b, probes[i].commit, probes[i].failures, probes[i].trials,
+					probes[i].failing_seeds);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* s log(p) + (t - s) log(1 - p), with 0 log 0 = 0. */
+static double loglik(unsigned s, unsigned t, double lp, double l1p)
+{
+	return (s ? s * lp : 0.0) + (t - s ? (t - s) * l1p : 0.0);
+}
+
+/*
+ * Per hypothesis i, the log marginal likelihood of one kind of probes:
+ * out[i] = sum_{j<i} ll(f) + log sum_g w_g exp(sum_{j>=i} ll(q_g)), w_g = 1/G.
+ * With qpost, also P(q_g | i) and its mean. O(n G).
+ */
+static void kind_loglik(const struct bisect *b, int k, double *out, double *qpost, double *qbar)
+{
+	double suf[BISECT_QGRID] = {0}, lq[BISECT_QGRID], l1q[BISECT_QGRID];
+	double lf = log(b->f), l1f = log1p(-b->f), pre = 0.0, lw = -log((double)BISECT_QGRID);
+
+	for (int g = 0; g < BISECT_QGRID; g++) {
+		lq[g] = log(b->q[g]);
+		l1q[g] = log1p(-b->q[g]);
+	}
+	/* Right to left for the suffix over q, then left to right for the prefix over f. */
+	for (unsigned i = b->n; i-- > 0;) {
+		unsigned s = b->fail[k][i], t = b->trial[k][i];
+		double m = -INFINITY, sum = 0.0, mean = 0.0;
+
+		if (t)
+			for (int g = 0; g < BISECT_QGRID; g++)
+				suf[g] += loglik(s, t, lq[g], l1q[g]);
+		if (!eligible(b, i)) {
+			out[i] = -INFINITY;
+			continue;
+		}
+		for (int g = 0; g < BISECT_QGRID; g++)
+			m = fmax(m, suf[g]);
+		for (int g = 0; g < BISECT_QGRID; g++) {
+			double w = exp(suf[g] - m);
+
+			sum += w;
+			mean += w * b->q[g];
+			if (qpost)
+				qpost[(size_t)i * BISECT_QGRID + g] = w;
+		}
+		out[i] = m + log(sum) + lw;
+		qbar[i] = mean / sum;
+		if (qpost)
+			for (int g = 0; g < BISECT_QGRID; g++)
+				qpost[(size_t)i * BISECT_QGRID + g] /= sum;
+	}
+	for (unsigned i = 0; i < b->n; i++) {
+		if (eligible(b, i))
+			out[i] += pre;
+		pre += loglik(b->fail[k][i], b->trial[k][i], lf, l1f);
+	}
+	/* The "no culprit" hypothesis: everything at f. */
+	out[b->n] = pre;
+}
+
+static int recompute(struct bisect *b)
+{
+	double *ll = NULL, *ls = NULL, m, z = 0.0, lprior, lnone;
+	unsigned nel = 0;
+	bool any_seeded = false;
+
+	if (!b->dirty)
+		return 0;
+	ll = malloc((b->n + 1) * sizeof(double));
+	ls = malloc((b->n + 1) * sizeof(double));
+	if (!ll || !ls) {
+		free(ll);
+		free(ls);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < b->n; i++) {
+		nel += eligible(b, i);
+		any_seeded |= b->trial[1][i] != 0;
+	}
+	kind_loglik(b, 0, ll, b->qpost, b->qbar);
+	if (any_seeded) {
+		kind_loglik(b, 1, ls, NULL, b->qbar_s);
+		for (unsigned i = 0; i <= b->n; i++)
+			ll[i] += ls[i];
+	} else {
+		for (unsigned i = 0; i < b->n; i++)
+			b->qbar_s[i] = b->qbar[i];
+	}
+	/* Uniform prior over eligible commits, prior_none on "no culprit". */
+	lprior = nel ? log((1.0 - b->par.prior_none) / nel) : -INFINITY;
+	lnone = nel ? log(b->par.prior_none) : 0.0;
+	m = ll[b->n] + lnone;
+	for (unsigned i = 0; i < b->n; i++)
+		if (eligible(b, i))
+			m = fmax(m, ll[i] + lprior);
+	for (unsigned i = 0; i < b->n; i++) {
+		b->post[i] = eligible(b, i) ? exp(ll[i] + lprior - m) : 0.0;
+		z += b->post[i];
+	}
+	b->post_none = exp(ll[b->n] + lnone - m);
+	z += b->post_none;
+	for (unsigned i = 0; i < b->n; i++)
+		b->post[i] /= z;
+	b->post_none /= z;
+	free(ll);
+	free(ls);
+	b->dirty = false;
+	return 0;
+}
+
+int bisect_posterior(struct bisect *b, double *out, double *none)
+{
+	int rc;
+
+	if (!b)
+		return -EINVAL;
+	rc = recompute(b);
+	if (rc)
+		return rc;
+	if (out)
+		memcpy(out, b->post, b->n * sizeof(double));
+	if (none)
+		*none = b->post_none;
+	return 0;
+}
+
+double bisect_culprit_rate(struct bisect *b, unsigned commit)
+{
+	if (!b || commit >= b->n || recompute(b) || !eligible(b, commit))
+		return NAN;
+	return b->qbar[commit];
+}
+
+enum bisect_status bisect_done(struct bisect *b, int *culprit, double *prob)
+{
+	double best = -1.0;
+	int arg = BISECT_NONE;
+	unsigned nel = 0;
+
+	if (!b || recompute(b))
+		return BISECT_EXHAUSTED;
+	for (unsigned i = 0; i < b->n; i++) {
+		nel += eligible(b, i);
+		if (eligible(b, i) && b->post[i] > best) {
+			best = b->post[i];
+			arg = (int)i;
+		}
+	}
+	if (b->post_none >= best) {
+		best = b->post_none;
+		arg = BISECT_NONE;
+	}
+	if (culprit)
+		*culprit = arg;
+	if (prob)
+		*prob = best;
+	if (nel == 0)
+		return BISECT_EXHAUSTED;
+	if (best >= b->par.confidence)
+		return arg == BISECT_NONE ? BISECT_NO_CULPRIT : BISECT_FOUND;
+	if (b->total_trials >= b->par.max_trials)
+		return BISECT_EXHAUSTED;
+	return BISECT_RUNNING;
+}
+
+/* Binary entropy in nats. */
+static double h2(double p)
+{
+	if (p <= 0.0 || p >= 1.0)
+		return 0.0;
+	return -p * log(p) - (1.0 - p) * log1p(-p);
+}
+
+/*
+ * Expected information about the culprit from one fresh trial at each
+ * eligible commit j: I = H(Y) - E[H(Y | culprit)], where Y fails with
+ * E[q | i] for culprits i <= j and with f otherwise (later culprits and "no
+ * culprit"). Prefix sums make it O(n) for all j. Also the mass at or
+ * before j, in mass[].
+ */
+static void info_gain(const struct bisect *b, double *eig, double *mass)
+{
+	double a1 = 0.0, a2 = 0.0, m = 0.0, hf = h2(b->f);
+
+	for (unsigned j = 0; j < b->n; j++) {
+		if (!eligible(b, j)) {
+			eig[j] = -1.0;
+			mass[j] = m;
+			continue;
+		}
+		a1 += b->post[j] * b->qbar[j];
+		a2 += b->post[j] * h2(b->qbar[j]);
+		m += b->post[j];
+		eig[j] = h2(a1 + (1.0 - m) * b->f) - a2 - (1.0 - m) * hf;
+		mass[j] = m;
+	}
+}
+
+/*
+ * How many trials a probe at j runs (it stops at its first failure). After
+ * T passes at j, the probability that the culprit is at or before j falls
+ * from M to S(T) / (S(T) + (1 - M)(1 - f)^T), S(T) = sum_{i<=j, g} P(i)
+ * P(q_g | i) (1 - q_g)^T. The probe is worth continuing while the split it
+ * makes is still near the best one; PASS_SHRINK = 1/2 stops it when the
+ * passes would have halved that probability, at which point a new split
+ * point is better (measured with bench/bisect-sim: smaller batches cost
+ * rounds for no fewer trials, larger ones cost trials).
+ */
+static unsigned plan_trials(const struct bisect *b, unsigned j, double mass, unsigned cap)
+{
+	double w[BISECT_QGRID] = {0}, surv[BISECT_QGRID], target;
+	unsigned t;
+
+	if (mass <= 0.0)
+		return 1;
+	for (unsigned i = 0; i <= j; i++) {
+		if (!eligible(b, i) || b->post[i] == 0.0)
+			continue;
+		for (int g = 0; g < BISECT_QGRID; g++)
+			w[g] += b->post[i] * b->qpost[(size_t)i * BISECT_QGRID + g];
+	}
+	for (int g = 0; g < BISECT_QGRID; g++)
+		surv[g] = 1.0;
+	target = PASS_SHRINK * mass;
+	for (t = 1; t < cap; t++) {
+		double s = 0.0, rest = (1.0 - mass) * pow(1.0 - b->f, t + 1);
+
+		for (int g = 0; g < BISECT_QGRID; g++) {
+			surv[g] *= 1.0 - b->q[g];
+			s += w[g] * surv[g] * (1.0 - b->q[g]);
+		}
+		/* After t + 1 passes: still above the target, so run it. */
+		if (s / (s + rest) < target)
+			break;
+	}
+	return t;
+}
+
+int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout)
+{
+	double *eig = NULL, *mass = NULL;
+	unsigned *pick = NULL, np = 0, left, cap;
+	int rc;
+
+	if (!b || !out || !nout || k == 0)
+		return -EINVAL;
+	*nout = 0;
+	if (bisect_done(b, NULL, NULL) != BISECT_RUNNING)
+		return 0;
+	rc = recompute(b);
+	if (rc)
+		return rc;
+	eig = malloc(b->n * sizeof(double));
+	mass = malloc(b->n * sizeof(double));
+	pick = malloc(k * sizeof(unsigned));
+	if (!eig || !mass || !pick) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	info_gain(b, eig, mass);
+	if (k > 1) {
+		/* k-section: the commits where the posterior CDF crosses m/(k+1). */
+		for (unsigned m = 1; m <= k; m++) {
+			double level = (double)m / (k + 1);
+			unsigned last = 0, j;
+			bool found = false;
+
+			for (j = 0; j < b->n; j++) {
+				if (!eligible(b, j))
+					continue;
+				last = j;
+				if (mass[j] >= level) {
+					found = true;
+					break;
+				}
+			}
+			if (!found)
+				j = last;
+			if (!eligible(b, j))
+				continue;
+			bool dup = false;
+
+			for (unsigned x = 0; x < np; x++)
+				dup |= pick[x] == j;
+			if (!dup)
+				pick[np++] = j;
+		}
+	}
+	/* Then by information gain, for k = 1 and where quantiles coincided. */
+	while (np < k) {
+		double best = -0.5;
+		int arg = -1;
+
+		for (unsigned j = 0; j < b->n; j++) {
+			bool dup = false;
+
+			if (eig[j] <= best)
+				continue;
+			for (unsigned x = 0; x < np; x++)
+				dup |= pick[x] == j;
+			if (!dup) {
+				best = eig[j];
+				arg = (int)j;
+			}
+		}
+		if (arg < 0)
+			break;
+		pick[np++] = (unsigned)arg;
+	}
+	left = b->total_trials < b->par.max_trials ? b->par.max_trials - (unsigned)b->total_trials : 0;
+	cap = b->par.batch_max;
+	if (np && cap > left / np + 1)
+		cap = left / np + 1;
+	for (unsigned x = 0; x < np; x++) {
+		unsigned j = pick[x], used = b->trial[1][j];
+		struct bisect_plan *p = &out[x];
+
+		p->commit = j;
+		p->stop_on_failure = true;
+		/* Failing seeds first: each once per commit, then fresh ones. */
+		if (b->par.failing_seeds > used) {
+			p->failing_seeds = true;
+			p->trials = b->par.failing_seeds - used;
+		} else {
+			p->failing_seeds = false;
+			p->trials = plan_trials(b, j, mass[j], cap);
+		}
+		if (p->trials > cap)
+			p->trials = cap;
+		if (p->trials == 0)
+			p->trials = 1;
+	}
+	*nout = np;
+out:
+	free(eig);
+	free(mass);
+	free(pick);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Confirmation
+ */
+
+int bisect_confirm_parent(const struct bisect *b, unsigned culprit)
+{
+	if (!b || culprit >= b->n)
+		return BISECT_NONE;
+	for (unsigned i = culprit; i-- > 0;)
+		if (!(b->flags[i] & BISECT_UNBUILDABLE))
+			return (int)i;
+	return BISECT_NONE;
+}
+
+/* One side of the confirmation: where its log-likelihood ratio stands against A and B. */
+static enum sprt_decision confirm_side(const struct sprt *s, double llr, unsigned trials)
+{
+	if (llr >= s->a)
+		return SPRT_ACCEPT_H1;
+	if (llr <= s->b)
+		return SPRT_ACCEPT_H0;
+	if (s->par.max_trials && trials >= s->par.max_trials)
+		return SPRT_UNDECIDED;
+	return SPRT_CONTINUE;
+}
+
+int bisect_confirm(struct bisect *b, unsigned culprit, unsigned culprit_failures, unsigned culprit_trials,
+		   unsigned parent_failures, unsigned parent_trials, unsigned max_trials,
+		   struct bisect_confirm_result *out)
+{
+	struct sprt_params pc, pp;
+	struct sprt sc, sp;
+	enum sprt_decision c_dec, p_dec;
+	double cdf = 0.0, q1 = 0.0, wrong;
+	int rc;
+
+	if (!b || !out || culprit >= b->n || culprit_failures > culprit_trials || parent_failures > parent_trials)
+		return -EINVAL;
+	rc = recompute(b);
+	if (rc)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	out->parent = bisect_confirm_parent(b, culprit);
+	/*
+	 * The rate to confirm: a low quantile of q given this culprit. A test
+	 * against an overstated rate accepts H0 on a true culprit that fails
+	 * less often than guessed (and withdraws it); one against a rate below
+	 * the truth only needs more trials.
+	 */
+	for (int g = 0; g < BISECT_QGRID; g++) {
+		q1 = b->q[g];
+		cdf += b->qpost[(size_t)culprit * BISECT_QGRID + g];
+		if (cdf >= CONFIRM_Q_QUANTILE)
+			break;
+	}
+	q1 = fmin(Q_MAX, fmax(q1, fmax(b->par.q_min, 2.0 * b->f)));
+	wrong = 1.0 - b->par.confidence;
+	/*
+	 * Each test has two errors: naming a wrong culprit (a culprit at f
+	 * accepted as failing, a parent at q accepted as clean), kept at
+	 * 1 - confidence like the search; and withdrawing a right one, kept at
+	 * CONFIRM_WITHDRAW_ERROR, since the search already stands for it.
+	 */
+	pc = (struct sprt_params){.p0 = b->f, .p1 = q1, .alpha = wrong, .beta = CONFIRM_WITHDRAW_ERROR};
+	pp = (struct sprt_params){.p0 = b->f, .p1 = q1, .alpha = CONFIRM_WITHDRAW_ERROR, .beta = wrong};
+	pc.max_trials = pp.max_trials = max_trials ? max_trials : (unsigned)ceil(CONFIRM_FAILURES_MAX / q1);
+	out->p0 = b->f;
+	out->p1 = q1;
+	if ((rc = sprt_init(&sc, &pc)) || (rc = sprt_init(&sp, &pp)))
+		return rc;
+	/*
+	 * The caller runs the confirmation in batches and calls again with the
+	 * sums, so the boundaries are checked on the cumulative log-likelihood
+	 * ratio of the counts (a group-sequential SPRT): that depends on the
+	 * counts only, not on the order the trials came back in.
+	 */
+	out->llr_culprit = culprit_failures * sc.inc_fail + (culprit_trials - culprit_failures) * sc.inc_pass;
+	out->llr_parent = parent_failures * sp.inc_fail + (parent_trials - parent_failures) * sp.inc_pass;
+	c_dec = confirm_side(&sc, out->llr_culprit, culprit_trials);
+	p_dec = confirm_side(&sp, out->llr_parent, parent_trials);
+	if (c_dec == SPRT_ACCEPT_H0 || c_dec == SPRT_UNDECIDED || p_dec == SPRT_ACCEPT_H1 || p_dec == SPRT_UNDECIDED) {
+		out->verdict = BISECT_WITHDRAWN;
+	} else if (c_dec == SPRT_ACCEPT_H1 && p_dec == SPRT_ACCEPT_H0) {
+		out->verdict = BISECT_CONFIRMED;
+	} else {
+		out->verdict = BISECT_CONFIRM_CONTINUE;
+		/* The culprit needs failures: about two at the rate tested. */
+		if (c_dec == SPRT_CONTINUE)
+			out->more_culprit = (unsigned)ceil(2.0 / q1);
+		/* The parent needs passes down to B. */
+		if (p_dec == SPRT_CONTINUE)
+			out->more_parent = (unsigned)ceil((out->llr_parent - sp.b) / -sp.inc_pass);
+		if (culprit_trials + out->more_culprit > pc.max_trials)
+			out->more_culprit = pc.max_trials - culprit_trials;
+		if (parent_trials + out->more_parent > pp.max_trials)
+			out->more_parent = pp.max_trials - parent_trials;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * JSON
+ */
+
+json_t *bisect_to_json(struct bisect *b)
+{
+	json_t *o = NULL, *flags = NULL, *probes = NULL, *post = NULL;
+
+	if (!b || recompute(b))
+		return NULL;
+	flags = json_array();
+	probes = json_array();
+	post = json_array();
+	if (!flags || !probes || !post)
+		goto error;
+	for (unsigned i = 0; i < b->n; i++)
+		if (json_array_append_new(flags, json_integer(b->flags[i])) ||
+		    json_array_append_new(post, json_real(b->post[i])))
+			goto error;
+	for (unsigned i = 0; i < b->nprobes; i++) {
+		const struct bisect_probe *p = &b->probes[i];
+
+		if (json_array_append_new(probes, json_pack("[I, I, I, b]", (json_int_t)p->commit,
+							     (json_int_t)p->trials, (json_int_t)p->failures,
+							     p->failing_seeds)))
+			goto error;
+	}
+	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}", "version", 1,
+		      "n", (json_int_t)b->n, "params", "confidence", b->par.confidence, "prior_none",
+		      b->par.prior_none, "flake_rate", b->par.flake_rate, "q_min", b->par.q_min, "batch_max",
+		      (json_int_t)b->par.batch_max, "max_trials", (json_int_t)b->par.max_trials, "failing_seeds",
+		      (json_int_t)b->par.failing_seeds, "flags", flags, "probes", probes, "posterior", post,
+		      "posterior_none", b->post_none, "trials", (json_int_t)b->total_trials);
+	/* json_pack's "o" took the three arrays, whether it succeeded or not. */
+	return o;
+error:
+	json_decref(flags);
+	json_decref(probes);
+	json_decref(post);
+	return NULL;
+}
+
+int bisect_from_json(struct bisect *b, const json_t *j)
+{
+	struct bisect_params p;
+	json_t *flags, *probes, *x;
+	json_int_t n, batch, maxt, fs;
+	uint8_t *fl = NULL;
+	size_t idx;
+	int rc;
+
+	if (!b || !json_is_object(j))
+		return -EINVAL;
+	bisect_params_default(&p);
+	batch = p.batch_max;
+	maxt = p.max_trials;
+	fs = p.failing_seeds;
+	if (json_unpack((json_t *)j, "{s:I, s:{s:F, s:F, s:F, s:F, s?I, s?I, s?I}, s:o, s:o}", "n", &n, "params",
+			"confidence", &p.confidence, "prior_none", &p.prior_none, "flake_rate", &p.flake_rate,
+			"q_min", &p.q_min, "batch_max", &batch, "max_trials", &maxt, "failing_seeds", &fs, "flags",
+			&flags, "probes", &probes))
+		return -EINVAL;
+	if (n < 1 || n > BISECT_RANGE_MAX || !json_is_array(flags) || json_array_size(flags) != (size_t)n ||
+	    !json_is_array(probes) || batch < 1 || batch > UINT32_MAX || maxt < 1 || maxt > UINT32_MAX ||
+	    fs < 0 || fs > UINT32_MAX)
+		return -EINVAL;
+	p.batch_max = (unsigned)batch;
+	p.max_trials = (unsigned)maxt;
+	p.failing_seeds = (unsigned)fs;
+	fl = malloc((size_t)n);
+	if (!fl)
+		return -ENOMEM;
+	json_array_foreach(flags, idx, x)
+	{
+		if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > 3) {
+			free(fl);
+			return -EINVAL;
+		}
+		fl[idx] = (uint8_t)json_integer_value(x);
+	}
+	rc = bisect_init(b, (unsigned)n, fl, &p);
+	free(fl);
+	if (rc)
+		return rc;
+	json_array_foreach(probes, idx, x)
+	{
+		json_int_t c, t, f;
+		int seeded = 0;
+
+		if (json_unpack(x, "[I, I, I, b]", &c, &t, &f, &seeded) || c < 0 || c >= n || t < 0 ||
+		    t > UINT32_MAX || f < 0 || f > t) {
+			rc = -EINVAL;
+			goto error;
+		}
+		rc = bisect_observe(b, (unsigned)c, (unsigned)f, (unsigned)t, seeded);
+		if (rc)
+			goto error;
+	}
+	return 0;
+error:
+	bisect_release(b);
+	return rc;
+}
