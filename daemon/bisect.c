@@ -16,9 +16,7 @@
  * A probe runs until this share of the probability at or before it would be
  * left after all passes (see plan_trials()).
  */
-double bisect_tune_shrink = 0.5; /* TUNING */
-double bisect_tune_qtrue = 0; /* TUNING */
-#define PASS_SHRINK bisect_tune_shrink
+#define PASS_SHRINK 0.5
 /* Confirmation: the rate tested is this quantile of q given the culprit. */
 #define CONFIRM_Q_QUANTILE 0.2
 /* Confirmation: the chance of withdrawing a right culprit, per test. */
@@ -63,6 +61,8 @@ static bool params_ok(const struct bisect_params *p)
 {
 	return p->confidence > 0.5 && p->confidence < 1.0 && p->prior_none >= 0.0 && p->prior_none < 1.0 &&
 	       p->flake_rate >= 0.0 && p->flake_rate < 0.2 && p->q_min > 0.0 && p->q_min < Q_MAX &&
+	       p->q_known >= 0.0 && p->q_known <= 1.0 &&
+	       (p->q_known == 0.0 || p->q_known > fmax(p->flake_rate, FLAKE_FLOOR)) &&
 	       p->batch_max >= 1 && p->max_trials >= 1;
 }
 
@@ -128,7 +128,10 @@ int bisect_init(struct bisect *b, unsigned n, const uint8_t *flags, const struct
 	for (int g = 0; g < BISECT_QGRID; g++)
 		b->q[g] = qlo * pow(ratio, g);
 	b->q[BISECT_QGRID - 1] = Q_MAX;
-	{ extern double bisect_tune_qtrue; if (bisect_tune_qtrue > 0) for (int g = 0; g < BISECT_QGRID; g++) b->q[g] = bisect_tune_qtrue; } /* TUNING */
+	/* A known rate (a deterministic check: 1) collapses the grid onto it. */
+	if (p->q_known > 0.0)
+		for (int g = 0; g < BISECT_QGRID; g++)
+			b->q[g] = fmin(p->q_known, Q_MAX);
 	b->dirty = true;
 	return 0;
 }
@@ -647,9 +650,10 @@ json_t *bisect_to_json(struct bisect *b)
 							     p->failing_seeds)))
 			goto error;
 	}
-	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}", "version", 1,
+	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}", "version", 1,
 		      "n", (json_int_t)b->n, "params", "confidence", b->par.confidence, "prior_none",
-		      b->par.prior_none, "flake_rate", b->par.flake_rate, "q_min", b->par.q_min, "batch_max",
+		      b->par.prior_none, "flake_rate", b->par.flake_rate, "q_min", b->par.q_min, "q_known",
+		      b->par.q_known, "batch_max",
 		      (json_int_t)b->par.batch_max, "max_trials", (json_int_t)b->par.max_trials, "failing_seeds",
 		      (json_int_t)b->par.failing_seeds, "flags", flags, "probes", probes, "posterior", post,
 		      "posterior_none", b->post_none, "trials", (json_int_t)b->total_trials);
@@ -677,9 +681,9 @@ int bisect_from_json(struct bisect *b, const json_t *j)
 	batch = p.batch_max;
 	maxt = p.max_trials;
 	fs = p.failing_seeds;
-	if (json_unpack((json_t *)j, "{s:I, s:{s:F, s:F, s:F, s:F, s?I, s?I, s?I}, s:o, s:o}", "n", &n, "params",
-			"confidence", &p.confidence, "prior_none", &p.prior_none, "flake_rate", &p.flake_rate,
-			"q_min", &p.q_min, "batch_max", &batch, "max_trials", &maxt, "failing_seeds", &fs, "flags",
+	if (json_unpack((json_t *)j, "{s:I, s:{s:F, s:F, s:F, s:F, s?F, s?I, s?I, s?I}, s:o, s:o}", "n", &n,
+			"params", "confidence", &p.confidence, "prior_none", &p.prior_none, "flake_rate",
+			&p.flake_rate, "q_min", &p.q_min, "q_known", &p.q_known, "batch_max", &batch, "max_trials", &maxt, "failing_seeds", &fs, "flags",
 			&flags, "probes", &probes))
 		return -EINVAL;
 	if (n < 1 || n > BISECT_RANGE_MAX || !json_is_array(flags) || json_array_size(flags) != (size_t)n ||

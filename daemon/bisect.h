@@ -60,6 +60,7 @@ struct bisect_params {
 	double prior_none;      /* prior mass of "no culprit" (0.1) */
 	double flake_rate;      /* f, the baseline failure rate (0.001; floored at 1e-4) */
 	double q_min;           /* smallest culprit rate modelled (0.02), at least 2 f */
+	double q_known;         /* 0: learn q; else the culprit's rate is known (1 for a deterministic check) */
 	unsigned batch_max;     /* trials one probe may run (512) */
 	unsigned max_trials;    /* search budget: give up, blaming nobody (50000) */
 	unsigned failing_seeds; /* seeds that failed at the bad commit, rerun first (0) */

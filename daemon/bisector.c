@@ -1,7 +1,577 @@
-/* bisector: written next (placeholder so the tree links while bisect.c lands). */
+/* bisector: bisections queued, probed and decided, all state in PostgreSQL. */
 #include "bisector.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bisect.h"
+#include "db.h"
+#include "log.h"
+#include "nwd.h"
+
+/* How often running bisections are looked at without a kick. */
+#define TICK_MS 2000
+/* Bisections advanced per step. */
+#define BATCH 8
+
+/*
+ * A regression with a clean commit before it and no bisection yet gets one:
+ * from the last clean commit to the first regressed commit after it. Muted
+ * checks are left alone.
+ */
+static const char queue_sql[] =
+	"INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
+	" SELECT DISTINCT ON (s.check_id, s.dtype, g.id) c.repo_id, s.check_id, s.dtype, g.id, c.id, s.failing_seeds"
+	" FROM stats s JOIN commits c ON c.id = s.commit_id"
+	" CROSS JOIN LATERAL (SELECT c2.id FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
+	"  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
+	"  AND c2.position < c.position AND s2.verdict = 'clean' ORDER BY c2.position DESC LIMIT 1) g"
+	" WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
+	"  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
+	"   AND m.until > now())"
+	"  AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.check_id = s.check_id AND b.dtype = s.dtype"
+	"   AND b.good_commit_id = g.id)"
+	" ORDER BY s.check_id, s.dtype, g.id, c.position"
+	" ON CONFLICT DO NOTHING RETURNING id";
+
+static const char running_sql[] =
+	"SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
+
+/*
+ * Everything one step needs, as one JSON document: the range with each
+ * commit's build, the good commit's runner hash, the plan results already
+ * stored for the range (first runs: observations for free), every probe, and
+ * the highest seed run at each commit (fresh seeds start above it).
+ */
+static const char load_sql[] =
+	"SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
+	" 'check', k.name, 'failing_seeds', b.failing_seeds, 'good', g.id, 'good_sha', g.sha,"
+	" 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
+	" 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
+	"   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
+	"   'max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = c.id AND t.check_id = b.check_id"
+	"    AND t.dtype = b.dtype)) ORDER BY c.position), '[]')"
+	"   FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id"
+	"   LEFT JOIN stats st ON st.commit_id = c.id AND st.check_id = b.check_id AND st.dtype = b.dtype"
+	"    AND st.verdict NOT IN ('pending', 'build_failed', 'infra_error')"
+	"   WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > g.position AND c.position <= bd.position),"
+	" 'good_max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = g.id AND t.check_id = b.check_id"
+	"   AND t.dtype = b.dtype),"
+	" 'probes', (SELECT coalesce(json_agg(json_build_object('commit', p.commit_id, 'trials', p.trials,"
+	"   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
+	"   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
+	"   FROM probes p WHERE p.bisection_id = b.id),"
+	" 'log', b.log)::text"
+	" FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+	" JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
+
+/* Unbuilt commits of a range are built first. */
+static const char hurry_builds_sql[] =
+	"UPDATE jobs SET priority = 10 WHERE kind = 'build' AND state = 'queued' AND priority > 10"
+	" AND commit_id = ANY ($1::bigint[])";
+
+static const char probe_sql[] =
+	"WITH j AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds, bisection_id,"
+	"  stop_on_failure) VALUES ('probe', $2, $3, $4, 10, $5::bigint[], $1, $6) RETURNING id)"
+	" INSERT INTO probes (bisection_id, commit_id, round, purpose, seeds, job_id, failing_seeds)"
+	" SELECT $1, $2, $7, $8, $5::bigint[], j.id, $9 FROM j";
+
+static const char update_sql[] =
+	"UPDATE bisections SET state = $2, outcome = $3, culprit_id = $4, confidence = $5, posterior = $6::jsonb,"
+	" log = log || $7::jsonb, updated_at = now(),"
+	" finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE id = $1";
+
+struct bisector {
+	struct nwd *d;
+	uv_timer_t timer;
+	bool busy, again, stopped;
+	long long ids[BATCH];
+	unsigned nids, next;
+};
+
+static void step(struct bisector *b);
+static void next_bisection(struct bisector *b);
+
+static void step_done(struct bisector *b)
+{
+	b->busy = false;
+	if (b->again && !b->stopped) {
+		b->again = false;
+		step(b);
+	}
+}
+
+static void on_query(PGresult *res, const char *error, void *data)
+{
+	if (error)
+		log_warn("bisect: %s", error);
+}
+
+/* One bisection's step, with what load_sql returned. */
+struct ctx {
+	struct bisector *b;
+	json_t *doc;
+	json_t *log; /* entries to append */
+};
+
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : "";
+}
+
+static long long jint(json_t *o, const char *key, long long dflt)
+{
+	json_t *v = json_object_get(o, key);
+
+	return json_is_integer(v) ? json_integer_value(v) : dflt;
+}
+
+static void log_event(struct ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_event(struct ctx *c, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_info("bisect %lld: %s", jint(c->doc, "id", 0), msg);
+	json_array_append_new(c->log, json_pack("{s:s, s:I}", "msg", msg, "at", (json_int_t)time(NULL)));
+}
+
+/* Seeds as a PostgreSQL array literal; 'failing' picks from the bisection's failing seeds. */
+static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned offset, unsigned count)
+{
+	size_t cap = 2 + (size_t)count * 22, len = 0;
+	char *s = malloc(cap);
+	json_t *fs = json_object_get(c->doc, "failing_seeds");
+	long long start = jint(commit, "max_seed", -1) + 1;
+
+	if (!s)
+		return NULL;
+	/* Fresh seeds continue the commit's sequence past the plan (paired across commits). */
+	if (start < (long long)c->b->d->cfg.trials_per_commit)
+		start = c->b->d->cfg.trials_per_commit;
+	s[len++] = '{';
+	for (unsigned i = 0; i < count; i++) {
+		long long seed = failing ? json_integer_value(json_array_get(fs, offset + i)) : start + i;
+
+		len += (size_t)snprintf(s + len, cap - len, "%s%lld", i ? "," : "", seed);
+	}
+	s[len++] = '}';
+	s[len] = '\0';
+	return s;
+}
+
+static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool failing, bool stop, int round,
+			const char *purpose, unsigned failing_offset)
+{
+	char bid[24], cid[24], kid[16], rnd[16];
+	char *seeds = seed_list(c, commit, failing, failing_offset, trials);
+	const char *params[9] = {bid,  cid, kid, jstr(c->doc, "dtype"), seeds, stop ? "t" : "f", rnd, purpose,
+				 failing ? "t" : "f"};
+
+	if (!seeds)
+		return;
+	snprintf(bid, sizeof(bid), "%lld", jint(c->doc, "id", 0));
+	snprintf(cid, sizeof(cid), "%lld", jint(commit, "id", 0));
+	snprintf(kid, sizeof(kid), "%lld", jint(c->doc, "check_id", 0));
+	snprintf(rnd, sizeof(rnd), "%d", round);
+	db_query(c->b->d->db, probe_sql, 9, params, on_query, NULL);
+	free(seeds);
+}
+
+static json_t *posterior_json(struct bisect *m, json_t *range, const char *status)
+{
+	double *post = calloc(m->n, sizeof(double)), none = 0;
+	json_t *commits = json_array();
+
+	if (post && bisect_posterior(m, post, &none) == 0) {
+		for (unsigned i = 0; i < m->n; i++)
+			json_array_append_new(commits, json_pack("{s:s, s:f, s:i}", "sha",
+								 jstr(json_array_get(range, i), "sha"), "p", post[i],
+								 "flags", m->flags[i]));
+	}
+	free(post);
+	return json_pack("{s:o, s:f, s:s, s:I}", "commits", commits, "none", none, "status", status, "trials",
+			 (json_int_t)m->total_trials);
+}
+
+static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
+		 json_t *posterior)
+{
+	char id[24], cul[24], conf[32];
+	char *post = json_dumps(posterior, JSON_COMPACT), *log = json_dumps(c->log, JSON_COMPACT);
+	const char *params[7] = {id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post,
+				 log};
+
+	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
+	snprintf(cul, sizeof(cul), "%lld", culprit);
+	snprintf(conf, sizeof(conf), "%.6f", confidence);
+	if (post && log)
+		db_query(c->b->d->db, update_sql, 7, params, on_query, NULL);
+	free(post);
+	free(log);
+}
+
+/* The model, rebuilt from the stored range, plan results and probes. */
+static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
+{
+	json_t *range = json_object_get(c->doc, "range"), *probes = json_object_get(c->doc, "probes");
+	unsigned n = (unsigned)json_array_size(range);
+	uint8_t *flags = calloc(n ? n : 1, 1);
+	struct bisect_params par;
+	const char *prev_hash = jstr(c->doc, "good_hash");
+	json_t *p;
+	size_t i;
+	int rc;
+
+	if (!flags)
+		return -ENOMEM;
+	*unbuilt = false;
+	for (i = 0; i < n; i++) {
+		json_t *commit = json_array_get(range, i);
+		const char *build = jstr(commit, "build"), *hash = jstr(commit, "hash");
+
+		if (!*build)
+			*unbuilt = true;
+		else if (strcmp(build, "ok") != 0)
+			flags[i] |= BISECT_UNBUILDABLE;
+		else if (*prev_hash && strcmp(hash, prev_hash) == 0)
+			flags[i] |= BISECT_SAME_BINARY;
+		if (strcmp(build, "ok") == 0)
+			prev_hash = hash;
+	}
+	bisect_params_default(&par);
+	par.failing_seeds = (unsigned)json_array_size(json_object_get(c->doc, "failing_seeds"));
+	rc = bisect_init(m, n, flags, &par);
+	free(flags);
+	if (rc < 0)
+		return rc;
+	/* The plan's first runs are observations already paid for. */
+	for (i = 0; i < n; i++) {
+		json_t *commit = json_array_get(range, i);
+		long long t = jint(commit, "plan_trials", 0), f = jint(commit, "plan_failures", 0);
+
+		if (t > 0 && !(m->flags[i] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
+			bisect_observe(m, (unsigned)i, (unsigned)f, (unsigned)t, false);
+	}
+	json_array_foreach(probes, i, p)
+	{
+		long long commit = jint(p, "commit", 0);
+
+		if (!json_is_true(json_object_get(p, "done")) || strcmp(jstr(p, "purpose"), "search") != 0)
+			continue;
+		for (size_t k = 0; k < n; k++) {
+			if (jint(json_array_get(range, k), "id", -1) == commit) {
+				bisect_observe(m, (unsigned)k, (unsigned)jint(p, "failures", 0),
+					       (unsigned)jint(p, "trials", 0), json_is_true(json_object_get(p, "failing")));
+				break;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Probes of 'purpose' still running, and the highest round so far. */
+static unsigned open_probes(struct ctx *c, const char *purpose, int *round)
+{
+	json_t *p;
+	size_t i;
+	unsigned open = 0;
+
+	*round = 0;
+	json_array_foreach(json_object_get(c->doc, "probes"), i, p)
+	{
+		if ((int)jint(p, "round", 0) > *round)
+			*round = (int)jint(p, "round", 0);
+		if (strcmp(jstr(p, "purpose"), purpose) == 0 && !json_is_true(json_object_get(p, "done")))
+			open++;
+	}
+	return open;
+}
+
+/* Fresh-seed confirmation counts at one commit id. */
+static void confirm_counts(struct ctx *c, long long commit, unsigned *fails, unsigned *trials)
+{
+	json_t *p;
+	size_t i;
+
+	*fails = *trials = 0;
+	json_array_foreach(json_object_get(c->doc, "probes"), i, p)
+	{
+		if (jint(p, "commit", 0) == commit && strcmp(jstr(p, "purpose"), "confirm") == 0 &&
+		    json_is_true(json_object_get(p, "done"))) {
+			*fails += (unsigned)jint(p, "failures", 0);
+			*trials += (unsigned)jint(p, "trials", 0);
+		}
+	}
+}
+
+/* Failing seeds already used at a commit by earlier failing-seed probes. */
+static unsigned failing_used(struct ctx *c, long long commit)
+{
+	json_t *p;
+	size_t i;
+	unsigned used = 0;
+
+	json_array_foreach(json_object_get(c->doc, "probes"), i, p)
+		if (jint(p, "commit", 0) == commit && json_is_true(json_object_get(p, "failing")))
+			used += (unsigned)jint(p, "seeds", 0);
+	return used;
+}
+
+static void search(struct ctx *c, struct bisect *m, json_t *range)
+{
+	struct bisect_plan plan[64];
+	unsigned k = c->b->d->nslots ? c->b->d->nslots : 1, nplan = 0;
+	int culprit = BISECT_NONE, round;
+	double prob = 0;
+	enum bisect_status st = bisect_done(m, &culprit, &prob);
+
+	if (k > 64)
+		k = 64;
+	if (st == BISECT_FOUND) {
+		json_t *commit = json_array_get(range, (size_t)culprit);
+
+		log_event(c, "%.12s holds %.4f after %lu trials; re-testing it and its parent with fresh seeds",
+			  jstr(commit, "sha"), prob, m->total_trials);
+		save(c, "confirming", NULL, 0, prob, posterior_json(m, range, "confirming"));
+		bisector_kick(c->b);
+		return;
+	}
+	if (st != BISECT_RUNNING) {
+		log_event(c, "no culprit (%s, P(no culprit) %.4f after %lu trials): nobody is blamed",
+			  bisect_status_name(st), prob, m->total_trials);
+		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, bisect_status_name(st)));
+		return;
+	}
+	if (open_probes(c, "search", &round) > 0)
+		return; /* a round is in flight */
+	if (bisect_next_probes(m, k, plan, &nplan) < 0 || nplan == 0) {
+		log_event(c, "nothing left to probe: nobody is blamed");
+		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, "exhausted"));
+		return;
+	}
+	for (unsigned i = 0; i < nplan; i++) {
+		json_t *commit = json_array_get(range, plan[i].commit);
+		unsigned offset = plan[i].failing_seeds ? failing_used(c, jint(commit, "id", 0)) : 0;
+		unsigned trials = plan[i].trials;
+		size_t nfail = json_array_size(json_object_get(c->doc, "failing_seeds"));
+
+		if (plan[i].failing_seeds && offset + trials > nfail)
+			trials = offset < nfail ? (unsigned)(nfail - offset) : 0;
+		if (trials == 0)
+			continue;
+		queue_probe(c, commit, trials, plan[i].failing_seeds, true, round + 1, "search", offset);
+		log_event(c, "round %d: probe %.12s with %u %s seeds", round + 1, jstr(commit, "sha"), trials,
+			  plan[i].failing_seeds ? "failing" : "fresh");
+	}
+	save(c, "running", NULL, 0, prob, posterior_json(m, range, "running"));
+	nwd_kick(c->b->d);
+}
+
+static void confirm(struct ctx *c, struct bisect *m, json_t *range)
+{
+	int culprit = BISECT_NONE, parent, round;
+	double prob = 0;
+	struct bisect_confirm_result r;
+	unsigned cf, ct, pf, pt;
+	long long culprit_id, parent_id;
+	json_t *cc, *pc;
+
+	bisect_done(m, &culprit, &prob);
+	if (culprit < 0) {
+		log_event(c, "lost its culprit while confirming: nobody is blamed");
+		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, "no culprit"));
+		return;
+	}
+	parent = bisect_confirm_parent(m, (unsigned)culprit);
+	cc = json_array_get(range, (size_t)culprit);
+	culprit_id = jint(cc, "id", 0);
+	if (parent >= 0) {
+		pc = json_array_get(range, (size_t)parent);
+		parent_id = jint(pc, "id", 0);
+	} else {
+		/* The parent is the last good commit itself. */
+		pc = json_pack("{s:I, s:s, s:I}", "id", (json_int_t)jint(c->doc, "good", 0), "sha",
+			       jstr(c->doc, "good_sha"), "max_seed", (json_int_t)jint(c->doc, "good_max_seed", -1));
+		json_array_append_new(json_object_get(c->doc, "range"), pc); /* owned by doc from here */
+		parent_id = jint(pc, "id", 0);
+	}
+	confirm_counts(c, culprit_id, &cf, &ct);
+	confirm_counts(c, parent_id, &pf, &pt);
+	if (bisect_confirm(m, (unsigned)culprit, cf, ct, pf, pt, 0, &r) < 0)
+		return;
+	if (r.verdict == BISECT_CONFIRMED) {
+		log_event(c, "culprit %.12s confirmed: %u/%u fresh seeds fail there, %u/%u at its parent %.12s",
+			  jstr(cc, "sha"), cf, ct, pf, pt, jstr(pc, "sha"));
+		save(c, "done", "culprit", culprit_id, prob, posterior_json(m, range, "culprit"));
+		return;
+	}
+	if (r.verdict == BISECT_WITHDRAWN) {
+		log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent",
+			  jstr(cc, "sha"), cf, ct, pf, pt);
+		save(c, "done", "withdrawn", culprit_id, prob, posterior_json(m, range, "withdrawn"));
+		return;
+	}
+	if (open_probes(c, "confirm", &round) > 0)
+		return;
+	if (r.more_culprit)
+		queue_probe(c, cc, r.more_culprit, false, false, round + 1, "confirm", 0);
+	if (r.more_parent)
+		queue_probe(c, pc, r.more_parent, false, false, round + 1, "confirm", 0);
+	log_event(c, "confirming %.12s: %u fresh seeds there, %u at its parent %.12s", jstr(cc, "sha"),
+		  r.more_culprit, r.more_parent, jstr(pc, "sha"));
+	save(c, "confirming", NULL, 0, prob, posterior_json(m, range, "confirming"));
+	nwd_kick(c->b->d);
+}
+
+static void on_loaded(PGresult *res, const char *error, void *data)
+{
+	struct bisector *b = data;
+	struct ctx c = {.b = b};
+	struct bisect m = {0};
+	bool unbuilt = false;
+	json_t *range;
+
+	if (error || PQntuples(res) != 1) {
+		if (error)
+			log_warn("bisect: %s", error);
+		next_bisection(b);
+		return;
+	}
+	c.doc = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
+	c.log = json_array();
+	if (!c.doc || !c.log)
+		goto out;
+	range = json_object_get(c.doc, "range");
+	if (json_array_size(range) == 0) {
+		log_event(&c, "empty range: nobody is blamed");
+		save(&c, "done", "no_culprit", 0, NAN, json_object());
+		goto out;
+	}
+	if (build_model(&c, &m, &unbuilt) < 0)
+		goto out;
+	if (unbuilt) {
+		/* Probes need binaries: build the range first. */
+		size_t cap = 2 + json_array_size(range) * 22, len = 0, i;
+		char *ids = malloc(cap);
+		json_t *commit;
+
+		if (ids) {
+			ids[len++] = '{';
+			json_array_foreach(range, i, commit)
+				len += (size_t)snprintf(ids + len, cap - len, "%s%lld", i ? "," : "", jint(commit, "id", 0));
+			ids[len++] = '}';
+			ids[len] = '\0';
+			db_query(b->d->db, hurry_builds_sql, 1, (const char *const[]){ids}, on_query, NULL);
+			free(ids);
+		}
+		goto out;
+	}
+	if (strcmp(jstr(c.doc, "state"), "confirming") == 0)
+		confirm(&c, &m, range);
+	else
+		search(&c, &m, range);
+out:
+	bisect_release(&m);
+	json_decref(c.doc);
+	json_decref(c.log);
+	next_bisection(b);
+}
+
+static void next_bisection(struct bisector *b)
+{
+	char id[24];
+	const char *params[1] = {id};
+
+	if (b->next >= b->nids || b->stopped) {
+		step_done(b);
+		return;
+	}
+	snprintf(id, sizeof(id), "%lld", b->ids[b->next++]);
+	db_query(b->d->db, load_sql, 1, params, on_loaded, b);
+}
+
+static void on_running(PGresult *res, const char *error, void *data)
+{
+	struct bisector *b = data;
+
+	b->nids = b->next = 0;
+	if (error) {
+		log_warn("bisect: %s", error);
+		step_done(b);
+		return;
+	}
+	for (int i = 0; i < PQntuples(res) && b->nids < BATCH; i++)
+		b->ids[b->nids++] = db_get_ll(res, i, 0, 0);
+	next_bisection(b);
+}
+
+static void on_queued(PGresult *res, const char *error, void *data)
+{
+	struct bisector *b = data;
+	char repo[16];
+	const char *params[1] = {repo};
+
+	if (error)
+		log_warn("bisect: queueing bisections failed: %s", error);
+	else
+		for (int i = 0; i < PQntuples(res); i++)
+			log_info("bisect %s: queued for a new regression", PQgetvalue(res, i, 0));
+	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+	db_query(b->d->db, running_sql, 1, params, on_running, b);
+}
+
+static void step(struct bisector *b)
+{
+	char repo[16];
+	const char *params[1] = {repo};
+
+	if (b->busy) {
+		b->again = true;
+		return;
+	}
+	if (b->stopped || b->d->draining)
+		return;
+	b->busy = true;
+	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+	db_query(b->d->db, queue_sql, 1, params, on_queued, b);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	step(t->data);
+}
 
 void bisector_kick(struct bisector *b)
 {
-	(void)b;
+	step(b);
+}
+
+int bisector_start(struct nwd *d, struct bisector **out)
+{
+	struct bisector *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	b->d = d;
+	uv_timer_init(d->loop, &b->timer);
+	b->timer.data = b;
+	uv_timer_start(&b->timer, on_tick, TICK_MS, TICK_MS);
+	*out = b;
+	return 0;
+}
+
+void bisector_stop(struct bisector *b)
+{
+	b->stopped = true;
+	uv_timer_stop(&b->timer);
 }

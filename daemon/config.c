@@ -106,6 +106,7 @@ static const struct option options[] = {
     NUM("build", "log_max", OPT_UINT, build_log_max, 1, NW_CAPTURE_MAX, 262144),
 
     NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
+    NUM("trials", "max", OPT_UINT, trials_max, 1, NW_TRIALS_MAX, 1024),
     NUM("trials", "timeout", OPT_DURATION, trial_timeout_s, 1, 24 * 3600, 60),
     NUM("trials", "repeats", OPT_UINT, repeats, 1, 100, 2),
     NUM("trials", "hello_timeout", OPT_DURATION, hello_timeout_s, 1, 3600, 30),
@@ -494,15 +495,18 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 	case OPT_SLOTS:
 		return parse_slots(p, value);
 	case OPT_BOOL:
-		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on") || !strcmp(value, "1")) {
+		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on") ||
+		    !strcmp(value, "1")) {
 			*(bool *)((char *)&p->cfg + o->offset) = true;
 			return 0;
 		}
-		if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "off") || !strcmp(value, "0")) {
+		if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "off") ||
+		    !strcmp(value, "0")) {
 			*(bool *)((char *)&p->cfg + o->offset) = false;
 			return 0;
 		}
-		fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': expected true or false", value, o->key);
+		fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': expected true or false", value,
+		     o->key);
 		return -EINVAL;
 	default:
 		why = string_problem(o, value);

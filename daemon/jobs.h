@@ -24,6 +24,7 @@ struct job {
 	unsigned long long *seeds;
 	unsigned nseeds;
 	long long bisection_id; /* probe jobs of a bisection, else 0 */
+	bool stop_on_failure;   /* probe jobs: the first failure ends the probe */
 };
 
 /* Called with the claimed job, or NULL when none is claimable (or on error). */

@@ -21,8 +21,7 @@
 #define SHA_SUBJECT 8
 #define SHA_BODY    12
 /* A display name made of these (RFC 5322 atext and spaces) needs no quotes. */
-#define PHRASE_CHARS                                                                                         \
-	"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 !#$%&'*+-/=?^_`{|}~"
+#define PHRASE_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 !#$%&'*+-/=?^_`{|}~"
 
 static const char *const kind_names[] = {"culprit", "withdrawn", "fixed"};
 static const char *const wday_names[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
@@ -208,7 +207,8 @@ static void add_clean(struct buf *b, const char *s, size_t max)
 			out = "\xEF\xBF\xBD";
 			outlen = 3;
 			k = 1;
-		} else if ((k == 1 && (p[i] < 0x20 || p[i] == 0x7F)) || (k == 2 && p[i] == 0xC2 && p[i + 1] < 0xA0)) {
+		} else if ((k == 1 && (p[i] < 0x20 || p[i] == 0x7F)) ||
+			   (k == 2 && p[i] == 0xC2 && p[i + 1] < 0xA0)) {
 			out = " ";
 			outlen = 1;
 		}
@@ -471,8 +471,9 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 	add_commit_link(&b, c->public_url, c->culprit.sha, c->check, c->dtype);
 	buf_adds(&b, "\n  bisection: ");
 	add_bisection_link(&b, c->public_url, c->bisection_id);
-	buf_adds(&b, "\n\n-- \nnumwatch sends one mail per culprit. If the culprit is withdrawn or the check\n"
-		     "becomes clean again, it says so in this thread.\n");
+	buf_adds(&b,
+		 "\n\n-- \nnumwatch sends one mail per culprit. If the culprit is withdrawn or the check\n"
+		 "becomes clean again, it says so in this thread.\n");
 
 	if ((r = buf_take(&s, &out->subject, NULL)) < 0) {
 		free(b.p);
@@ -492,7 +493,8 @@ int mail_compose_followup(const struct mail_followup *f, struct mail_text *out)
 
 	memset(out, 0, sizeof(*out));
 	if (!f->check || !f->dtype || !f->public_url || !f->root_subject ||
-	    (f->kind != MAIL_WITHDRAWN && f->kind != MAIL_FIXED) || (f->kind == MAIL_FIXED && !commit_ok(&f->fixed)))
+	    (f->kind != MAIL_WITHDRAWN && f->kind != MAIL_FIXED) ||
+	    (f->kind == MAIL_FIXED && !commit_ok(&f->fixed)))
 		return -EINVAL;
 
 	buf_init(&s, LINE_HARD);
@@ -878,8 +880,8 @@ void mail_date(long long t, char buf[MAIL_DATE_MAX])
 		snprintf(buf, MAIL_DATE_MAX, "Thu, 01 Jan 1970 00:00:00 +0000");
 		return;
 	}
-	snprintf(buf, MAIL_DATE_MAX, "%s, %02d %s %04d %02d:%02d:%02d +0000", wday_names[tm.tm_wday], tm.tm_mday,
-		 month_names[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+	snprintf(buf, MAIL_DATE_MAX, "%s, %02d %s %04d %02d:%02d:%02d +0000", wday_names[tm.tm_wday],
+		 tm.tm_mday, month_names[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 int mail_format(const struct mail_message *m, char **out, size_t *outlen)
@@ -888,8 +890,8 @@ int mail_format(const struct mail_message *m, char **out, size_t *outlen)
 	struct buf b, v;
 	int r;
 
-	if (mail_parse_from(m->from, addr, sizeof(addr), name, sizeof(name)) < 0 || !msg_id_ok(m->message_id) ||
-	    (m->in_reply_to && !msg_id_ok(m->in_reply_to)))
+	if (mail_parse_from(m->from, addr, sizeof(addr), name, sizeof(name)) < 0 ||
+	    !msg_id_ok(m->message_id) || (m->in_reply_to && !msg_id_ok(m->in_reply_to)))
 		return -EINVAL;
 	buf_init(&b, MAIL_MESSAGE_MAX);
 	buf_init(&v, MAIL_MESSAGE_MAX);
@@ -971,7 +973,8 @@ int mail_mbox_entry(const char *sender, long long date, const char *msg, size_t 
 		memset(&tm, 0, sizeof(tm));
 	buf_addf(&b, "From %s %s %s %2d %02d:%02d:%02d %04d\n",
 		 sender && mail_address_ok(sender) ? sender : "MAILER-DAEMON", wday_names[tm.tm_wday % 7],
-		 month_names[tm.tm_mon % 12], tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, tm.tm_year + 1900);
+		 month_names[tm.tm_mon % 12], tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 tm.tm_year + 1900);
 	while (i < len) {
 		const char *nl = memchr(msg + i, '\n', len - i);
 		size_t end = nl ? (size_t)(nl - msg) : len, n = end - i;

@@ -68,8 +68,8 @@ struct mail_culprit {
 	const char *check;
 	const char *dtype;
 	struct mail_commit culprit;
-	struct mail_commit good; /* the last clean commit */
-	double confidence;       /* posterior probability of the culprit, 0 to 1 */
+	struct mail_commit good;   /* the last clean commit */
+	double confidence;         /* posterior probability of the culprit, 0 to 1 */
 	const char *failing_seeds; /* "3, 11, 19" */
 	/* The worst failing trial stored at the culprit; when has_trial is false, 'seed' is a failing seed. */
 	bool has_trial;
@@ -77,8 +77,8 @@ struct mail_culprit {
 	unsigned long long seed;
 	const char *outcome; /* fail, crash, timeout, error */
 	const char *family;
-	const char *shape; /* "[2, 1003]" */
-	double ratio;      /* error over the tolerance budget (fails above 1) */
+	const char *shape;  /* "[2, 1003]" */
+	double ratio;       /* error over the tolerance budget (fails above 1) */
 	const char *tensor; /* the worst output tensor */
 	double max_abs;
 	double max_rel;
@@ -94,7 +94,7 @@ struct mail_followup {
 	const char *repo;
 	const char *check;
 	const char *dtype;
-	const char *root_subject;  /* the culprit mail's subject (unencoded) */
+	const char *root_subject;   /* the culprit mail's subject (unencoded) */
 	struct mail_commit culprit; /* may be all NULL for a withdrawn culprit */
 	struct mail_commit fixed;   /* MAIL_FIXED: the first clean commit after the culprit */
 };

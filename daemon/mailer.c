@@ -82,7 +82,8 @@ static const char sweep_sql[] =
     " UNION ALL "
     "SELECT 'withdrawn', b.id, NULL FROM bisections b"
     " WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <> 'failed')"
+    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <> "
+    "'failed')"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'withdrawn')"
     " UNION ALL "
     /*
@@ -98,7 +99,8 @@ static const char sweep_sql[] =
     "     AND s.verdict IN ('clean', 'improved')"
     "   ORDER BY c.position LIMIT 1) f"
     " WHERE b.repo_id = $1 AND b.outcome = 'culprit'"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state = 'sent')"
+    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state = "
+    "'sent')"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
     " LIMIT 100";
 
@@ -118,7 +120,8 @@ static const char culprit_sql[] =
     "  b.failing_seeds[1]"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
     " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
-    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM trials t"
+    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM "
+    "trials t"
     "   WHERE t.commit_id = b.culprit_id AND t.check_id = b.check_id AND t.dtype = b.dtype"
     "     AND t.outcome NOT IN ('pass', 'infra_error')"
     "   ORDER BY t.seed = ANY (b.failing_seeds) DESC, t.outcome = 'fail' DESC, t.ratio DESC NULLS FIRST,"
@@ -167,7 +170,8 @@ static const char insert_sql[] =
 static const char withdrawn_insert_sql[] =
     "WITH cancel AS (UPDATE mail SET state = 'failed',"
     "   last_error = 'not sent: the culprit was withdrawn before the mail was tried'"
-    "  WHERE bisection_id = $2::bigint AND kind = 'culprit' AND state = 'pending' AND attempts = 0 RETURNING id),"
+    "  WHERE bisection_id = $2::bigint AND kind = 'culprit' AND state = 'pending' AND attempts = 0 RETURNING "
+    "id),"
     " cancel_rest AS (UPDATE mail SET state = 'failed',"
     "   last_error = 'not sent: the culprit was withdrawn before its first mail was tried'"
     "  WHERE bisection_id = $2::bigint AND kind <> 'culprit' AND state = 'pending'"
@@ -178,13 +182,12 @@ static const char withdrawn_insert_sql[] =
     " SELECT (SELECT count(*) FROM cancel), (SELECT count(*) FROM ins)";
 
 /* Send times of the repository's newest mails within the window ($1: how many, $2: repository, $3: window). */
-static const char rate_sql[] =
-    "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8"
-    " FROM (SELECT now() AS t) n LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m"
-    "   JOIN bisections b ON b.id = m.bisection_id"
-    "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
-    "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
-    " ORDER BY s.sent_at DESC NULLS LAST";
+static const char rate_sql[] = "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8"
+			       " FROM (SELECT now() AS t) n LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m"
+			       "   JOIN bisections b ON b.id = m.bisection_id"
+			       "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
+			       "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
+			       " ORDER BY s.sent_at DESC NULLS LAST";
 
 /*
  * Claims the oldest due mail ($1: repository, $2: lease in seconds). A
@@ -203,7 +206,8 @@ static const char claim_sql[] =
     "  array_to_string(mail.recipients, E'\\n'), mail.subject, mail.body,"
     "  extract(epoch FROM mail.created_at)::bigint, mail.attempts";
 
-static const char sent_sql[] = "UPDATE mail SET state = 'sent', sent_at = now(), last_error = NULL WHERE id = $1";
+static const char sent_sql[] =
+    "UPDATE mail SET state = 'sent', sent_at = now(), last_error = NULL WHERE id = $1";
 static const char retry_sql[] = "UPDATE mail SET last_error = $2, next_try = now() + $3 * interval '1 second'"
 				" WHERE id = $1 AND state = 'pending'";
 static const char give_up_sql[] = "UPDATE mail SET state = 'failed', last_error = $2 WHERE id = $1";
@@ -245,8 +249,9 @@ static int culprit_recipients(const struct config *cfg, const char *author_email
 	if (!r)
 		return -ENOMEM;
 	if (cfg->mail_send_to_author && author_email && mail_rcpts_add(r, author_email) < 0)
-		log_info("mail bisect-%lld.culprit: the author's address '%.100s' is not usable; not a recipient",
-			 bisection_id, author_email);
+		log_info(
+		    "mail bisect-%lld.culprit: the author's address '%.100s' is not usable; not a recipient",
+		    bisection_id, author_email);
 	/* Checked when the configuration was loaded. */
 	mail_rcpts_add_list(r, cfg->mail_to, NULL, 0);
 	for (size_t i = 0; i < r->n; i++)
@@ -283,18 +288,21 @@ static void on_inserted(PGresult *res, const char *error, void *data)
 	free(e);
 }
 
-static void insert(struct enqueue *e, const char *recipients, const char *thread_root, const struct mail_text *t)
+static void insert(struct enqueue *e, const char *recipients, const char *thread_root,
+		   const struct mail_text *t)
 {
 	const struct config *cfg = &e->d->cfg;
 	char addr[MAIL_ADDRESS_MAX + 1], message_id[MAIL_MESSAGE_ID_MAX + 1], id[24];
-	const char *params[7] = {mail_kind_name(e->kind), id, message_id, NULL, recipients, t->subject, t->body};
+	const char *params[7] = {
+	    mail_kind_name(e->kind), id, message_id, NULL, recipients, t->subject, t->body};
 	int rc;
 
 	snprintf(id, sizeof(id), "%lld", e->bisection_id);
 	if (mail_parse_from(cfg->mail_from, addr, sizeof(addr), NULL, 0) < 0 ||
-	    mail_message_id(message_id, sizeof(message_id), e->bisection_id, e->kind, mail_address_domain(addr)) <
-		0) {
-		log_error("mail bisect-%lld.%s: bad From address '%s'", e->bisection_id, params[0], cfg->mail_from);
+	    mail_message_id(message_id, sizeof(message_id), e->bisection_id, e->kind,
+			    mail_address_domain(addr)) < 0) {
+		log_error("mail bisect-%lld.%s: bad From address '%s'", e->bisection_id, params[0],
+			  cfg->mail_from);
 		free(e);
 		return;
 	}
@@ -409,7 +417,9 @@ static int enqueue(struct nwd *d, enum mail_kind kind, long long bisection_id, l
 	struct enqueue *e = calloc(1, sizeof(*e));
 	char id[24], fix[24];
 	const char *params[2] = {id, fix};
-	const char *sql = kind == MAIL_CULPRIT ? culprit_sql : kind == MAIL_WITHDRAWN ? withdrawn_sql : fixed_sql;
+	const char *sql = kind == MAIL_CULPRIT     ? culprit_sql
+			  : kind == MAIL_WITHDRAWN ? withdrawn_sql
+						   : fixed_sql;
 	int rc;
 
 	if (!e)
@@ -495,7 +505,8 @@ static void send_smtp(struct send_job *j)
 		curl_easy_setopt(c, CURLOPT_PASSWORD, j->password ? j->password : "");
 	}
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, j->timeout_s);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, j->timeout_s < CONNECT_TIMEOUT_S ? j->timeout_s : CONNECT_TIMEOUT_S);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT,
+			 j->timeout_s < CONNECT_TIMEOUT_S ? j->timeout_s : CONNECT_TIMEOUT_S);
 	/* Signals belong to the loop thread; libcurl must not use SIGALRM for its deadlines. */
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
@@ -555,14 +566,16 @@ static void append_mbox(struct send_job *j)
 	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		if (errno != EWOULDBLOCK && errno != EINTR) {
 			j->rc = -errno;
-			snprintf(j->error, sizeof(j->error), "cannot lock '%s': %s", j->mbox, strerror(errno));
+			snprintf(j->error, sizeof(j->error), "cannot lock '%s': %s", j->mbox,
+				 strerror(errno));
 			goto out;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		if (now.tv_sec - start.tv_sec >= j->timeout_s) {
 			j->rc = -ETIMEDOUT;
-			snprintf(j->error, sizeof(j->error), "cannot lock '%s': held by another process for %ld s",
-				 j->mbox, j->timeout_s);
+			snprintf(j->error, sizeof(j->error),
+				 "cannot lock '%s': held by another process for %ld s", j->mbox,
+				 j->timeout_s);
 			goto out;
 		}
 		nanosleep(&pause, NULL);
@@ -586,7 +599,8 @@ static void append_mbox(struct send_job *j)
 	if (rc < 0) {
 		j->rc = rc;
 		snprintf(j->error, sizeof(j->error), "cannot write '%s': %s%s", j->mbox, strerror(-rc),
-			 ftruncate(fd, st.st_size) < 0 ? " (and cannot cut the partial entry off again)" : "");
+			 ftruncate(fd, st.st_size) < 0 ? " (and cannot cut the partial entry off again)"
+						       : "");
 	}
 out:
 	close(fd); /* releases the lock */
@@ -651,8 +665,8 @@ static void on_marked(PGresult *res, const char *error, void *data)
 	struct send_job *j = data;
 
 	if (error)
-		log_warn("mail bisect-%lld.%s: cannot store the result of the send: %s", j->bisection_id, j->kind,
-			 error);
+		log_warn("mail bisect-%lld.%s: cannot store the result of the send: %s", j->bisection_id,
+			 j->kind, error);
 	idle(j->m, 0); /* more may be due */
 	job_free(j);
 }
@@ -674,8 +688,8 @@ static void after_work(uv_work_t *req, int status)
 		if (j->smtp)
 			log_info("mail bisect-%lld.%s: sent to %s", j->bisection_id, j->kind, j->to_text);
 		else
-			log_info("mail bisect-%lld.%s: written to '%s' (no smtp_url)", j->bisection_id, j->kind,
-				 j->mbox);
+			log_info("mail bisect-%lld.%s: written to '%s' (no smtp_url)", j->bisection_id,
+				 j->kind, j->mbox);
 		if (db_query(m->d->db, sent_sql, 1, params, on_marked, j) < 0)
 			on_marked(NULL, "out of memory", j);
 		return;
@@ -775,8 +789,9 @@ static int prepare(struct mailer *m, PGresult *res, struct send_job **out, char 
 	j->timeout_s = (long)cfg->mail_timeout_s;
 	if (j->smtp) {
 		if (r->n == 0) {
-			snprintf(why, whylen, "no recipients (send_to_author is off, or the author's address is "
-					      "unusable, and [mail] to is empty)");
+			snprintf(why, whylen,
+				 "no recipients (send_to_author is off, or the author's address is "
+				 "unusable, and [mail] to is empty)");
 			free(formatted);
 			goto fail;
 		}
@@ -840,8 +855,8 @@ static void on_claimed(PGresult *res, const char *error, void *data)
 	}
 	rc = prepare(m, res, &j, why, sizeof(why));
 	if (rc == -ENOMEM) {
-		log_warn("mail bisect-%s.%s: out of memory; trying again later", col(res, 2) ? col(res, 2) : "?",
-			 col(res, 1) ? col(res, 1) : "?");
+		log_warn("mail bisect-%s.%s: out of memory; trying again later",
+			 col(res, 2) ? col(res, 2) : "?", col(res, 1) ? col(res, 1) : "?");
 		if (db_query(m->d->db, release_sql, 1, params, on_released, m) < 0)
 			idle(m, MAILER_POLL_MS);
 		return;
@@ -902,8 +917,9 @@ static void on_rate(PGresult *res, const char *error, void *data)
 		free(times);
 	if (wait > 0) {
 		if (!m->rate_logged)
-			log_info("mail: %u mails sent in the last hour (rate_limit); the next may go in %.0f s", limit,
-				 ceil(wait));
+			log_info(
+			    "mail: %u mails sent in the last hour (rate_limit); the next may go in %.0f s",
+			    limit, ceil(wait));
 		m->rate_logged = true;
 		/* The sweep goes on meanwhile. */
 		idle(m, wait * 1000 < MAILER_SWEEP_MS ? (uint64_t)(wait * 1000) + 1 : MAILER_SWEEP_MS);

@@ -17,6 +17,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "bisector.h"
 #include "builder.h"
 #include "db.h"
 #include "http.h"
@@ -100,6 +101,8 @@ static void drain(struct nwd *d)
 	log_info("draining: finishing the trials in flight");
 	if (d->poller)
 		poller_stop(d->poller);
+	if (d->bisector)
+		bisector_stop(d->bisector);
 	d->running_services = d->nslots + 1;
 	builder_drain(d->builder);
 	for (unsigned i = 0; i < d->nslots; i++)
@@ -301,6 +304,8 @@ int main(int argc, char **argv)
 			return 1;
 		d->nslots++;
 	}
+	if (bisector_start(d, &d->bisector) < 0)
+		return 1;
 	/* mailer.c: after the slots, as the other services. */
 	if (mailer_start(d, &mailer) < 0)
 		return 1;

@@ -17,6 +17,7 @@
 #include "proc.h"
 #include "protocol.h"
 #include "store.h"
+#include "stats.h"
 #include "verdict.h"
 
 #define CLAIM_POLL_MS   1000
@@ -44,6 +45,7 @@ struct seed_rec {
 	struct verdict_seed v;
 	int next_attempt;
 	double worst_ratio;
+	double first_ratio; /* the first run's ratio, for the drift test */
 };
 
 struct slot {
@@ -66,6 +68,7 @@ struct slot {
 	unsigned nseeds;
 	bool plan; /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
 	int finish_tries;
+	bool infra_failed;
 
 	bool in_trial;
 	long req_id;
@@ -123,10 +126,12 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 		rec->worst_ratio = result->ratio;
 	if (outcome == OUTCOME_INFRA_ERROR)
 		return;
-	if (rec->v.first == OUTCOME_NONE)
+	if (rec->v.first == OUTCOME_NONE) {
 		rec->v.first = outcome;
-	else if (rec->v.second == OUTCOME_NONE)
+		rec->first_ratio = result ? result->ratio : NAN;
+	} else if (rec->v.second == OUTCOME_NONE) {
 		rec->v.second = outcome;
+	}
 }
 
 static void on_wake(uv_timer_t *t)
@@ -360,6 +365,10 @@ static int start_runner(struct slot *s)
 /* The next seed to run: every seed once, then (for a plan) reruns of seeds that failed once. */
 static bool pick_seed(struct slot *s, unsigned *index)
 {
+	/* A search probe ends at its first failure: one failure says what it came to learn. */
+	for (unsigned i = 0; s->job.stop_on_failure && i < s->nseeds; i++)
+		if (outcome_is_failure(s->seeds[i].v.first))
+			return false;
 	for (unsigned i = 0; i < s->nseeds; i++) {
 		if (s->seeds[i].v.first == OUTCOME_NONE) {
 			*index = i;
@@ -457,22 +466,42 @@ static void job_done(struct slot *s)
 }
 
 static const char stats_sql[] =
-    "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
-    " failing_seeds, evidence, updated_at)"
-    " SELECT $1, $2, $3, $4, $5,"
-    "  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
-    "   AND outcome = 'infra_error'),"
-    "  $6, $7, $8::bigint[],"
-    "  $9::jsonb || jsonb_build_object('baseline', (SELECT c.sha FROM stats s JOIN commits c ON c.id = "
-    "s.commit_id"
-    "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'clean' AND c.reachable"
-    "   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-    "   AND c.position < (SELECT position FROM commits WHERE id = $1)"
-    "   ORDER BY c.position DESC LIMIT 1)), now()"
-    " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
-    "  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
-    "  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
-    "  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
+	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
+	" failing_seeds, evidence, updated_at)"
+	" SELECT $1, $2, $3, $4, $5,"
+	"  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
+	"   AND outcome = 'infra_error'),"
+	"  $6, $7, $8::bigint[], $9::jsonb, now()"
+	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
+	"  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
+	"  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
+	"  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
+
+/*
+ * The baseline: the nearest earlier commit whose verdict for this check x
+ * dtype is final and not a regression, with its results (first and second,
+ * infrastructure faults left out) for every seed it ran.
+ */
+static const char baseline_sql[] =
+	"WITH base AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
+	"  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
+	"  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
+	"  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)"
+	" SELECT base.id, base.sha, t.seed,"
+	"  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
+	"  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"
+	"  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1]"
+	" FROM base LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2 AND t.dtype = $3"
+	" GROUP BY base.id, base.sha, t.seed";
+
+/* The baseline lacks some of our seeds: run them there (once), and look at this job again later. */
+static const char need_baseline_sql[] =
+	"WITH probe AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
+	"  SELECT 'probe', $4, $2, $3, 20, $5::bigint[] WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE kind = 'probe'"
+	"  AND commit_id = $4 AND check_id = $2 AND dtype = $3 AND bisection_id IS NULL"
+	"  AND state IN ('queued', 'running')) RETURNING id)"
+	" UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,"
+	"  not_before = now() + interval '5 seconds' WHERE id = $1";
 
 /* Done only once every planned seed has a stored result: trials are written in batches. */
 static const char done_sql[] =
@@ -509,78 +538,206 @@ static void on_job_written(PGresult *res, const char *error, void *data)
 	uv_timer_start(&s->wake, on_finish_retry, FINISH_RETRY_MS, 0);
 }
 
+static void on_baseline(PGresult *res, const char *error, void *data);
+
+/* The job waits for its baseline's results: it is claimed again shortly. */
+static void on_requeued(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+
+	if (error)
+		log_warn("slot %s: cannot requeue job %lld: %s", s->cfg.name, s->job.id, error);
+	nwd_kick(s->d);
+	job_done(s);
+}
+
+/* Deciding needs the baseline's results for the same seeds: ask for them first. */
 static void write_verdict(struct slot *s, bool infra_failed)
 {
-	struct verdict_seed *vs = calloc(s->nseeds ? s->nseeds : 1, sizeof(*vs));
-	struct verdict_input in = {.infra_failed = infra_failed, .seeds = vs, .nseeds = s->nseeds};
-	struct verdict_summary sum;
-	enum verdict v;
-	double worst = NAN;
-	char commit[24], check[16], trials[16], failures[16], worst_s[32], id[24], n[16];
-	char *seeds = NULL, *evidence = NULL;
-	size_t seeds_cap = 2 + (size_t)s->nseeds * 22, len = 0;
-	json_t *ev = json_object(), *confirmed = json_array(), *unconfirmed = json_array();
+	char commit[24], check[16];
+	const char *params[3] = {commit, check, s->job.dtype};
 
-	seeds = malloc(seeds_cap);
-	if (!vs || !seeds || !ev || !confirmed || !unconfirmed) {
-		log_error("slot %s: out of memory writing a verdict", s->cfg.name);
-		goto out;
+	s->infra_failed = infra_failed;
+	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
+	snprintf(check, sizeof(check), "%d", s->job.check_id);
+	store_flush(s->d->store);
+	db_query(s->d->db, baseline_sql, 3, params, on_baseline, s);
+}
+
+static int cmp_stats_seed(const void *a, const void *b)
+{
+	int64_t x = ((const struct stats_seed *)a)->seed, y = ((const struct stats_seed *)b)->seed;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Adaptive trials: the evidence is ambiguous, so the plan grows by 'more' seeds (paired: the same next seeds everywhere). */
+static bool extend_plan(struct slot *s, unsigned more)
+{
+	unsigned cap = s->d->cfg.trials_max, n = s->nseeds;
+	struct seed_rec *grown;
+
+	if (n >= cap || more == 0)
+		return false;
+	if (more > cap - n)
+		more = cap - n;
+	grown = realloc(s->seeds, (n + more) * sizeof(*grown));
+	if (!grown)
+		return false;
+	s->seeds = grown;
+	for (unsigned i = n; i < n + more; i++) {
+		memset(&grown[i], 0, sizeof(grown[i]));
+		grown[i].seed = grown[n - 1].seed + 1 + (i - n);
+		grown[i].worst_ratio = grown[i].first_ratio = NAN;
+	}
+	s->nseeds = n + more;
+	log_info("verdict %.12s %s %s: ambiguous after %u seeds; running %u more", s->job.sha, s->job.check,
+		 s->job.dtype, n, more);
+	return true;
+}
+
+static void on_baseline(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+	struct stats_seed *ss = NULL;
+	struct stats_verdict_input in = {.deterministic = s->job.deterministic, .infra_failed = s->infra_failed};
+	struct stats_verdict_params par;
+	struct stats_evidence ev;
+	long long base_id = 0;
+	const char *base_sha = NULL;
+	char commit[24], check[16], trials[16], failures[16], worst_s[32], id[24], n[16], base[24];
+	char *seeds = NULL, *evidence = NULL, *missing = NULL;
+	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0, mlen = 0;
+	unsigned failed = 0, ran = 0, nmissing = 0;
+	double worst = NAN;
+	json_t *ev_json = NULL;
+	int rc;
+
+	if (error) {
+		log_warn("slot %s: cannot read the baseline of %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
+			 s->job.dtype, error);
+		on_job_written(NULL, error, s);
+		return;
+	}
+	ss = calloc(s->nseeds ? s->nseeds : 1, sizeof(*ss));
+	seeds = malloc(cap);
+	missing = malloc(cap);
+	if (!ss || !seeds || !missing)
+		goto oom;
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		const struct seed_rec *r = &s->seeds[i];
+
+		ss[i].seed = (int64_t)r->seed;
+		ss[i].cand_first = r->v.first;
+		ss[i].cand_rerun = r->v.second;
+		ss[i].cand_ratio = r->first_ratio;
+		ss[i].base_ratio = NAN;
+	}
+	/* Rows come by seed; our seeds are sorted, so a binary search places each. */
+	for (int row = 0; row < PQntuples(res); row++) {
+		struct stats_seed key, *hit;
+
+		base_id = db_get_ll(res, row, 0, 0);
+		base_sha = PQgetvalue(res, row, 1);
+		if (PQgetisnull(res, row, 2))
+			continue;
+		key.seed = db_get_ll(res, row, 2, -1);
+		hit = bsearch(&key, ss, s->nseeds, sizeof(*ss), cmp_stats_seed);
+		if (!hit)
+			continue;
+		hit->base_first = PQgetisnull(res, row, 3) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 3));
+		hit->base_rerun = PQgetisnull(res, row, 4) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 4));
+		hit->base_ratio = db_get_double(res, row, 5, NAN);
+	}
+	in.seeds = ss;
+	in.nseeds = s->nseeds;
+	stats_verdict_params_default(&par);
+	par.max_trials = s->d->cfg.trials_max;
+	if (par.min_trials > par.max_trials)
+		par.min_trials = par.max_trials;
+	rc = stats_verdict(&in, &par, &ev);
+	if (rc < 0) {
+		log_error("slot %s: cannot decide %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
+			  strerror(-rc));
+		goto fail;
+	}
+	if (ev.verdict == VERDICT_PENDING && ev.needs_trials > 0 && !s->infra_failed &&
+	    extend_plan(s, ev.needs_trials)) {
+		set_state(s, SLOT_RUNNING);
+		goto out_advance;
 	}
 	seeds[len++] = '{';
+	missing[mlen++] = '{';
 	for (unsigned i = 0; i < s->nseeds; i++) {
-		vs[i] = s->seeds[i].v;
-		if (!isnan(s->seeds[i].worst_ratio) && !(s->seeds[i].worst_ratio <= worst))
-			worst = s->seeds[i].worst_ratio;
-		if (outcome_is_failure(vs[i].first))
-			len += (size_t)snprintf(seeds + len, seeds_cap - len, "%s%llu", len > 1 ? "," : "",
-						s->seeds[i].seed);
-		if (verdict_seed_confirmed(&vs[i]))
-			json_array_append_new(confirmed, json_integer((json_int_t)s->seeds[i].seed));
-		if (verdict_seed_unconfirmed(&vs[i]))
-			json_array_append_new(unconfirmed, json_integer((json_int_t)s->seeds[i].seed));
+		const struct seed_rec *r = &s->seeds[i];
+
+		if (!isnan(r->worst_ratio) && !(r->worst_ratio <= worst))
+			worst = r->worst_ratio;
+		ran += r->v.first != OUTCOME_NONE;
+		if (outcome_is_failure(r->v.first)) {
+			failed++;
+			len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", len > 1 ? "," : "", r->seed);
+		}
+		if (base_id && ss[i].base_first == OUTCOME_NONE && r->v.first != OUTCOME_NONE) {
+			nmissing++;
+			mlen += (size_t)snprintf(missing + mlen, cap - mlen, "%s%llu", mlen > 1 ? "," : "", r->seed);
+		}
 	}
 	seeds[len++] = '}';
 	seeds[len] = '\0';
-	v = verdict_decide(&in, &sum);
-	json_object_set_new(ev, "rule",
-			    json_string("v1: a seed that fails twice fails; fails then passes is flaky"));
-	json_object_set_new(ev, "deterministic", json_boolean(s->job.deterministic));
-	json_object_set_new(ev, "planned", json_integer(s->nseeds));
-	json_object_set_new(ev, "confirmed_seeds", json_incref(confirmed));
-	json_object_set_new(ev, "unconfirmed_seeds", json_incref(unconfirmed));
-	json_object_set_new(ev, "strikes", json_integer(s->job.strikes));
-	evidence = json_dumps(ev, JSON_COMPACT);
+	missing[mlen++] = '}';
+	missing[mlen] = '\0';
+	ev_json = stats_evidence_json(&ev);
+	if (!ev_json)
+		goto oom;
+	json_object_set_new(ev_json, "baseline", base_sha ? json_string(base_sha) : json_null());
+	json_object_set_new(ev_json, "planned", json_integer(s->nseeds));
+	json_object_set_new(ev_json, "strikes", json_integer(s->job.strikes));
+	evidence = json_dumps(ev_json, JSON_COMPACT);
 	if (!evidence)
-		goto out;
-
+		goto oom;
 	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
 	snprintf(check, sizeof(check), "%d", s->job.check_id);
-	snprintf(trials, sizeof(trials), "%u", sum.trials);
-	snprintf(failures, sizeof(failures), "%u", sum.failures);
+	snprintf(trials, sizeof(trials), "%u", ran);
+	snprintf(failures, sizeof(failures), "%u", failed);
 	snprintf(worst_s, sizeof(worst_s), "%.17g", worst);
 	snprintf(id, sizeof(id), "%lld", s->job.id);
 	snprintf(n, sizeof(n), "%u", s->nseeds);
+	snprintf(base, sizeof(base), "%lld", base_id);
 	{
-		const char *stats[9] = {commit,          check,    s->job.dtype,
-					trials,          failures, isnan(worst) ? NULL : worst_s,
-					verdict_name(v), seeds,    evidence};
-		const char *done[6] = {commit, check, s->job.dtype, id, infra_failed ? "failed" : "done", n};
+		const char *stats[9] = {commit,   check,    s->job.dtype, trials, failures, isnan(worst) ? NULL : worst_s,
+					verdict_name(ev.verdict), seeds, evidence};
+		const char *done[6] = {commit, check, s->job.dtype, id, s->infra_failed ? "failed" : "done", n};
+		const char *need[5] = {id, check, s->job.dtype, base, missing};
 
 		if (s->finish_tries == 0)
-			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g)",
-				 s->job.sha, s->job.check, s->job.dtype, verdict_name(v), sum.trials,
-				 sum.failures, worst);
-		store_flush(s->d->store);
+			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g; %s%s%s)", s->job.sha,
+				 s->job.check, s->job.dtype, verdict_name(ev.verdict), ran, failed, worst,
+				 stats_test_name(ev.test), ev.reason[0] ? ": " : "", ev.reason);
 		db_query(s->d->db, stats_sql, 9, stats, NULL, NULL);
-		db_query(s->d->db, done_sql, 6, done, on_job_written, s);
+		if (ev.verdict == VERDICT_PENDING && ev.needs_baseline > 0 && nmissing > 0)
+			db_query(s->d->db, need_baseline_sql, 5, need, on_requeued, s);
+		else
+			db_query(s->d->db, done_sql, 6, done, on_job_written, s);
 	}
+	goto out;
+oom:
+	log_error("slot %s: out of memory writing a verdict", s->cfg.name);
+fail:
+	jobs_release(s->d, s->job.id);
+	job_done(s);
 out:
-	json_decref(ev);
-	json_decref(confirmed);
-	json_decref(unconfirmed);
+	json_decref(ev_json);
 	free(evidence);
 	free(seeds);
-	free(vs);
+	free(missing);
+	free(ss);
+	return;
+out_advance:
+	free(ss);
+	free(seeds);
+	free(missing);
+	advance(s);
 }
 
 /* A probe's result feeds its bisection: done once every listed seed has a stored result. */
@@ -589,7 +746,7 @@ static const char probe_done_sql[] =
 	"  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
 	"  AND check_id = $3 AND dtype = $4 AND outcome <> 'infra_error' AND seed = ANY ($5::bigint[]))"
 	"  >= cardinality($5::bigint[])) RETURNING id),"
-	" p AS (UPDATE probes SET trials = $6, failures = $7, finished_at = now()"
+	" p AS (UPDATE probes SET trials = $6, failures = $7, seeds = $5::bigint[], finished_at = now()"
 	"  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
 	" SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
 
@@ -633,8 +790,10 @@ static void write_probe(struct slot *s, bool infra_failed)
 	}
 	seeds[len++] = '{';
 	for (unsigned i = 0; i < s->nseeds; i++) {
-		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", i ? "," : "", s->seeds[i].seed);
-		ran += s->seeds[i].v.first != OUTCOME_NONE;
+		if (s->seeds[i].v.first == OUTCOME_NONE)
+			continue; /* a probe that stopped at its first failure left these */
+		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", ran ? "," : "", s->seeds[i].seed);
+		ran++;
 		failed += outcome_is_failure(s->seeds[i].v.first);
 	}
 	seeds[len++] = '}';
@@ -679,6 +838,13 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		return;
 	}
 	rows = PQntuples(res);
+	/* A plan that grew (adaptive trials) before a restart keeps its extra seeds. */
+	if (s->plan && rows > 0) {
+		long long top = db_get_ll(res, rows - 1, 0, -1);
+
+		if (top >= (long long)s->nseeds && top < (long long)s->d->cfg.trials_max)
+			extend_plan(s, (unsigned)(top + 1 - s->nseeds));
+	}
 	for (int i = 0; i < rows; i++) {
 		long long seed = db_get_ll(res, i, 0, -1);
 		int attempt = (int)db_get_ll(res, i, 1, 0);
@@ -698,10 +864,12 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		}
 		if (o == OUTCOME_INFRA_ERROR || o == OUTCOME_NONE)
 			continue;
-		if (rec->v.first == OUTCOME_NONE)
+		if (rec->v.first == OUTCOME_NONE) {
 			rec->v.first = o;
-		else if (rec->v.second == OUTCOME_NONE)
+			rec->first_ratio = db_get_double(res, i, 3, NAN);
+		} else if (rec->v.second == OUTCOME_NONE) {
 			rec->v.second = o;
+		}
 	}
 	if (s->job.strikes >= SLOT_MAX_STRIKES) {
 		finish_job(s, true);
@@ -743,7 +911,7 @@ static void on_claimed(struct job *job, void *data)
 	}
 	for (unsigned i = 0; i < s->nseeds; i++) {
 		s->seeds[i].seed = s->plan ? i : job->seeds[i];
-		s->seeds[i].worst_ratio = NAN;
+		s->seeds[i].worst_ratio = s->seeds[i].first_ratio = NAN;
 	}
 	log_debug("slot %s: job %lld: %.12s %s %s", s->cfg.name, job->id, job->sha, job->check, job->dtype);
 	uv_timer_start(&s->lease, on_lease, (uint64_t)s->d->cfg.lease_s * 1000 / 3,

@@ -1,11 +1,11 @@
 /*
- * verdict: the per commit x check x dtype decision, version 1 (pure module).
+ * verdict: the per-seed rules a commit's plan runs by (pure module). The
+ * verdict itself is decided by stats_verdict() (stats.h), from these seeds
+ * and the baseline's.
  *
- * Seeds are paired across commits, so for a deterministic check the rule is
- * exact: a seed that fails, and fails again on a rerun, is a confirmed
- * failure; a confirmed failure on a commit whose last clean baseline passed
- * that seed is a regression. A seed that fails once and passes on its rerun
- * shows non-determinism: the commit is flaky for that check.
+ * Seeds are paired across commits. A seed whose first result fails is run
+ * again: failing twice confirms the failure, failing then passing shows
+ * non-determinism.
  */
 #ifndef NW_VERDICT_H
 #define NW_VERDICT_H
@@ -26,23 +26,5 @@ bool verdict_seed_needs_rerun(const struct verdict_seed *s);
 bool verdict_seed_confirmed(const struct verdict_seed *s);
 /* Failed, then passed: non-determinism. */
 bool verdict_seed_unconfirmed(const struct verdict_seed *s);
-
-struct verdict_input {
-	bool build_failed;                /* the commit did not build (or built no runner) */
-	bool infra_failed;                /* the job gave up after repeated infrastructure faults */
-	const struct verdict_seed *seeds; /* indexed by seed, 0..nseeds-1 */
-	unsigned nseeds;                  /* the plan's seeds */
-};
-
-struct verdict_summary {
-	unsigned trials;      /* seeds with a first result */
-	unsigned failures;    /* seeds whose first result failed */
-	unsigned confirmed;   /* failed twice */
-	unsigned unconfirmed; /* failed, then passed */
-	unsigned outstanding; /* seeds still to run or rerun */
-};
-
-/* Decides the verdict and fills 'sum' (may be NULL). */
-enum verdict verdict_decide(const struct verdict_input *in, struct verdict_summary *sum);
 
 #endif

@@ -283,6 +283,20 @@ class MetricsTest(unittest.TestCase):
         t = nw.Runner([c]).trial("idle.fwd", "f32", 0)
         self.assertEqual((t["verdict"], t["tensors"][0]["unwritten"]), ("fail", 3))
 
+    def test_accumulating_into_the_poison_is_unwritten(self):
+        def kernel(case, d, out):  # bug 3 of PRODUCT.md: an accumulator never initialised
+            for i in range(3):
+                out["y"][i] += 1.0
+            out["y"][2] = math.nan  # a NaN of its own: non-finite, not unwritten
+
+        c = nw.check("acc.fwd", make_case=lambda rng, f, d: nw.Case([3], {}, {"y": [3]}),
+                     reference=lambda case: {"y": [1.0, 1.0, 1.0]}, plain=lambda case, d: {"y": [1.0, 1.0, 1.0]},
+                     kernel=kernel)
+        t = nw.Runner([c]).trial("acc.fwd", "f32", 0)
+        y = t["tensors"][0]
+        self.assertEqual((t["verdict"], y["unwritten"], y["nonfinite"], y["mismatch"]), ("fail", 2, 1, 1))
+        self.assertNotIn("failed", y)
+
     def test_write_outside_the_tensor_breaks_the_canary(self):
         t = self.trial("canary")
         self.assertEqual(t["verdict"], "fail")
@@ -458,7 +472,7 @@ class ProtocolTest(unittest.TestCase):
             out = subprocess.run([sys.executable, script, "--check", "planted.fwd", "--dtype", "f32", "--seed", "0",
                                   "--count", "4", "--summary"], env=env, capture_output=True, timeout=60)
             self.assertEqual(out.returncode, 1)  # seeds 1..3 plant failures
-            self.assertIn(b"1 pass, 3 fail, 0 error", out.stdout)
+            self.assertIn(b"1 pass, 3 fail, 0 error, 0 with differing digests", out.stdout)
 
 
 def broken_pylib():

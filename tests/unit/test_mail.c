@@ -111,21 +111,23 @@ static void test_culprit_headers_exact(void **state)
 	char *msg, *headers;
 
 	assert_int_equal(mail_compose_culprit(&c, &t), 0);
-	assert_string_equal(t.subject, "[numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised 4-wide path");
+	assert_string_equal(
+	    t.subject, "[numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised 4-wide path");
 	msg = format(t.subject, NULL, t.body, to, 2, NULL);
 	headers = headers_of(msg);
-	assert_string_equal(headers, "From: numwatch <numwatch@example.org>\r\n"
-				     "To: jane@example.com, team@example.org\r\n"
-				     "Subject: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax:\r\n"
-				     " vectorised 4-wide path\r\n"
-				     "Date: Thu, 05 Mar 2026 12:00:00 +0000\r\n"
-				     "Message-ID: <numwatch.bisect-12.culprit@example.org>\r\n"
-				     "MIME-Version: 1.0\r\n"
-				     "Content-Type: text/plain; charset=utf-8\r\n"
-				     "Content-Transfer-Encoding: 8bit\r\n"
-				     "Auto-Submitted: auto-generated\r\n"
-				     "X-Numwatch-Bisection: 12\r\n"
-				     "\r\n");
+	assert_string_equal(headers,
+			    "From: numwatch <numwatch@example.org>\r\n"
+			    "To: jane@example.com, team@example.org\r\n"
+			    "Subject: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax:\r\n"
+			    " vectorised 4-wide path\r\n"
+			    "Date: Thu, 05 Mar 2026 12:00:00 +0000\r\n"
+			    "Message-ID: <numwatch.bisect-12.culprit@example.org>\r\n"
+			    "MIME-Version: 1.0\r\n"
+			    "Content-Type: text/plain; charset=utf-8\r\n"
+			    "Content-Transfer-Encoding: 8bit\r\n"
+			    "Auto-Submitted: auto-generated\r\n"
+			    "X-Numwatch-Bisection: 12\r\n"
+			    "\r\n");
 	/* Headers keep within 78 columns; body lines (links, the repro command) within 998 bytes. */
 	assert_lines(headers, 78);
 	assert_lines(msg, 998);
@@ -154,8 +156,9 @@ static void test_culprit_body(void **state)
 	assert_non_null(strstr(t.body, "  dtype:   bf16\n"));
 	assert_non_null(strstr(t.body, "  seed:    3\n"));
 	assert_non_null(strstr(t.body, "  shape:   [2, 1027] (family tail)\n"));
-	assert_non_null(strstr(t.body, "  error:   ratio 3.5 to the tolerance budget (a trial fails above 1)\n"
-				       "           in tensor y: max_abs 0.001, max_rel 0.0125\n"));
+	assert_non_null(strstr(t.body,
+			       "  error:   ratio 3.5 to the tolerance budget (a trial fails above 1)\n"
+			       "           in tensor y: max_abs 0.001, max_rel 0.0125\n"));
 	assert_non_null(strstr(t.body, "  failing seeds: 3, 11, 19\n"));
 	assert_non_null(strstr(t.body, "\n  numwatch repro --commit " SHA_BAD
 				       " --check softmax.fwd --dtype bf16 --seed 3\n"));
@@ -219,7 +222,8 @@ static void test_followup_threading(void **state)
 	    .repo = "demo-kernels",
 	    .check = "softmax.fwd",
 	    .dtype = "bf16",
-	    .root_subject = "[numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised 4-wide path",
+	    .root_subject =
+		"[numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised 4-wide path",
 	    .culprit = {SHA_BAD, "softmax: vectorised 4-wide path", "Jane Doe", "jane@example.com"},
 	    .fixed = {SHA_FIX, "softmax: fix the tail", "Jane Doe", "jane@example.com"},
 	};
@@ -237,29 +241,32 @@ static void test_followup_threading(void **state)
 	size_t len;
 
 	assert_int_equal(mail_compose_followup(&f, &t), 0);
-	assert_string_equal(t.subject, "Re: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised "
-				       "4-wide path");
+	assert_string_equal(t.subject,
+			    "Re: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax: vectorised "
+			    "4-wide path");
 	assert_non_null(strstr(t.body, "softmax.fwd (bf16) is clean again in demo-kernels.\n"));
 	assert_non_null(strstr(t.body, "  Clean again: 9e8d7c6b5a4f  softmax: fix the tail\n"));
-	assert_non_null(strstr(t.body, "  commit:    https://numwatch.example.org/?view=commit&sha=" SHA_FIX));
+	assert_non_null(
+	    strstr(t.body, "  commit:    https://numwatch.example.org/?view=commit&sha=" SHA_FIX));
 	m.subject = t.subject;
 	m.body = t.body;
 	assert_int_equal(mail_format(&m, &msg, &len), 0);
 	headers = headers_of(msg);
-	assert_string_equal(headers, "From: numwatch@example.org\r\n"
-				     "To: jane@example.com\r\n"
-				     "Subject: Re: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax:\r\n"
-				     " vectorised 4-wide path\r\n"
-				     "Date: Thu, 05 Mar 2026 12:00:00 +0000\r\n"
-				     "Message-ID: <numwatch.bisect-12.fixed@example.org>\r\n"
-				     "In-Reply-To: <numwatch.bisect-12.culprit@example.org>\r\n"
-				     "References: <numwatch.bisect-12.culprit@example.org>\r\n"
-				     "MIME-Version: 1.0\r\n"
-				     "Content-Type: text/plain; charset=utf-8\r\n"
-				     "Content-Transfer-Encoding: 8bit\r\n"
-				     "Auto-Submitted: auto-generated\r\n"
-				     "X-Numwatch-Bisection: 12\r\n"
-				     "\r\n");
+	assert_string_equal(headers,
+			    "From: numwatch@example.org\r\n"
+			    "To: jane@example.com\r\n"
+			    "Subject: Re: [numwatch] softmax.fwd bf16 regressed by 3f2a1c9d: softmax:\r\n"
+			    " vectorised 4-wide path\r\n"
+			    "Date: Thu, 05 Mar 2026 12:00:00 +0000\r\n"
+			    "Message-ID: <numwatch.bisect-12.fixed@example.org>\r\n"
+			    "In-Reply-To: <numwatch.bisect-12.culprit@example.org>\r\n"
+			    "References: <numwatch.bisect-12.culprit@example.org>\r\n"
+			    "MIME-Version: 1.0\r\n"
+			    "Content-Type: text/plain; charset=utf-8\r\n"
+			    "Content-Transfer-Encoding: 8bit\r\n"
+			    "Auto-Submitted: auto-generated\r\n"
+			    "X-Numwatch-Bisection: 12\r\n"
+			    "\r\n");
 	free(headers);
 	free(msg);
 	mail_text_release(&t);
@@ -562,23 +569,24 @@ static void test_addresses(void **state)
 	assert_int_equal(mail_parse_from("numwatch@example.org", addr, sizeof(addr), name, sizeof(name)), 0);
 	assert_string_equal(addr, "numwatch@example.org");
 	assert_string_equal(name, "");
-	assert_int_equal(mail_parse_from("  numwatch CI <ci@example.org> ", addr, sizeof(addr), name, sizeof(name)),
-			 0);
+	assert_int_equal(
+	    mail_parse_from("  numwatch CI <ci@example.org> ", addr, sizeof(addr), name, sizeof(name)), 0);
 	assert_string_equal(addr, "ci@example.org");
 	assert_string_equal(name, "numwatch CI");
-	assert_int_equal(mail_parse_from("\"numwatch, CI\" <ci@example.org>", addr, sizeof(addr), name, sizeof(name)),
-			 0);
+	assert_int_equal(
+	    mail_parse_from("\"numwatch, CI\" <ci@example.org>", addr, sizeof(addr), name, sizeof(name)), 0);
 	assert_string_equal(name, "numwatch, CI");
 	assert_int_equal(mail_parse_from("numwatch <ci@example.org", addr, sizeof(addr), NULL, 0), -EINVAL);
-	assert_int_equal(mail_parse_from("num\"watch <ci@example.org>", addr, sizeof(addr), NULL, 0), -EINVAL);
+	assert_int_equal(mail_parse_from("num\"watch <ci@example.org>", addr, sizeof(addr), NULL, 0),
+			 -EINVAL);
 	assert_int_equal(mail_parse_from("numwatch <not an address>", addr, sizeof(addr), NULL, 0), -EINVAL);
 
 	/* Recipients: unique without regard to case, bounded. */
 	assert_int_equal(mail_rcpts_add(r, "jane@example.com"), 1);
 	assert_int_equal(mail_rcpts_add(r, "JANE@example.com"), 0);
 	assert_int_equal(mail_rcpts_add(r, "not an address"), -EINVAL);
-	assert_int_equal(mail_rcpts_add_list(r, " team@example.org,jane@example.com , oncall@example.org", bad,
-					     sizeof(bad)),
+	assert_int_equal(mail_rcpts_add_list(r, " team@example.org,jane@example.com , oncall@example.org",
+					     bad, sizeof(bad)),
 			 0);
 	assert_int_equal(r->n, 3);
 	assert_string_equal(r->addr[1], "team@example.org");
@@ -586,7 +594,8 @@ static void test_addresses(void **state)
 	assert_int_equal(mail_rcpts_add_list(r, "  ", bad, sizeof(bad)), 0);
 	assert_int_equal(mail_rcpts_add_list(r, "a@example.org,,b@example.org", bad, sizeof(bad)), -EINVAL);
 	assert_string_equal(bad, "");
-	assert_int_equal(mail_rcpts_add_list(r, "a@example.org, b at example.org", bad, sizeof(bad)), -EINVAL);
+	assert_int_equal(mail_rcpts_add_list(r, "a@example.org, b at example.org", bad, sizeof(bad)),
+			 -EINVAL);
 	assert_string_equal(bad, "b at example.org");
 	for (int i = 0; r->n < MAIL_RECIPIENTS_MAX; i++) {
 		snprintf(addr, sizeof(addr), "user%d@example.org", i);
@@ -610,8 +619,7 @@ static int load(const char *text, struct config *cfg, char *err, size_t errlen)
 	return rc;
 }
 
-#define BASE                                                                                                 \
-	"[daemon]\nstate_dir = /var/lib/nw\n[repository]\nurl = /srv/repo\n[build]\ncommand = make\n"
+#define BASE "[daemon]\nstate_dir = /var/lib/nw\n[repository]\nurl = /srv/repo\n[build]\ncommand = make\n"
 
 static void test_config_mail(void **state)
 {
@@ -659,16 +667,21 @@ static void test_config_mail(void **state)
 	config_release(&cfg);
 
 	/* Errors name the file's line and what is wrong. */
-	assert_int_equal(load(BASE "[mail]\nsmtp_url = http://mail.example.org\n", &cfg, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, ":8: invalid value 'http://mail.example.org' for 'smtp_url': expected a url "
-				    "starting with smtp:// or smtps://"));
-	assert_int_equal(load(BASE "[mail]\nto = team@example.org, nobody\n", &cfg, err, sizeof(err)), -EINVAL);
+	assert_int_equal(load(BASE "[mail]\nsmtp_url = http://mail.example.org\n", &cfg, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err,
+			       ":8: invalid value 'http://mail.example.org' for 'smtp_url': expected a url "
+			       "starting with smtp:// or smtps://"));
+	assert_int_equal(load(BASE "[mail]\nto = team@example.org, nobody\n", &cfg, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, ":8: invalid value 'team@example.org, nobody' for 'to': expected a "
 				    "comma-separated list of addresses"));
 	assert_int_equal(load(BASE "[mail]\nstarttls = maybe\n", &cfg, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, ":8: invalid value 'maybe' for 'starttls': expected 'no', 'try' or 'yes'"));
+	assert_non_null(
+	    strstr(err, ":8: invalid value 'maybe' for 'starttls': expected 'no', 'try' or 'yes'"));
 	assert_int_equal(load(BASE "[mail]\nsend_to_author = perhaps\n", &cfg, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, ":8: invalid value 'perhaps' for 'send_to_author': expected true or false"));
+	assert_non_null(
+	    strstr(err, ":8: invalid value 'perhaps' for 'send_to_author': expected true or false"));
 	assert_int_equal(load(BASE "[mail]\nfrom = numwatch\n", &cfg, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, ":8: invalid value 'numwatch' for 'from'"));
 	assert_int_equal(load(BASE "[mail]\nrate_limit = 0\n", &cfg, err, sizeof(err)), -EINVAL);
@@ -676,8 +689,10 @@ static void test_config_mail(void **state)
 	snprintf(text, sizeof(text), BASE "[mail]\npassword = x\npassword_file = %s\n", pwpath);
 	assert_int_equal(load(text, &cfg, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, ":9: 'password' and 'password_file' are both set in [mail]"));
-	assert_int_equal(load(BASE "[mail]\npassword_file = /nonexistent/pw\n", &cfg, err, sizeof(err)), -ENOENT);
-	assert_non_null(strstr(err, ":8: cannot read password_file '/nonexistent/pw': No such file or directory"));
+	assert_int_equal(load(BASE "[mail]\npassword_file = /nonexistent/pw\n", &cfg, err, sizeof(err)),
+			 -ENOENT);
+	assert_non_null(
+	    strstr(err, ":8: cannot read password_file '/nonexistent/pw': No such file or directory"));
 	unlink(pwpath);
 }
 

@@ -272,7 +272,7 @@ class Runner:
                 tail_width=c.tail_width,
             )
             tensors.append(t)
-        failed = any(t.pop("failed") for t in tensors)
+        failed = any([t.pop("failed") for t in tensors])  # a list: every tensor loses the key
         ratios = [t["ratio"] for t in tensors]
         ratio = None if any(r is None for r in ratios) else max(ratios)
         return {
@@ -434,7 +434,7 @@ class Runner:
             c = self.checks.get(name)
             dtypes = (list(c.dtypes) if c else ["-"]) if a.dtype == "all" else a.dtype.split(",")
             for dtype in dtypes:
-                stats = {"pass": 0, "fail": 0, "error": 0}
+                stats = {"pass": 0, "fail": 0, "error": 0, "differ": 0}
                 worst = (None, None)
                 failing = []
                 for seed in range(a.seed, a.seed + a.count):
@@ -444,6 +444,7 @@ class Runner:
                     ans = json.loads(text)
                     v = ans.get("verdict")
                     stats[v] = stats.get(v, 0) + 1
+                    stats["differ"] += 1 if ans.get("digests_differ") else 0
                     if v == "fail":
                         rc = max(rc, 1)
                         failing.append(seed)
@@ -459,8 +460,10 @@ class Runner:
                     if fatal:
                         return 2
                 if a.summary:
-                    emit("%-16s %-5s seeds %d..%d: %d pass, %d fail, %d error; worst ratio %s (seed %s)%s" % (
+                    emit("%-16s %-5s seeds %d..%d: %d pass, %d fail, %d error, %d with differing digests; "
+                         "worst ratio %s (seed %s)%s" % (
                         name, dtype, a.seed, a.seed + a.count - 1, stats["pass"], stats["fail"], stats["error"],
+                        stats["differ"],
                         "%.3g" % worst[0] if worst[0] is not None else "-", worst[1],
                         "; failing seeds %s" % failing[:20] if failing else ""))
         return rc

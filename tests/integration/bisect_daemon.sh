@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Flake-aware bisection through the real daemon: a 64-commit history with a
+# culprit at a random position that makes a non-deterministic check fail about
+# 5% of its trials, three commits that do not build and two that leave the
+# binary unchanged. A bisection started by hand (numwatch bisect) over the
+# whole range, with two host slots, names the culprit; the daemon is killed
+# with SIGKILL mid-bisection and restarted, resumes from the stored probes,
+# still names it, and repeats no probe needlessly.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+NUMWATCH=$NW_BUILD_DIR/daemon/numwatch
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-bisect.XXXXXX")
+nw_atexit rm -rf "$work"
+culprit=${NW_BISECT_CULPRIT:-$((10 + RANDOM % 45))}
+echo "culprit planted at position $culprit (set NW_BISECT_CULPRIT to replay)"
+
+# Unbuildable commits and same-binary commits, away from the culprit and the ends.
+pick() { # pick N: N distinct positions in 2..61, none the culprit or taken
+	local n=$1 out=() p
+	while ((${#out[@]} < n)); do
+		p=$((2 + RANDOM % 60))
+		[[ $p == "$culprit" || " ${taken[*]} ${out[*]} " == *" $p "* ]] && continue
+		out+=("$p")
+	done
+	echo "${out[*]}"
+}
+taken=()
+read -ra broken <<<"$(pick 3)"
+taken=("${broken[@]}")
+read -ra same <<<"$(pick 2)"
+
+repo=$work/repo
+git init -q -b main "$repo"
+echo good >"$repo/mode"
+for i in $(seq 0 63); do
+	bwd=good
+	((i >= culprit)) && bwd=flaky5
+	echo "$bwd" >"$repo/bwd_mode"
+	rm -f "$repo/broken"
+	if [[ " ${same[*]} " == *" $i "* ]]; then
+		echo "notes $i" >>"$repo/README" # the binary does not change
+	else
+		echo "$i" >"$repo/version"
+	fi
+	[[ " ${broken[*]} " == *" $i "* ]] && echo "syntax error" >"$repo/broken"
+	git -C "$repo" add -A
+	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
+done
+pg_start
+NW_PORT=$(nw_free_port)
+export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+lease = 30
+[repository]
+name = bisect
+url = $repo
+poll_interval = 2
+history_max = 100
+[build]
+command = test ! -e broken && r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s, %s\n' "\$(cat version)" "\$(cat bwd_mode)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 16
+max = 16
+timeout = 10
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+built() { [[ $(pg_psql "SELECT count(*) FROM builds") == 64 ]]; }
+nw_wait 300 "all 64 commits built" built
+[[ $(pg_psql "SELECT count(*) FROM builds WHERE status <> 'ok'") == 3 ]] || fail "expected 3 failed builds"
+
+token=$("$NUMWATCH" token create bisect-test --config "$work/nw.conf" 2>/dev/null)
+good=$(pg_psql "SELECT sha FROM commits WHERE position = 0")
+bad=$(pg_psql "SELECT sha FROM commits WHERE position = 63")
+"$NUMWATCH" bisect --good "$good" --bad "$bad" --check fake.bwd --dtype f32 --token "$token" >/dev/null ||
+	fail "numwatch bisect failed"
+id=$(pg_psql "SELECT max(id) FROM bisections WHERE requested_by = 'token:bisect-test'")
+
+# SIGKILL once a few probes are stored, mid-search; restart; it resumes.
+some_probes() { [[ $(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id AND finished_at IS NOT NULL") -ge 3 ]]; }
+nw_wait 300 "three finished probes" some_probes
+[[ $(pg_psql "SELECT state FROM bisections WHERE id = $id") != done ]] || echo "note: bisection finished before the kill"
+kill -9 "$NW_DAEMON_PID"
+wait "$NW_DAEMON_PID" 2>/dev/null || true
+probes_before=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id")
+echo "killed with SIGKILL after $probes_before probes"
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+finished() { [[ $(pg_psql "SELECT state FROM bisections WHERE id = $id") == done ]]; }
+nw_wait 600 "the bisection finishes" finished
+
+outcome=$(pg_psql "SELECT outcome || ' ' || coalesce((SELECT position FROM commits WHERE id = culprit_id)::text, '-')
+	|| ' ' || coalesce(confidence, 0) FROM bisections WHERE id = $id")
+read -r what where confidence <<<"$outcome"
+stats=$(pg_psql "SELECT count(*) || ' probes, ' || coalesce(sum(trials), 0) || ' trials' FROM probes WHERE bisection_id = $id")
+[[ $what == culprit && $where == "$culprit" ]] ||
+	fail "bisection ended '$what' at '$where' (confidence $confidence), planted at $culprit; $stats"
+echo "ok: culprit at position $culprit named with confidence $confidence ($stats)"
+
+# Never probed: the unbuildable and same-binary commits.
+for p in "${broken[@]}" "${same[@]}"; do
+	n=$(pg_psql "SELECT count(*) FROM probes pr JOIN commits c ON c.id = pr.commit_id WHERE pr.bisection_id = $id AND c.position = $p")
+	[[ $n == 0 ]] || fail "commit $p (unbuildable or same binary) was probed"
+done
+# No probe repeated needlessly: no seed ran twice at one commit for this bisection, and every probe job ran once.
+dup=$(pg_psql "SELECT count(*) FROM (SELECT pr.commit_id, s, count(*) FROM probes pr, unnest(pr.seeds) s
+	WHERE pr.bisection_id = $id AND NOT pr.failing_seeds GROUP BY 1, 2 HAVING count(*) > 1) x")
+[[ $dup == 0 ]] || fail "$dup seeds probed twice at the same commit"
+rerun=$(pg_psql "SELECT count(*) FROM (SELECT t.commit_id, t.seed FROM trials t JOIN checks k ON k.id = t.check_id
+	WHERE k.name = 'fake.bwd' GROUP BY 1, 2 HAVING count(*) FILTER (WHERE t.outcome <> 'infra_error') > 2) x")
+[[ $rerun == 0 ]] || fail "$rerun seeds ran more than twice at one commit"
+echo "ok: unbuildable and same-binary commits never probed; no probe repeated after the restart"
+
+# Every automatic bisection either named the planted culprit or blamed nobody.
+wrong=$(pg_psql "SELECT count(*) FROM bisections b JOIN commits c ON c.id = b.culprit_id
+	WHERE b.outcome = 'culprit' AND c.position <> $culprit")
+[[ $wrong == 0 ]] || fail "$wrong bisections blamed the wrong commit"
+echo "ok: no bisection blamed a wrong commit"
