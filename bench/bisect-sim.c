@@ -32,11 +32,11 @@
 
 #include "bisect.h"
 
-#define UNBUILDABLE_SHARE 0.05
-#define SAME_BINARY_SHARE 0.05
+#define UNBUILDABLE_SHARE  0.05
+#define SAME_BINARY_SHARE  0.05
 #define CONFIRM_TRIALS_MAX 4000
-#define CONFIRM_ATTEMPTS 3
-#define ROUNDS_MAX 100000
+#define CONFIRM_ATTEMPTS   3
+#define ROUNDS_MAX         100000
 
 /* xoshiro256**, seeded by splitmix64: the same numbers on every machine. */
 struct rng {
@@ -114,10 +114,12 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 	for (unsigned i = 0; i < c->n; i++) {
 		double u = rng_unif(r);
 
-		h->flags[i] = i + 1 == c->n		   ? 0
-			      : u < UNBUILDABLE_SHARE	   ? BISECT_UNBUILDABLE
-			      : u < UNBUILDABLE_SHARE + SAME_BINARY_SHARE ? BISECT_SAME_BINARY
-								   : 0;
+		/* The bad commit built (it failed its checks), so it is never flagged. */
+		h->flags[i] = 0;
+		if (i + 1 < c->n && u < UNBUILDABLE_SHARE)
+			h->flags[i] = BISECT_UNBUILDABLE;
+		else if (i + 1 < c->n && u < UNBUILDABLE_SHARE + SAME_BINARY_SHARE)
+			h->flags[i] = BISECT_SAME_BINARY;
 		h->nel += h->flags[i] == 0;
 	}
 	h->culprit = BISECT_NONE;
@@ -131,8 +133,9 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 		}
 }
 
-/* Trials at one commit until the first failure or 'max'; returns the failures (0 or 1). */
-static unsigned run_probe(const struct history *h, int j, unsigned max, bool stop, struct rng *r, unsigned *ran)
+/* Up to 'max' trials at one commit, stopping at the first failure if 'stop'; returns the failures. */
+static unsigned run_probe(const struct history *h, int j, unsigned max, bool stop, struct rng *r,
+			  unsigned *ran)
 {
 	unsigned fails = 0, t;
 
@@ -151,20 +154,20 @@ static unsigned run_probe(const struct history *h, int j, unsigned max, bool sto
 
 struct ours {
 	double trials, rounds, wall, confirm_trials, log2_nel;
-	unsigned runs, right, right_search, ended_none, blamed;
+	unsigned runs, right, right_first, ended_none, blamed;
 };
 
 /* Options of the whole sweep. */
-static unsigned first_pass = 64;    /* the bad commit's first pass: the daemon's default per_commit */
-static bool run_whole_batch;        /* -n: probes run all their trials (no stop at the first failure) */
+static unsigned first_pass = 64; /* the bad commit's first pass: the daemon's default per_commit */
+static bool run_whole_batch;     /* -n: probes run all their trials (no stop at the first failure) */
 
 /*
  * Re-tests culprit and parent with fresh seeds until bisect_confirm decides.
  * On a withdrawal the fresh trials are evidence like any other and go into
  * the posterior, so that the search can go on from there.
  */
-static int confirm(struct bisect *b, const struct history *h, int culprit, struct rng *r, unsigned long *ctrials,
-		   bool *confirmed)
+static int confirm(struct bisect *b, const struct history *h, int culprit, struct rng *r,
+		   unsigned long *ctrials, bool *confirmed)
 {
 	unsigned cf = 0, ct = 0, pf = 0, pt = 0, ran;
 	struct bisect_confirm_result cr;
@@ -200,7 +203,7 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	unsigned long trials = 0, ctrials = 0, wall = 0;
 	enum bisect_status st;
 	int culprit = BISECT_NONE, rc;
-	bool blamed = false, first = true;
+	bool blamed = false;
 
 	bisect_params_default(&p);
 	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
@@ -239,19 +242,21 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 			wall += longest;
 		}
 		st = bisect_done(&b, &culprit, NULL);
-		if (first) {
-			acc->right_search += st == BISECT_FOUND ? culprit == h->culprit : h->culprit == BISECT_NONE;
-			first = false;
-		}
 		/* At most CONFIRM_ATTEMPTS culprits are put to the test: then nobody is blamed. */
 		if (st != BISECT_FOUND || attempts++ == CONFIRM_ATTEMPTS)
 			break;
 		rc = confirm(&b, h, culprit, r, &ctrials, &blamed);
 		if (rc)
 			goto out;
+		/* What a daemon that stops at the first withdrawal would have said. */
+		if (attempts == 1)
+			acc->right_first +=
+			    h->culprit == BISECT_NONE ? !blamed : blamed && culprit == h->culprit;
 		if (blamed)
 			break;
 	}
+	if (attempts == 0)
+		acc->right_first += h->culprit == BISECT_NONE;
 	acc->ended_none += st == BISECT_NO_CULPRIT;
 	acc->runs++;
 	acc->blamed += blamed;
@@ -267,7 +272,8 @@ out:
 }
 
 /* `git bisect run` with r repeats per probe: bad if any fails (stopping there). */
-static bool git_once(const struct history *h, unsigned r, struct rng *rng, unsigned long *trials, unsigned *probes)
+static bool git_once(const struct history *h, unsigned r, struct rng *rng, unsigned long *trials,
+		     unsigned *probes)
 {
 	int lo = -1, hi = (int)h->n - 1;
 
@@ -328,8 +334,8 @@ static void git_eval(const struct cell *c, unsigned runs, uint64_t seed, unsigne
  */
 static bool git_choose(const struct cell *c, unsigned runs, uint64_t seed, double target, struct git *best)
 {
-	static const unsigned rs[] = {1,   2,   3,   4,   6,   8,   12,  16,   24,   32,   48,  64,
-				      96,  128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072};
+	static const unsigned rs[] = {1,  2,   3,   4,   6,   8,   12,  16,   24,   32,   48,  64,
+				      96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072};
 	struct git g;
 
 	memset(best, 0, sizeof(*best));
@@ -401,7 +407,8 @@ static void run_cell(struct row *row, unsigned runs, uint64_t seed)
 	}
 	if (row->c.q > 0.0) {
 		row->bound = row->o.log2_nel / row->o.runs / capacity(row->c.q, row->c.f);
-		row->git_reached = git_choose(&row->c, runs, seed, (double)row->o.right / row->o.runs, &row->g);
+		row->git_reached =
+		    git_choose(&row->c, runs, seed, (double)row->o.right / row->o.runs, &row->g);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	row->seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
@@ -416,17 +423,69 @@ static void usage(void)
 
 #define ROWS_MAX 128
 
+static const char culprit_header[] =
+    "| commits | q | f | slots | trials | rounds | wall | confirm trials | accuracy | no retry | bound "
+    "| trials / bound | git r | git trials | git accuracy | git / ours |\n"
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+    "| ---: | ---: |\n";
+
 static void print_culprit_row(const struct row *r)
 {
 	double t = r->o.trials / r->o.runs;
 
-	printf("| %u | %g | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f | %.2f | ", r->c.n, r->c.q, r->c.f,
-	       r->c.slots, t, r->o.rounds / r->o.runs, r->o.wall / r->o.runs, r->o.confirm_trials / r->o.runs,
-	       100.0 * r->o.right / r->o.runs, r->bound, t / r->bound);
+	printf("| %u | %g | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f | %.2f | ", r->c.n,
+	       r->c.q, r->c.f, r->c.slots, t, r->o.rounds / r->o.runs, r->o.wall / r->o.runs,
+	       r->o.confirm_trials / r->o.runs, 100.0 * r->o.right / r->o.runs,
+	       100.0 * r->o.right_first / r->o.runs, r->bound, t / r->bound);
 	if (r->git_reached)
-		printf("%u | %.1f | %.1f%% | %.1fx |\n", r->g.r, r->g.trials, 100.0 * r->g.acc, r->g.trials / t);
+		printf("%u | %.1f | %.1f%% | %.1fx |\n", r->g.r, r->g.trials, 100.0 * r->g.acc,
+		       r->g.trials / t);
 	else
 		printf("%u* | %.1f | %.1f%% | never reaches ours |\n", r->g.r, r->g.trials, 100.0 * r->g.acc);
+}
+
+/* The targets, read off the rows (so that a rerun states its own numbers). */
+static void print_targets(const struct row *rows, unsigned nrows)
+{
+	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo = 1e9, ratio_hi = 0.0;
+	bool have_acc = false;
+
+	printf("\n#### Targets\n\n");
+	for (unsigned i = 0; i < nrows; i++) {
+		const struct row *r = &rows[i];
+		double acc = (double)r->o.right / r->o.runs, t = r->o.trials / r->o.runs;
+
+		if (r->c.q_known > 0.0)
+			continue;
+		if (r->c.q <= 0.0) {
+			blame_free_min = fmin(blame_free_min, acc);
+			continue;
+		}
+		if (r->c.n == 128 && r->c.q == 0.05) {
+			acc_min = fmin(acc_min, acc);
+			have_acc = true;
+			if (r->c.slots == 1)
+				printf(
+				    "- 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%%, %.2fx the "
+				    "bound; git bisect %s %.1fx our trials (r = %u, %.1f%%).\n",
+				    r->c.f, 100.0 * acc, t / r->bound,
+				    r->git_reached ? "matches it with" : "never matches it, at best with",
+				    r->g.trials / t, r->g.r, 100.0 * r->g.acc);
+		}
+		if (r->c.slots == 1) {
+			ratio_lo = fmin(ratio_lo, t / r->bound);
+			ratio_hi = fmax(ratio_hi, t / r->bound);
+		}
+	}
+	if (have_acc)
+		printf(
+		    "- Accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target 99%%): %s.\n",
+		    100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
+	printf("- Ranges without a culprit: nobody blamed in at least %.1f%% (target 100%%): %s.\n",
+	       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
+	printf(
+	    "- Search trials against the bound, one slot, all culprit rows: %.2fx to %.2fx (target 1.5x).\n",
+	    ratio_lo, ratio_hi);
 }
 
 int main(int argc, char **argv)
@@ -469,7 +528,8 @@ int main(int argc, char **argv)
 	if (runs == 0 || jobs == 0 || jobs > 64 || first_pass == 0 || optind != argc)
 		usage();
 	/* Shared with the workers, which each fill every jobs-th row. */
-	rows = mmap(NULL, ROWS_MAX * sizeof(*rows), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	rows =
+	    mmap(NULL, ROWS_MAX * sizeof(*rows), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (rows == MAP_FAILED)
 		return 1;
 	/* Ranges with a culprit. */
@@ -478,7 +538,8 @@ int main(int argc, char **argv)
 			for (size_t c = 0; c < 2; c++)
 				for (size_t d = 0; d < 2; d++)
 					if (!quick || (ns[a] == 128 && ks[d] == 1))
-						rows[nrows++].c = (struct cell){ns[a], qs[b], fs[c], ks[d], 0.0};
+						rows[nrows++].c =
+						    (struct cell){ns[a], qs[b], fs[c], ks[d], 0.0};
 	/* Ranges without one. */
 	for (size_t a = 0; a < 3; a++)
 		for (size_t c = 0; c < 2; c++)
@@ -512,15 +573,17 @@ int main(int argc, char **argv)
 	}
 
 	printf("#### Ranges with a culprit\n\n");
-	printf("%u simulated bisections per row. *trials*: the search's trials (the bad commit's %u first-pass "
-	       "trials are given to the model, not counted); *confirm trials*: re-testing culprit and parent "
-	       "with fresh seeds; *accuracy*: the right commit named after confirmation; *bound*: "
-	       "log2(eligible commits) / capacity of one trial. git bisect: r repeats per probe, bad if any "
-	       "fails; r is the smallest reaching our accuracy, or (r*) the most accurate r when none does.%s\n\n",
-	       runs, first_pass, run_whole_batch ? " Probes ran all their trials (-n)." : "");
-	printf("| commits | q | f | slots | trials | rounds | wall | confirm trials | accuracy | bound | trials / bound "
-	       "| git r | git trials | git accuracy | git / ours |\n");
-	printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	printf(
+	    "%u simulated bisections per row. *trials*: the search's trials (the bad commit's %u first-pass "
+	    "trials are given to the model, not counted); *confirm trials*: re-testing culprit and parent "
+	    "with fresh seeds; *accuracy*: the right commit named after confirmation (a withdrawn culprit's "
+	    "fresh trials go into the posterior and the search goes on); *no retry*: the same if the "
+	    "bisection ended at the first withdrawal; *bound*: "
+	    "log2(eligible commits) / capacity of one trial. git bisect: r repeats per probe, bad if any "
+	    "fails; r is the smallest reaching our accuracy, or (r*) the most accurate r when none "
+	    "does.%s\n\n",
+	    runs, first_pass, run_whole_batch ? " Probes ran all their trials (-n)." : "");
+	fputs(culprit_header, stdout);
 	for (unsigned i = 0; i < nrows; i++)
 		if (rows[i].c.q > 0.0 && rows[i].c.q_known == 0.0)
 			print_culprit_row(&rows[i]);
@@ -528,37 +591,41 @@ int main(int argc, char **argv)
 	printf("\n#### Ranges without a culprit\n\n");
 	printf("The first signal was a flake (with f = 0: started by hand, the first pass saw no failure). "
 	       "git bisect names a commit every time.\n\n");
-	printf("| commits | f | slots | trials | rounds | wall | confirm trials | ended \"no culprit\" | nobody blamed |\n");
-	printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	printf("| commits | f | slots | trials | rounds | wall | confirm trials | ended \"no culprit\" | "
+	       "nobody blamed | no retry |\n");
+	printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
 	for (unsigned i = 0; i < nrows; i++) {
 		const struct row *r = &rows[i];
 
 		if (r->c.q > 0.0)
 			continue;
-		printf("| %u | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% |\n", r->c.n, r->c.f, r->c.slots,
-		       r->o.trials / r->o.runs, r->o.rounds / r->o.runs, r->o.wall / r->o.runs,
-		       r->o.confirm_trials / r->o.runs,
-		       100.0 * r->o.ended_none / r->o.runs, 100.0 * r->o.right / r->o.runs);
+		printf("| %u | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% |\n", r->c.n,
+		       r->c.f, r->c.slots, r->o.trials / r->o.runs, r->o.rounds / r->o.runs,
+		       r->o.wall / r->o.runs, r->o.confirm_trials / r->o.runs,
+		       100.0 * r->o.ended_none / r->o.runs, 100.0 * r->o.right / r->o.runs,
+		       100.0 * r->o.right_first / r->o.runs);
 	}
 
 	printf("\n#### Ablation: the model told q\n\n");
 	printf("The same cells with the culprit's rate given to the model (`q_known`): the gap to the rows "
 	       "above is the price of learning q from the first pass and the probes.\n\n");
-	printf("| commits | q | f | slots | trials | rounds | wall | confirm trials | accuracy | bound | trials / bound "
-	       "| git r | git trials | git accuracy | git / ours |\n");
-	printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+	fputs(culprit_header, stdout);
 	for (unsigned i = 0; i < nrows; i++)
 		if (rows[i].c.q_known > 0.0)
 			print_culprit_row(&rows[i]);
 
+	print_targets(rows, nrows);
 	for (unsigned i = 0; i < nrows; i++)
 		secs += rows[i].seconds;
 	fprintf(stderr, "bisect-sim: %u rows, %.1f cpu-seconds\n", nrows, secs);
 	if (getenv("BISECT_SIM_DEBUG"))
 		for (unsigned i = 0; i < nrows; i++)
-			fprintf(stderr, "n=%u q=%g f=%g k=%u qk=%g search-right=%.1f%% blamed=%.1f%% right=%.1f%% %.1fs\n",
+			fprintf(stderr,
+				"n=%u q=%g f=%g k=%u qk=%g first-try-right=%.1f%% blamed=%.1f%% right=%.1f%% "
+				"%.1fs\n",
 				rows[i].c.n, rows[i].c.q, rows[i].c.f, rows[i].c.slots, rows[i].c.q_known,
-				100.0 * rows[i].o.right_search / rows[i].o.runs, 100.0 * rows[i].o.blamed / rows[i].o.runs,
+				100.0 * rows[i].o.right_first / rows[i].o.runs,
+				100.0 * rows[i].o.blamed / rows[i].o.runs,
 				100.0 * rows[i].o.right / rows[i].o.runs, rows[i].seconds);
 	return 0;
 }

@@ -27,13 +27,13 @@
 void bisect_params_default(struct bisect_params *p)
 {
 	*p = (struct bisect_params){
-		.confidence = 0.99,
-		.prior_none = 0.1,
-		.flake_rate = 0.001,
-		.q_min = 0.02,
-		.batch_max = 512,
-		.max_trials = 50000,
-		.failing_seeds = 0,
+	    .confidence = 0.99,
+	    .prior_none = 0.1,
+	    .flake_rate = 0.001,
+	    .q_min = 0.02,
+	    .batch_max = 512,
+	    .max_trials = 50000,
+	    .failing_seeds = 0,
 	};
 }
 
@@ -62,8 +62,8 @@ static bool params_ok(const struct bisect_params *p)
 	return p->confidence > 0.5 && p->confidence < 1.0 && p->prior_none >= 0.0 && p->prior_none < 1.0 &&
 	       p->flake_rate >= 0.0 && p->flake_rate < 0.2 && p->q_min > 0.0 && p->q_min < Q_MAX &&
 	       p->q_known >= 0.0 && p->q_known <= 1.0 &&
-	       (p->q_known == 0.0 || p->q_known > fmax(p->flake_rate, FLAKE_FLOOR)) &&
-	       p->batch_max >= 1 && p->max_trials >= 1;
+	       (p->q_known == 0.0 || p->q_known > fmax(p->flake_rate, FLAKE_FLOOR)) && p->batch_max >= 1 &&
+	       p->max_trials >= 1;
 }
 
 void bisect_release(struct bisect *b)
@@ -110,8 +110,8 @@ int bisect_init(struct bisect *b, unsigned n, const uint8_t *flags, const struct
 	b->qpost = calloc((size_t)n * BISECT_QGRID, sizeof(double));
 	b->qbar = calloc(n, sizeof(double));
 	b->qbar_s = calloc(n, sizeof(double));
-	if (!b->flags || !b->fail[0] || !b->fail[1] || !b->trial[0] || !b->trial[1] || !b->post || !b->qpost ||
-	    !b->qbar || !b->qbar_s) {
+	if (!b->flags || !b->fail[0] || !b->fail[1] || !b->trial[0] || !b->trial[1] || !b->post ||
+	    !b->qpost || !b->qbar || !b->qbar_s) {
 		bisect_release(b);
 		return -ENOMEM;
 	}
@@ -559,7 +559,8 @@ int bisect_confirm(struct bisect *b, unsigned culprit, unsigned culprit_failures
 	double cdf = 0.0, q1 = 0.0, wrong;
 	int rc;
 
-	if (!b || !out || culprit >= b->n || culprit_failures > culprit_trials || parent_failures > parent_trials)
+	if (!b || !out || culprit >= b->n || culprit_failures > culprit_trials ||
+	    parent_failures > parent_trials)
 		return -EINVAL;
 	rc = recompute(b);
 	if (rc)
@@ -603,7 +604,8 @@ int bisect_confirm(struct bisect *b, unsigned culprit, unsigned culprit_failures
 	out->llr_parent = parent_failures * sp.inc_fail + (parent_trials - parent_failures) * sp.inc_pass;
 	c_dec = confirm_side(&sc, out->llr_culprit, culprit_trials);
 	p_dec = confirm_side(&sp, out->llr_parent, parent_trials);
-	if (c_dec == SPRT_ACCEPT_H0 || c_dec == SPRT_UNDECIDED || p_dec == SPRT_ACCEPT_H1 || p_dec == SPRT_UNDECIDED) {
+	if (c_dec == SPRT_ACCEPT_H0 || c_dec == SPRT_UNDECIDED || p_dec == SPRT_ACCEPT_H1 ||
+	    p_dec == SPRT_UNDECIDED) {
 		out->verdict = BISECT_WITHDRAWN;
 	} else if (c_dec == SPRT_ACCEPT_H1 && p_dec == SPRT_ACCEPT_H0) {
 		out->verdict = BISECT_CONFIRMED;
@@ -646,17 +648,17 @@ json_t *bisect_to_json(struct bisect *b)
 		const struct bisect_probe *p = &b->probes[i];
 
 		if (json_array_append_new(probes, json_pack("[I, I, I, b]", (json_int_t)p->commit,
-							     (json_int_t)p->trials, (json_int_t)p->failures,
-							     p->failing_seeds)))
+							    (json_int_t)p->trials, (json_int_t)p->failures,
+							    p->failing_seeds)))
 			goto error;
 	}
-	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}", "version", 1,
-		      "n", (json_int_t)b->n, "params", "confidence", b->par.confidence, "prior_none",
-		      b->par.prior_none, "flake_rate", b->par.flake_rate, "q_min", b->par.q_min, "q_known",
-		      b->par.q_known, "batch_max",
-		      (json_int_t)b->par.batch_max, "max_trials", (json_int_t)b->par.max_trials, "failing_seeds",
-		      (json_int_t)b->par.failing_seeds, "flags", flags, "probes", probes, "posterior", post,
-		      "posterior_none", b->post_none, "trials", (json_int_t)b->total_trials);
+	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}",
+		      "version", 1, "n", (json_int_t)b->n, "params", "confidence", b->par.confidence,
+		      "prior_none", b->par.prior_none, "flake_rate", b->par.flake_rate, "q_min", b->par.q_min,
+		      "q_known", b->par.q_known, "batch_max", (json_int_t)b->par.batch_max, "max_trials",
+		      (json_int_t)b->par.max_trials, "failing_seeds", (json_int_t)b->par.failing_seeds,
+		      "flags", flags, "probes", probes, "posterior", post, "posterior_none", b->post_none,
+		      "trials", (json_int_t)b->total_trials);
 	/* json_pack's "o" took the three arrays, whether it succeeded or not. */
 	return o;
 error:
@@ -683,8 +685,8 @@ int bisect_from_json(struct bisect *b, const json_t *j)
 	fs = p.failing_seeds;
 	if (json_unpack((json_t *)j, "{s:I, s:{s:F, s:F, s:F, s:F, s?F, s?I, s?I, s?I}, s:o, s:o}", "n", &n,
 			"params", "confidence", &p.confidence, "prior_none", &p.prior_none, "flake_rate",
-			&p.flake_rate, "q_min", &p.q_min, "q_known", &p.q_known, "batch_max", &batch, "max_trials", &maxt, "failing_seeds", &fs, "flags",
-			&flags, "probes", &probes))
+			&p.flake_rate, "q_min", &p.q_min, "q_known", &p.q_known, "batch_max", &batch,
+			"max_trials", &maxt, "failing_seeds", &fs, "flags", &flags, "probes", &probes))
 		return -EINVAL;
 	if (n < 1 || n > BISECT_RANGE_MAX || !json_is_array(flags) || json_array_size(flags) != (size_t)n ||
 	    !json_is_array(probes) || batch < 1 || batch > UINT32_MAX || maxt < 1 || maxt > UINT32_MAX ||

@@ -56,13 +56,13 @@ enum bisect_flag {
 };
 
 struct bisect_params {
-	double confidence;      /* stop when one hypothesis holds this much (0.99) */
-	double prior_none;      /* prior mass of "no culprit" (0.1) */
-	double flake_rate;      /* f, the baseline failure rate (0.001; floored at 1e-4) */
-	double q_min;           /* smallest culprit rate modelled (0.02), at least 2 f */
-	double q_known;         /* 0: learn q; else the culprit's rate is known (1 for a deterministic check) */
-	unsigned batch_max;     /* trials one probe may run (512) */
-	unsigned max_trials;    /* search budget: give up, blaming nobody (50000) */
+	double confidence;   /* stop when one hypothesis holds this much (0.99) */
+	double prior_none;   /* prior mass of "no culprit" (0.1) */
+	double flake_rate;   /* f, the baseline failure rate (0.001; floored at 1e-4) */
+	double q_min;        /* smallest culprit rate modelled (0.02), at least 2 f */
+	double q_known;      /* 0: learn q; else the culprit's rate is known (1 for a deterministic check) */
+	unsigned batch_max;  /* trials one probe may run (512) */
+	unsigned max_trials; /* search budget: give up, blaming nobody (50000) */
 	unsigned failing_seeds; /* seeds that failed at the bad commit, rerun first (0) */
 };
 void bisect_params_default(struct bisect_params *p);
@@ -106,7 +106,7 @@ struct bisect {
 	double q[BISECT_QGRID];
 	/* Derived, recomputed when 'dirty'. */
 	bool dirty;
-	double *post;   /* P(culprit = i), 0 where ineligible */
+	double *post; /* P(culprit = i), 0 where ineligible */
 	double post_none;
 	double *qpost;  /* n x BISECT_QGRID: P(q = q[g] | culprit = i), fresh seeds */
 	double *qbar;   /* E[q | culprit = i], fresh seeds */
@@ -169,6 +169,10 @@ enum bisect_status bisect_done(struct bisect *b, int *culprit, double *prob);
  * floored at q_min): the culprit must accept H1 (it fails clearly more than
  * the baseline) and the parent must accept H0 (the failure is not older).
  * Either test going the other way, or running past max_trials, withdraws.
+ * A withdrawn culprit is not reported; its fresh-seed results are evidence
+ * like any other, so a caller that records them with bisect_observe and
+ * resumes the search (bench/bisect-sim does, up to three culprits) ends
+ * right more often than one that stops there (the table's "no retry").
  */
 enum bisect_verdict {
 	BISECT_CONFIRM_CONTINUE = 0,
@@ -178,11 +182,11 @@ enum bisect_verdict {
 
 struct bisect_confirm_result {
 	enum bisect_verdict verdict;
-	int parent;             /* the commit re-tested beside the culprit */
-	double p0, p1;          /* the rates tested */
-	double llr_culprit;     /* log-likelihood ratios, H1 over H0 */
+	int parent;         /* the commit re-tested beside the culprit */
+	double p0, p1;      /* the rates tested */
+	double llr_culprit; /* log-likelihood ratios, H1 over H0 */
 	double llr_parent;
-	unsigned more_culprit;  /* CONTINUE: trials still to run at each */
+	unsigned more_culprit; /* CONTINUE: trials still to run at each */
 	unsigned more_parent;
 };
 

@@ -11,12 +11,15 @@
 #include "bisect.h"
 #include "db.h"
 #include "log.h"
+#include "mailer.h"
 #include "nwd.h"
 
 /* How often running bisections are looked at without a kick. */
 #define TICK_MS 2000
 /* Bisections advanced per step. */
 #define BATCH 8
+/* Culprits withdrawn before a bisection gives up blaming anyone. */
+#define MAX_WITHDRAWALS 3
 
 /*
  * A regression with a clean commit before it and no bisection yet gets one:
@@ -65,7 +68,7 @@ static const char load_sql[] =
 	"   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
 	"   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
 	"   FROM probes p WHERE p.bisection_id = b.id),"
-	" 'log', b.log)::text"
+	" 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
 	" FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
 	" JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
 
@@ -114,6 +117,7 @@ static void on_query(PGresult *res, const char *error, void *data)
 /* One bisection's step, with what load_sql returned. */
 struct ctx {
 	struct bisector *b;
+	long long withdrawals; /* culprits withdrawn so far; the search goes on after each, up to a limit */
 	json_t *doc;
 	json_t *log; /* entries to append */
 };
@@ -187,7 +191,7 @@ static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool fai
 	free(seeds);
 }
 
-static json_t *posterior_json(struct bisect *m, json_t *range, const char *status)
+static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, const char *status)
 {
 	double *post = calloc(m->n, sizeof(double)), none = 0;
 	json_t *commits = json_array();
@@ -199,8 +203,8 @@ static json_t *posterior_json(struct bisect *m, json_t *range, const char *statu
 								 "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I}", "commits", commits, "none", none, "status", status, "trials",
-			 (json_int_t)m->total_trials);
+	return json_pack("{s:o, s:f, s:s, s:I, s:I}", "commits", commits, "none", none, "status", status, "trials",
+			 (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals);
 }
 
 static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
@@ -266,7 +270,8 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	{
 		long long commit = jint(p, "commit", 0);
 
-		if (!json_is_true(json_object_get(p, "done")) || strcmp(jstr(p, "purpose"), "search") != 0)
+		/* Confirmation trials are fresh seeds too: a withdrawn culprit's search goes on with them. */
+		if (!json_is_true(json_object_get(p, "done")))
 			continue;
 		for (size_t k = 0; k < n; k++) {
 			if (jint(json_array_get(range, k), "id", -1) == commit) {
@@ -342,21 +347,21 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 
 		log_event(c, "%.12s holds %.4f after %lu trials; re-testing it and its parent with fresh seeds",
 			  jstr(commit, "sha"), prob, m->total_trials);
-		save(c, "confirming", NULL, 0, prob, posterior_json(m, range, "confirming"));
+		save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
 		bisector_kick(c->b);
 		return;
 	}
 	if (st != BISECT_RUNNING) {
 		log_event(c, "no culprit (%s, P(no culprit) %.4f after %lu trials): nobody is blamed",
 			  bisect_status_name(st), prob, m->total_trials);
-		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, bisect_status_name(st)));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, bisect_status_name(st)));
 		return;
 	}
 	if (open_probes(c, "search", &round) > 0)
 		return; /* a round is in flight */
 	if (bisect_next_probes(m, k, plan, &nplan) < 0 || nplan == 0) {
 		log_event(c, "nothing left to probe: nobody is blamed");
-		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, "exhausted"));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "exhausted"));
 		return;
 	}
 	for (unsigned i = 0; i < nplan; i++) {
@@ -373,7 +378,7 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 		log_event(c, "round %d: probe %.12s with %u %s seeds", round + 1, jstr(commit, "sha"), trials,
 			  plan[i].failing_seeds ? "failing" : "fresh");
 	}
-	save(c, "running", NULL, 0, prob, posterior_json(m, range, "running"));
+	save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"));
 	nwd_kick(c->b->d);
 }
 
@@ -389,7 +394,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	bisect_done(m, &culprit, &prob);
 	if (culprit < 0) {
 		log_event(c, "lost its culprit while confirming: nobody is blamed");
-		save(c, "done", "no_culprit", 0, prob, posterior_json(m, range, "no culprit"));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "no culprit"));
 		return;
 	}
 	parent = bisect_confirm_parent(m, (unsigned)culprit);
@@ -412,13 +417,24 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	if (r.verdict == BISECT_CONFIRMED) {
 		log_event(c, "culprit %.12s confirmed: %u/%u fresh seeds fail there, %u/%u at its parent %.12s",
 			  jstr(cc, "sha"), cf, ct, pf, pt, jstr(pc, "sha"));
-		save(c, "done", "culprit", culprit_id, prob, posterior_json(m, range, "culprit"));
+		save(c, "done", "culprit", culprit_id, prob, posterior_json(c, m, range, "culprit"));
+		mailer_enqueue_culprit(c->b->d, jint(c->doc, "id", 0));
 		return;
 	}
 	if (r.verdict == BISECT_WITHDRAWN) {
-		log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent",
-			  jstr(cc, "sha"), cf, ct, pf, pt);
-		save(c, "done", "withdrawn", culprit_id, prob, posterior_json(m, range, "withdrawn"));
+		c->withdrawals++;
+		if (c->withdrawals >= MAX_WITHDRAWALS) {
+			log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
+				  " %lld withdrawn, nobody is blamed", jstr(cc, "sha"), cf, ct, pf, pt, c->withdrawals);
+			save(c, "done", "withdrawn", culprit_id, prob, posterior_json(c, m, range, "withdrawn"));
+			mailer_enqueue_withdrawn(c->b->d, jint(c->doc, "id", 0));
+			return;
+		}
+		/* The confirmation's fresh seeds are evidence too: search on with them. */
+		log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
+			  " searching on", jstr(cc, "sha"), cf, ct, pf, pt);
+		save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"));
+		bisector_kick(c->b);
 		return;
 	}
 	if (open_probes(c, "confirm", &round) > 0)
@@ -429,7 +445,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 		queue_probe(c, pc, r.more_parent, false, false, round + 1, "confirm", 0);
 	log_event(c, "confirming %.12s: %u fresh seeds there, %u at its parent %.12s", jstr(cc, "sha"),
 		  r.more_culprit, r.more_parent, jstr(pc, "sha"));
-	save(c, "confirming", NULL, 0, prob, posterior_json(m, range, "confirming"));
+	save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
 	nwd_kick(c->b->d);
 }
 
@@ -448,6 +464,7 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		return;
 	}
 	c.doc = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
+	c.withdrawals = jint(c.doc, "withdrawals", 0);
 	c.log = json_array();
 	if (!c.doc || !c.log)
 		goto out;

@@ -70,7 +70,7 @@ static void step(struct mailer *m);
  * a SELECT list are cast, since nothing else tells PostgreSQL what they are.
  */
 
-/* Bisections whose mail should be queued and is not ($1: repository). */
+/* Bisections whose mail should be queued and is not ($1: repository, $2: at most this many). */
 static const char sweep_sql[] =
     "SELECT 'culprit', b.id, NULL::bigint FROM bisections b"
     " WHERE b.repo_id = $1 AND b.outcome = 'culprit' AND b.culprit_id IS NOT NULL"
@@ -102,7 +102,7 @@ static const char sweep_sql[] =
     "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state = "
     "'sent')"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
-    " LIMIT 100";
+    " LIMIT $2";
 
 /*
  * The culprit mail's facts ($1: bisection): the check, both commits, and the
@@ -181,13 +181,21 @@ static const char withdrawn_insert_sql[] =
     "  WHERE NOT EXISTS (SELECT 1 FROM cancel) ON CONFLICT DO NOTHING RETURNING id)"
     " SELECT (SELECT count(*) FROM cancel), (SELECT count(*) FROM ins)";
 
-/* Send times of the repository's newest mails within the window ($1: how many, $2: repository, $3: window). */
-static const char rate_sql[] = "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8"
-			       " FROM (SELECT now() AS t) n LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m"
-			       "   JOIN bisections b ON b.id = m.bisection_id"
-			       "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
-			       "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
-			       " ORDER BY s.sent_at DESC NULLS LAST";
+/*
+ * Whether any of the repository's mail is due (the claim's conditions, less
+ * the lock), and the send times of its newest mails within the window ($1:
+ * how many, $2: repository, $3: window).
+ */
+static const char rate_sql[] =
+    "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8, n.due"
+    " FROM (SELECT now() AS t, EXISTS (SELECT 1 FROM mail m JOIN bisections b ON b.id = m.bisection_id"
+    "   WHERE b.repo_id = $2 AND m.state = 'pending' AND m.next_try <= now()"
+    "     AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.bisection_id = m.bisection_id"
+    "          AND r.kind = 'culprit' AND r.state = 'sent'))) AS due) n"
+    " LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m JOIN bisections b ON b.id = m.bisection_id"
+    "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
+    "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
+    " ORDER BY s.sent_at DESC NULLS LAST";
 
 /*
  * Claims the oldest due mail ($1: repository, $2: lease in seconds). A
@@ -905,6 +913,11 @@ static void on_rate(PGresult *res, const char *error, void *data)
 		return;
 	}
 	n = PQntuples(res);
+	if (n == 0 || strcmp(PQgetvalue(res, 0, 2), "t") != 0) {
+		/* Nothing is due. */
+		idle(m, MAILER_POLL_MS);
+		return;
+	}
 	if ((size_t)n > sizeof(sent) / sizeof(sent[0]) && !(times = malloc((size_t)n * sizeof(double)))) {
 		idle(m, MAILER_POLL_MS);
 		return;
@@ -918,7 +931,7 @@ static void on_rate(PGresult *res, const char *error, void *data)
 	if (wait > 0) {
 		if (!m->rate_logged)
 			log_info(
-			    "mail: %u mails sent in the last hour (rate_limit); the next may go in %.0f s",
+			    "mail: %u mails sent in the last hour, the rate_limit; the next waits %.0f s",
 			    limit, ceil(wait));
 		m->rate_logged = true;
 		/* The sweep goes on meanwhile. */
@@ -967,8 +980,8 @@ static void on_swept(PGresult *res, const char *error, void *data)
 
 static void step(struct mailer *m)
 {
-	char repo[16];
-	const char *params[1] = {repo};
+	char repo[16], batch[16];
+	const char *params[2] = {repo, batch};
 
 	if (m->busy || m->draining)
 		return;
@@ -980,7 +993,8 @@ static void step(struct mailer *m)
 	}
 	m->next_sweep_ms = uv_now(m->d->loop) + MAILER_SWEEP_MS;
 	snprintf(repo, sizeof(repo), "%d", m->d->repo_id);
-	if (db_query(m->d->db, sweep_sql, 1, params, on_swept, m) < 0)
+	snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
+	if (db_query(m->d->db, sweep_sql, 2, params, on_swept, m) < 0)
 		check_rate(m);
 }
 

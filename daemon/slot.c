@@ -649,6 +649,14 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		hit->base_rerun = PQgetisnull(res, row, 4) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 4));
 		hit->base_ratio = db_get_double(res, row, 5, NAN);
 	}
+	/*
+	 * No earlier commit to compare with (the start of the history, or only
+	 * regressions before): the reference is a library that passes, so the
+	 * candidate is judged on its own failures.
+	 */
+	for (unsigned i = 0; !base_id && i < s->nseeds; i++)
+		if (ss[i].cand_first != OUTCOME_NONE)
+			ss[i].base_first = OUTCOME_PASS;
 	in.seeds = ss;
 	in.nseeds = s->nseeds;
 	stats_verdict_params_default(&par);

@@ -25,7 +25,7 @@ double stats_normal_quantile(double p)
 	 * Acklam's rational approximation (relative error 1.15e-9), then one
 	 * Halley step on erfc, which brings it to full double precision.
 	 */
-	static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+	static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
 				   1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
 	static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
 				   6.680131188771972e+01, -1.328068155288572e+01};
@@ -497,17 +497,17 @@ out:
 void stats_verdict_params_default(struct stats_verdict_params *p)
 {
 	*p = (struct stats_verdict_params){
-		.p0_floor = 0.002,
-		.p1 = 0.02,
-		.p1_factor = 3.0,
-		.alpha = 0.01,
-		.beta = 0.05,
-		.min_trials = 20,
-		.max_trials = NW_TRIALS_MAX,
-		.mcnemar_alpha = 0.01,
-		.drift_factor = 2.0,
-		.drift_alpha = 0.001,
-		.drift_min_pairs = 20,
+	    .p0_floor = 0.002,
+	    .p1 = 0.02,
+	    .p1_factor = 3.0,
+	    .alpha = 0.01,
+	    .beta = 0.05,
+	    .min_trials = 20,
+	    .max_trials = NW_TRIALS_MAX,
+	    .mcnemar_alpha = 0.01,
+	    .drift_factor = 2.0,
+	    .drift_alpha = 0.001,
+	    .drift_min_pairs = 20,
 	};
 }
 
@@ -564,7 +564,8 @@ static bool verdict_params_ok(const struct stats_verdict_params *p)
 	return p->p0_floor > 0.0 && p->p0_floor < 0.5 && p->p1 > p->p0_floor && p->p1 < 1.0 &&
 	       p->p1_factor >= 1.0 && p->alpha > 0.0 && p->beta > 0.0 && p->alpha + p->beta < 1.0 &&
 	       (p->max_trials == 0 || p->min_trials <= p->max_trials) && p->mcnemar_alpha > 0.0 &&
-	       p->mcnemar_alpha < 1.0 && p->drift_factor > 1.0 && p->drift_alpha > 0.0 && p->drift_alpha < 1.0;
+	       p->mcnemar_alpha < 1.0 && p->drift_factor > 1.0 && p->drift_alpha > 0.0 &&
+	       p->drift_alpha < 1.0;
 }
 
 /* Runs the drift test over the seeds both sides ran; sets ev->drift_used. */
@@ -664,8 +665,8 @@ static int verdict_deterministic(const struct stats_verdict_input *in, const str
 			    classify(s->base_first, s->base_rerun) == SIDE_PASS)
 				add_seed(ev, s->seed);
 		}
-		snprintf(ev->reason, sizeof(ev->reason), "%u seed(s) fail twice here and pass on the baseline",
-			 ev->regressed_seeds);
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "%u seed(s) fail twice here and pass on the baseline", ev->regressed_seeds);
 		return 0;
 	}
 	if (in->nseeds == 0 || not_run || needs_rerun || needs_base) {
@@ -696,7 +697,8 @@ static int verdict_deterministic(const struct stats_verdict_input *in, const str
 			if (classify(in->seeds[i].base_first, in->seeds[i].base_rerun) == SIDE_CONFIRMED &&
 			    classify(in->seeds[i].cand_first, in->seeds[i].cand_rerun) == SIDE_PASS)
 				add_seed(ev, in->seeds[i].seed);
-		snprintf(ev->reason, sizeof(ev->reason), "all %u baseline failure(s) pass here", base_failures);
+		snprintf(ev->reason, sizeof(ev->reason), "all %u baseline failure(s) pass here",
+			 base_failures);
 	} else if (ev->both_fail_seeds) {
 		ev->verdict = VERDICT_FLAKY;
 		for (unsigned i = 0; i < in->nseeds; i++)
@@ -711,8 +713,8 @@ static int verdict_deterministic(const struct stats_verdict_input *in, const str
 	return apply_drift(in, p, ev);
 }
 
-static int verdict_nondeterministic(const struct stats_verdict_input *in, const struct stats_verdict_params *p,
-				    struct stats_evidence *ev)
+static int verdict_nondeterministic(const struct stats_verdict_input *in,
+				    const struct stats_verdict_params *p, struct stats_evidence *ev)
 {
 	struct sprt_params sp;
 	unsigned b = 0, c = 0, unpaired_fail = 0;
@@ -734,12 +736,12 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in, const 
 	p0 = fmax((double)ev->base.failures / ev->base.trials, p->p0_floor);
 	p0 = fmin(p0, 0.99);
 	sp = (struct sprt_params){
-		.p0 = p0,
-		.p1 = fmin(fmax(p->p1, p->p1_factor * p0), 0.999),
-		.alpha = p->alpha,
-		.beta = p->beta,
-		.min_trials = p->min_trials,
-		.max_trials = p->max_trials,
+	    .p0 = p0,
+	    .p1 = fmin(fmax(p->p1, p->p1_factor * p0), 0.999),
+	    .alpha = p->alpha,
+	    .beta = p->beta,
+	    .min_trials = p->min_trials,
+	    .max_trials = p->max_trials,
 	};
 	if (sp.p1 <= sp.p0)
 		sp.p1 = fmin(0.999, (sp.p0 + 1.0) / 2.0);
@@ -771,8 +773,8 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in, const 
 	if (dec == SPRT_ACCEPT_H1 && b > c) {
 		ev->verdict = VERDICT_REGRESSED;
 		ev->test = STATS_TEST_SPRT;
-		snprintf(ev->reason, sizeof(ev->reason), "failure rate %u/%u against baseline %.3g (SPRT)",
-			 ev->cand.failures, ev->cand.trials, sp.p0);
+		snprintf(ev->reason, sizeof(ev->reason), "failure rate %u/%u, baseline %u/%u (SPRT, p0 %.3g)",
+			 ev->cand.failures, ev->cand.trials, ev->base.failures, ev->base.trials, sp.p0);
 	} else if (dec == SPRT_ACCEPT_H1 && unpaired_fail) {
 		/* The failing seeds may fail on the baseline too: run them there first. */
 		ev->verdict = VERDICT_PENDING;
@@ -783,13 +785,15 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in, const 
 	} else if (ev->mcnemar.p_worse < p->mcnemar_alpha) {
 		ev->verdict = VERDICT_REGRESSED;
 		ev->test = STATS_TEST_MCNEMAR;
-		snprintf(ev->reason, sizeof(ev->reason), "%u seed(s) fail only here, %u only on the baseline (p=%.2g)",
-			 b, c, ev->mcnemar.p_worse);
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "%u seed(s) fail only here, %u only on the baseline (p=%.2g)", b, c,
+			 ev->mcnemar.p_worse);
 	} else if (ev->mcnemar.p_better < p->mcnemar_alpha) {
 		ev->verdict = VERDICT_IMPROVED;
 		ev->test = STATS_TEST_MCNEMAR;
-		snprintf(ev->reason, sizeof(ev->reason), "%u seed(s) fail only on the baseline, %u only here (p=%.2g)",
-			 c, b, ev->mcnemar.p_better);
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "%u seed(s) fail only on the baseline, %u only here (p=%.2g)", c, b,
+			 ev->mcnemar.p_better);
 	} else if (dec == SPRT_CONTINUE) {
 		ev->verdict = VERDICT_PENDING;
 		ev->test = STATS_TEST_SPRT;
@@ -815,7 +819,8 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in, const 
 		bool cf = outcome_is_failure(s->cand_first), bf = outcome_is_failure(s->base_first);
 
 		/* Name the seeds behind the verdict: the discordant ones, or all failing ones. */
-		if (ev->verdict == VERDICT_IMPROVED ? (bf && !cf) : (cf && (ev->verdict != VERDICT_REGRESSED || !bf)))
+		if (ev->verdict == VERDICT_IMPROVED ? (bf && !cf)
+						    : (cf && (ev->verdict != VERDICT_REGRESSED || !bf)))
 			add_seed(ev, s->seed);
 	}
 	if (ev->verdict == VERDICT_CLEAN || ev->verdict == VERDICT_FLAKY)
@@ -905,11 +910,12 @@ json_t *stats_evidence_json(const struct stats_evidence *ev)
 	    json_object_set_new(o, "baseline", side_json(&ev->base)))
 		goto error;
 	if (ev->sprt_used) {
-		x = json_pack("{s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:s, s:I}", "p0", real_or_null(ev->sprt.par.p0), "p1",
-			      real_or_null(ev->sprt.par.p1), "alpha", ev->sprt.par.alpha, "beta", ev->sprt.par.beta,
-			      "llr", real_or_null(ev->sprt.llr), "a", real_or_null(ev->sprt.a), "b",
-			      real_or_null(ev->sprt.b), "decision", sprt_decision_name(ev->sprt.decided), "decided_at",
-			      (json_int_t)ev->sprt.decided_at);
+		x = json_pack("{s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:s, s:I}", "p0",
+			      real_or_null(ev->sprt.par.p0), "p1", real_or_null(ev->sprt.par.p1), "alpha",
+			      ev->sprt.par.alpha, "beta", ev->sprt.par.beta, "llr",
+			      real_or_null(ev->sprt.llr), "a", real_or_null(ev->sprt.a), "b",
+			      real_or_null(ev->sprt.b), "decision", sprt_decision_name(ev->sprt.decided),
+			      "decided_at", (json_int_t)ev->sprt.decided_at);
 		if (json_object_set_new(o, "sprt", x))
 			goto error;
 		x = json_pack("{s:I, s:I, s:f, s:f, s:f}", "b", (json_int_t)ev->mcnemar.b, "c",
@@ -918,9 +924,10 @@ json_t *stats_evidence_json(const struct stats_evidence *ev)
 		if (json_object_set_new(o, "mcnemar", x))
 			goto error;
 	} else {
-		x = json_pack("{s:I, s:I, s:I, s:I}", "regressed", (json_int_t)ev->regressed_seeds, "improved",
-			      (json_int_t)ev->improved_seeds, "both_fail", (json_int_t)ev->both_fail_seeds,
-			      "nondeterministic", (json_int_t)ev->nondeterministic_seeds);
+		x = json_pack("{s:I, s:I, s:I, s:I}", "regressed", (json_int_t)ev->regressed_seeds,
+			      "improved", (json_int_t)ev->improved_seeds, "both_fail",
+			      (json_int_t)ev->both_fail_seeds, "nondeterministic",
+			      (json_int_t)ev->nondeterministic_seeds);
 		if (json_object_set_new(o, "paired", x))
 			goto error;
 	}

@@ -208,15 +208,15 @@ struct stats_seed {
 };
 
 struct stats_verdict_params {
-	double p0_floor;         /* SPRT H0 rate is max(baseline rate, this) */
-	double p1;               /* SPRT H1 rate, at least ... */
-	double p1_factor;        /* ... and at least p1_factor * p0 */
-	double alpha, beta;      /* SPRT error rates */
-	unsigned min_trials;     /* SPRT: H0 not accepted before */
-	unsigned max_trials;     /* SPRT: truncation (then flaky or clean) */
-	double mcnemar_alpha;    /* one-sided level for McNemar */
-	double drift_factor;     /* median ratio growth that counts as drift */
-	double drift_alpha;      /* level of the signed-rank test */
+	double p0_floor;          /* SPRT H0 rate is max(baseline rate, this) */
+	double p1;                /* SPRT H1 rate, at least ... */
+	double p1_factor;         /* ... and at least p1_factor * p0 */
+	double alpha, beta;       /* SPRT error rates */
+	unsigned min_trials;      /* SPRT: H0 not accepted before */
+	unsigned max_trials;      /* SPRT: truncation (then flaky or clean) */
+	double mcnemar_alpha;     /* one-sided level for McNemar */
+	double drift_factor;      /* median ratio growth that counts as drift */
+	double drift_alpha;       /* level of the signed-rank test */
 	unsigned drift_min_pairs; /* fewer pairs: no drift test */
 };
 
@@ -229,34 +229,34 @@ struct stats_verdict_params {
 void stats_verdict_params_default(struct stats_verdict_params *p);
 
 struct stats_verdict_input {
-	bool deterministic;              /* the check claims identical results per seed */
-	bool build_failed;               /* the commit did not build */
-	bool infra_failed;               /* gave up after repeated infrastructure faults */
+	bool deterministic;             /* the check claims identical results per seed */
+	bool build_failed;              /* the commit did not build */
+	bool infra_failed;              /* gave up after repeated infrastructure faults */
 	const struct stats_seed *seeds; /* borrowed; in the order the seeds were run */
-	unsigned nseeds;                 /* <= NW_TRIALS_MAX */
+	unsigned nseeds;                /* <= NW_TRIALS_MAX */
 };
 
 /* Which test decided. */
 enum stats_test {
 	STATS_TEST_NONE = 0,
-	STATS_TEST_PAIRED,   /* deterministic: exact per-seed rule */
-	STATS_TEST_SPRT,     /* sequential test on the candidate's failure rate */
-	STATS_TEST_MCNEMAR,  /* exact test on discordant paired seeds */
-	STATS_TEST_DRIFT,    /* signed-rank test on log(ratio) */
+	STATS_TEST_PAIRED,    /* deterministic: exact per-seed rule */
+	STATS_TEST_SPRT,      /* sequential test on the candidate's failure rate */
+	STATS_TEST_MCNEMAR,   /* exact test on discordant paired seeds */
+	STATS_TEST_DRIFT,     /* signed-rank test on log(ratio) */
 	STATS_TEST_TRUNCATED, /* SPRT reached max_trials undecided */
 };
 const char *stats_test_name(enum stats_test t);
 
 struct stats_side {
-	unsigned trials, failures; /* first runs only: reruns are chosen by outcome, so biased */
+	unsigned trials, failures;  /* first runs only: reruns are chosen by outcome, so biased */
 	struct stats_interval rate; /* Wilson 95% */
 };
 
 struct stats_evidence {
 	enum verdict verdict;
 	enum stats_test test;
-	char reason[96];       /* one line for people: "needs more trials: 140", ... */
-	unsigned needs_trials; /* pending: more candidate trials (or reruns) asked for */
+	char reason[96];         /* one line for people: "needs more trials: 140", ... */
+	unsigned needs_trials;   /* pending: more candidate trials (or reruns) asked for */
 	unsigned needs_baseline; /* pending: baseline runs asked for */
 	struct stats_side cand, base;
 	/* Non-deterministic checks. */
@@ -270,8 +270,8 @@ struct stats_evidence {
 	unsigned regressed_seeds, improved_seeds, both_fail_seeds, nondeterministic_seeds;
 	/* The seeds behind the verdict (the first STATS_EVIDENCE_SEEDS_MAX). */
 	int64_t seeds[STATS_EVIDENCE_SEEDS_MAX];
-	unsigned nseeds;       /* stored in seeds[] */
-	unsigned seeds_total;  /* all of them */
+	unsigned nseeds;      /* stored in seeds[] */
+	unsigned seeds_total; /* all of them */
 };
 
 /*

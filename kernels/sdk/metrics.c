@@ -145,10 +145,11 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 
 		unravel(have_hard ? hard : worst, s->dims, s->ndim, idx);
 		r->worst_ndim = s->ndim;
-		if (s->tail_width > 1 && s->ndim > 0) {
-			long d = s->dims[s->ndim - 1];
+		if (s->tail_width > 1 && s->tail_axis < s->ndim) {
+			unsigned ax = s->ndim - 1 - s->tail_axis;
+			long d = s->dims[ax];
 
-			r->tail = idx[s->ndim - 1] >= d - d % (long)s->tail_width;
+			r->tail = idx[ax] >= d - d % (long)s->tail_width;
 		}
 	}
 	return 0;

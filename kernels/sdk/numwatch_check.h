@@ -116,6 +116,21 @@ struct nw_tensor_result {
 
 struct nw_check;
 
+/*
+ * A parameter of a case that its shape does not show (causal, padding, the
+ * levels of a deformable attention): reported under "case"."params", for
+ * people reading a trial. Integer or text.
+ */
+#define NW_PARAMS_MAX    8
+#define NW_PARAM_STR_MAX 64
+
+struct nw_param {
+	const char *key; /* static string */
+	bool is_int;
+	long ival;
+	char sval[NW_PARAM_STR_MAX];
+};
+
 /* One trial: the request, then what the check and the SDK filled in. */
 struct nw_trial {
 	/* request */
@@ -128,6 +143,8 @@ struct nw_trial {
 	uint64_t index; /* seed / nfamilies: position within the family's sweep */
 	long shape[NW_SHAPE_MAX];
 	unsigned ndim;
+	struct nw_param params[NW_PARAMS_MAX];
+	unsigned nparams;
 
 	/* result */
 	struct nw_tensor_result tensors[NW_TENSORS_MAX];
@@ -174,6 +191,9 @@ int nw_check_family(const struct nw_check *c, const char *name);
  * dtype, seed, family and repeats; everything else is reset here.
  */
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
+/* Adds a case parameter (ignored beyond NW_PARAMS_MAX; text is cut to fit). */
+void nw_trial_param_int(struct nw_trial *t, const char *key, long value);
+void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value);
 /* Records an error answer; returns -EIO for the caller to pass up. */
 int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -259,7 +279,14 @@ struct nw_compare_spec {
 	const unsigned char *exclude; /* per element, non-zero: left out as non-smooth; may be NULL */
 	const long *dims;             /* shape for the worst index */
 	unsigned ndim;
-	unsigned tail_width; /* last-dim tile width: worst in [dim - dim % w, dim) is a tail */
+	/*
+	 * Tile width along the tiled axis: worst in [dim - dim % w, dim) is a
+	 * tail. The tiled axis is counted from the end: tail_axis 0 (the
+	 * default) is the last dimension, 1 the one before it (the sequence
+	 * axis of a [batch, heads, seq, head_dim] tensor), and so on.
+	 */
+	unsigned tail_width;
+	unsigned tail_axis;
 };
 
 /*
@@ -272,6 +299,18 @@ struct nw_compare_spec {
 /* Fills r (name included) from s. Returns 0. */
 int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s);
 bool nw_tensor_failed(const struct nw_tensor_result *r);
+
+/*
+ * Reduction orders for plain programs (sdk/order.c): a correct float program
+ * may sum in any order, and one order alone is sometimes exact by luck. Order
+ * 0 is first to last, 1 last to first, 2..7 interleave with strides 2, 3, 5,
+ * 7, 11 and 13 (every stride-th element, from each residue in turn).
+ * nw_order_index() maps step j of order o over n elements to an element.
+ */
+#define NW_ORDERS 8
+long nw_order_index(int order, long j, long n);
+/* The whole permutation: idx[j] = nw_order_index(order, j, n). */
+void nw_order_fill(int order, long n, long *idx);
 
 /* FNV-1a 64, continuing from h (start with NW_FNV_OFFSET). */
 #define NW_FNV_OFFSET 0xcbf29ce484222325ull

@@ -115,6 +115,16 @@ json_t *nw_runner_trial_json(const struct nw_check *c, const struct nw_trial *t,
 		      NW_GEN_VERSION, "ratio", real_or_null(nw_trial_ratio(t)), "tensors",
 		      tensors ? tensors : json_array(), "digest", digest, "digests_differ",
 		      (int)t->digests_differ, "kernel_us", real_or_null(t->kernel_us));
+	if (o && t->nparams) {
+		json_t *params = json_object();
+
+		for (i = 0; params && i < t->nparams; i++)
+			json_object_set_new(params, t->params[i].key,
+					    t->params[i].is_int ? json_integer(t->params[i].ival)
+								: json_string(t->params[i].sval));
+		if (params)
+			json_object_set_new(json_object_get(o, "case"), "params", params);
+	}
 	return o;
 }
 

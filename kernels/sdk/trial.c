@@ -43,6 +43,36 @@ int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...)
 	return -EIO;
 }
 
+static struct nw_param *new_param(struct nw_trial *t, const char *key)
+{
+	struct nw_param *p;
+
+	if (t->nparams >= NW_PARAMS_MAX)
+		return NULL;
+	p = &t->params[t->nparams++];
+	memset(p, 0, sizeof(*p));
+	p->key = key;
+	return p;
+}
+
+void nw_trial_param_int(struct nw_trial *t, const char *key, long value)
+{
+	struct nw_param *p = new_param(t, key);
+
+	if (p) {
+		p->is_int = true;
+		p->ival = value;
+	}
+}
+
+void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value)
+{
+	struct nw_param *p = new_param(t, key);
+
+	if (p)
+		snprintf(p->sval, sizeof(p->sval), "%s", value);
+}
+
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 {
 	const struct nw_device_info *dev;

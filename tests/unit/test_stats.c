@@ -258,10 +258,10 @@ static void wilcoxon_normal(void **state)
 	 * and several ties (23 ranked, W+ = 185, z = 1.43232); d40 is heavily
 	 * tied integers (34 ranked, W+ = 404.5, z = 1.88180).
 	 */
-	const double d25[] = {0.0,  0.8, 0.1,  -0.0, -0.6, 0.1, 1.4, 0.7,  1.3, 0.5, 0.7, 0.5, -1.4,
-			      1.2,  0.8, 0.8,  -1.4, -1.4, -0.6, -0.2, 0.6, 0.3, 0.8, -0.3, 0.6};
-	const double d40[] = {0,  1, 3, 2,  -1, -2, 1,  1, 2,  -1, 0, -2, 1, 2, -2, 1, -2, 1,  -1, 1,
-			      2,  1, 1, 3,  0,  1,  1,  1, 0,  0,  -1, 3, -1, 2, 3, -1, -2, 1, 0,  1};
+	const double d25[] = {0.0, 0.8, 0.1, -0.0, -0.6, 0.1,  1.4,  0.7, 1.3, 0.5, 0.7,  0.5, -1.4,
+			      1.2, 0.8, 0.8, -1.4, -1.4, -0.6, -0.2, 0.6, 0.3, 0.8, -0.3, 0.6};
+	const double d40[] = {0, 1, 3, 2, -1, -2, 1, 1, 2, -1, 0,  -2, 1,  2, -2, 1,  -2, 1, -1, 1,
+			      2, 1, 1, 3, 0,  1,  1, 1, 0, 0,  -1, 3,  -1, 2, 3,  -1, -2, 1, 0,  1};
 	struct stats_wilcoxon w;
 
 	assert_int_equal(stats_wilcoxon_signed_rank(d25, 25, &w), 0);
@@ -423,7 +423,7 @@ static void fill(struct stats_seed *s, unsigned n, const int *cf, unsigned ncf, 
 
 static void nondet_sprt(void **state)
 {
-	static struct stats_seed s[400];
+	static struct stats_seed s[512];
 	struct stats_evidence ev;
 	const int two[] = {0, 1};
 
@@ -435,6 +435,26 @@ static void nondet_sprt(void **state)
 	near(ev.sprt.par.p0, 0.002, 1e-15, "p0 floor");
 	near(ev.sprt.par.p1, 0.02, 1e-15, "p1");
 	assert_int_equal(ev.seeds_total, 2);
+
+	/*
+	 * Two failures, but after three passes: 2 log 10 + 3 log(0.98/0.998) =
+	 * 4.5506 < A = 4.5539, so no flag. The test then needs passes down to
+	 * B: pending in 200, and once those have run, H0: a rate of 1% is the
+	 * library's flakiness, not shown to be a regression.
+	 */
+	{
+		const int late[] = {3, 4};
+		unsigned more;
+
+		fill(s, 512, late, 2, NULL, 0, 512);
+		assert_int_equal(decide(s, 200, false, &ev), VERDICT_PENDING);
+		more = ev.needs_trials;
+		/* (4.5506 + 2.9857) / 0.018200 = 414.1 passes after the fifth trial. */
+		assert_int_equal(5 + 415, 200 + more);
+		assert_int_equal(decide(s, 200 + more, false, &ev), VERDICT_FLAKY);
+		assert_int_equal(sprt_decision(&ev.sprt), SPRT_ACCEPT_H0);
+		assert_int_equal(ev.sprt.decided_at, 200 + more);
+	}
 
 	/* 100 clean trials: pending, 65 more would accept. */
 	fill(s, 200, NULL, 0, NULL, 0, 200);
@@ -502,7 +522,8 @@ static void evidence_json(void **state)
 	x = json_object_get(json_object_get(j, "candidate"), "wilson95");
 	assert_int_equal(json_array_size(x), 2);
 	assert_true(json_real_value(json_array_get(x, 0)) > 0.0);
-	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "sprt"), "decision")), "accept_h1");
+	assert_string_equal(json_string_value(json_object_get(json_object_get(j, "sprt"), "decision")),
+			    "accept_h1");
 	assert_non_null(json_object_get(j, "mcnemar"));
 	json_decref(j);
 }
@@ -510,22 +531,22 @@ static void evidence_json(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(normal_quantile),
-		cmocka_unit_test(wilson_textbook),
-		cmocka_unit_test(sprt_boundaries),
-		cmocka_unit_test(sprt_sequence),
-		cmocka_unit_test(binomial_tails),
-		cmocka_unit_test(mcnemar_exact),
-		cmocka_unit_test(wilcoxon_exact_small),
-		cmocka_unit_test(wilcoxon_normal),
-		cmocka_unit_test(drift),
-		cmocka_unit_test(det_regressed),
-		cmocka_unit_test(det_pending),
-		cmocka_unit_test(det_improved_and_flaky),
-		cmocka_unit_test(det_drift),
-		cmocka_unit_test(nondet_sprt),
-		cmocka_unit_test(nondet_flaky_mcnemar_improved),
-		cmocka_unit_test(evidence_json),
+	    cmocka_unit_test(normal_quantile),
+	    cmocka_unit_test(wilson_textbook),
+	    cmocka_unit_test(sprt_boundaries),
+	    cmocka_unit_test(sprt_sequence),
+	    cmocka_unit_test(binomial_tails),
+	    cmocka_unit_test(mcnemar_exact),
+	    cmocka_unit_test(wilcoxon_exact_small),
+	    cmocka_unit_test(wilcoxon_normal),
+	    cmocka_unit_test(drift),
+	    cmocka_unit_test(det_regressed),
+	    cmocka_unit_test(det_pending),
+	    cmocka_unit_test(det_improved_and_flaky),
+	    cmocka_unit_test(det_drift),
+	    cmocka_unit_test(nondet_sprt),
+	    cmocka_unit_test(nondet_flaky_mcnemar_improved),
+	    cmocka_unit_test(evidence_json),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,93 @@
+/*
+ * Helpers shared by the checks (common.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+double *ck_doubles(long n)
+{
+	return malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+}
+
+float *ck_floats(long n)
+{
+	return malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+void *ck_buffer(enum nw_dtype d, long n)
+{
+	return malloc((size_t)(n > 0 ? n : 1) * nw_dtype_size(d));
+}
+
+int ck_plain_alloc(struct ck_plain *pl, unsigned orders, long count)
+{
+	unsigned o;
+
+	memset(pl, 0, sizeof(*pl));
+	if (orders > NW_PLAIN_MAX)
+		orders = NW_PLAIN_MAX;
+	for (o = 0; o < orders; o++) {
+		pl->p[o] = ck_doubles(count);
+		if (!pl->p[o]) {
+			ck_plain_free(pl);
+			return -1;
+		}
+		pl->n = o + 1;
+	}
+	return 0;
+}
+
+void ck_plain_free(struct ck_plain *pl)
+{
+	unsigned o;
+
+	for (o = 0; o < NW_PLAIN_MAX; o++)
+		free(pl->p[o]);
+	memset(pl, 0, sizeof(*pl));
+}
+
+void ck_store_all(enum nw_dtype d, void *buf, double *v, long n)
+{
+	long i;
+
+	for (i = 0; i < n; i++) {
+		nw_store(d, buf, (size_t)i, (float)v[i]);
+		v[i] = (double)nw_load(d, buf, (size_t)i);
+	}
+}
+
+void ck_compare(struct nw_trial *t, const struct ck_tensor *c)
+{
+	struct nw_compare_spec spec = {0};
+	unsigned o;
+
+	spec.out = c->out;
+	spec.ref = c->ref;
+	if (c->plain) {
+		for (o = 0; o < c->plain->n; o++)
+			spec.plain[o] = c->plain->p[o];
+		spec.nplain = c->plain->n;
+	}
+	spec.factor = c->factor;
+	spec.floor_scale = c->floor_scale;
+	spec.atol = c->atol;
+	spec.rtol = c->rtol;
+	spec.exclude = c->exclude;
+	spec.dims = c->dims;
+	spec.ndim = c->ndim;
+	spec.tail_width = c->tail_width;
+	spec.tail_axis = c->tail_axis;
+	nw_compare(&t->tensors[t->ntensors], c->name, &spec);
+	t->ntensors++;
+}
+
+void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n)
+{
+	unsigned i;
+
+	for (i = 0; i < n && i < NW_SHAPE_MAX; i++)
+		t->shape[i] = dims[i];
+	t->ndim = i;
+}

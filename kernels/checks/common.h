@@ -1,0 +1,62 @@
+/*
+ * Helpers shared by the checks of layernorm, msda and attention: buffers,
+ * stored inputs read back as doubles, and one call per compared tensor.
+ */
+#ifndef NW_CHECKS_COMMON_H
+#define NW_CHECKS_COMMON_H
+
+#include "numwatch_check.h"
+
+/* malloc of n elements (at least one), NULL when out of memory. */
+double *ck_doubles(long n);
+float *ck_floats(long n);
+void *ck_buffer(enum nw_dtype d, long n);
+
+/* The plain program's results, one array per reduction order. */
+struct ck_plain {
+	double *p[NW_PLAIN_MAX];
+	unsigned n;
+};
+
+int ck_plain_alloc(struct ck_plain *pl, unsigned orders, long count);
+void ck_plain_free(struct ck_plain *pl);
+
+/*
+ * Stores v[i] (double) in buf of dtype d, and reads the stored value back
+ * into v (so that references see exactly what the kernel sees).
+ */
+void ck_store_all(enum nw_dtype d, void *buf, double *v, long n);
+/* Rounds v to dtype d and back, in double: one rounding of a same-dtype program. */
+static inline double ck_round(enum nw_dtype d, double v)
+{
+	return (double)nw_round(d, (float)v);
+}
+
+/* A normal draw scaled and offset. */
+static inline double ck_normal(struct nw_rng *r, double mu, double sigma)
+{
+	return mu + sigma * nw_rng_normal(r);
+}
+
+/* What one compared tensor needs besides the kernel's output. */
+struct ck_tensor {
+	const char *name;
+	const struct nw_output *out;
+	const double *ref;
+	const struct ck_plain *plain; /* NULL: fixed atol / rtol */
+	double factor;
+	double floor_scale; /* 0: max|ref| */
+	const unsigned char *exclude;
+	const long *dims;
+	unsigned ndim;
+	unsigned tail_width, tail_axis;
+	double atol, rtol;
+};
+
+/* nw_compare() into t->tensors[t->ntensors++]. */
+void ck_compare(struct nw_trial *t, const struct ck_tensor *c);
+
+/* Sets t->shape from n dims. */
+void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n);
+
+#endif

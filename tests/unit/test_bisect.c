@@ -1,0 +1,536 @@
+/*
+ * Unit tests of the flake-aware bisection model (daemon/bisect.c).
+ *
+ * Posterior reference values were computed by a direct transcription of the
+ * model in Python 3 (no shortcuts: the product of per-probe likelihoods for
+ * each hypothesis, marginalised over the same q grid):
+ *
+ *   def post(n, elig, obs, f, prior_none, qs):
+ *       P = []
+ *       for i in range(n):
+ *           if not elig[i]: P.append(0.0); continue
+ *           L = prod(f**s * (1-f)**(t-s) for (j, s, t) in obs if j < i)
+ *           M = sum(prod(q**s * (1-q)**(t-s) for (j, s, t) in obs if j >= i)
+ *                   for q in qs) / len(qs)
+ *           P.append((1 - prior_none) / sum(elig) * L * M)
+ *       pn = prior_none * prod(f**s * (1-f)**(t-s) for (j, s, t) in obs)
+ *       Z = sum(P) + pn
+ *       return [x / Z for x in P], pn / Z
+ *
+ * with qs = [0.02 * r**g for g in range(16)], r = (0.999/0.02)**(1/15),
+ * qs[15] = 0.999.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "bisect.h"
+
+static void near(double got, double want, double rel, const char *what)
+{
+	double tol = rel * fmax(fabs(want), 1e-300);
+
+	if (!(fabs(got - want) <= tol)) {
+		print_error("%s: got %.15g, want %.15g (rel tol %g)\n", what, got, want, rel);
+		fail();
+	}
+}
+
+/* splitmix64: a small deterministic generator for simulated probes. */
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static bool rng_bern(uint64_t *s, double p)
+{
+	return (rng_next(s) >> 11) * 0x1p-53 < p;
+}
+
+/* A simulated history: commits at or after 'bug' fail at q, the others at f. */
+struct world {
+	int bug; /* BISECT_NONE: no culprit */
+	double q, f;
+	uint64_t rng;
+};
+
+static unsigned run(struct world *w, int commit, unsigned trials, bool stop, unsigned *ran)
+{
+	double rate = w->bug != BISECT_NONE && commit >= w->bug ? w->q : w->f;
+	unsigned fails = 0, t;
+
+	for (t = 0; t < trials; t++)
+		if (rng_bern(&w->rng, rate)) {
+			fails++;
+			if (stop) {
+				t++;
+				break;
+			}
+		}
+	*ran = t;
+	return fails;
+}
+
+/* Runs the search to its end with k slots; returns the rounds, checks every plan. */
+static unsigned search(struct bisect *b, struct world *w, unsigned k)
+{
+	struct bisect_plan plan[8];
+	unsigned rounds = 0, n, ran;
+
+	while (bisect_done(b, NULL, NULL) == BISECT_RUNNING) {
+		assert_int_equal(bisect_next_probes(b, k, plan, &n), 0);
+		assert_true(n >= 1 && n <= k);
+		for (unsigned x = 0; x < n; x++) {
+			unsigned fails;
+
+			/* Never a commit without its own binary. */
+			assert_int_equal(b->flags[plan[x].commit], 0);
+			for (unsigned y = 0; y < x; y++)
+				assert_int_not_equal(plan[x].commit, plan[y].commit);
+			fails = run(w, (int)plan[x].commit, plan[x].trials, plan[x].stop_on_failure, &ran);
+			assert_int_equal(bisect_observe(b, plan[x].commit, fails, ran, plan[x].failing_seeds),
+					 0);
+		}
+		rounds++;
+		assert_true(rounds < 10000);
+	}
+	return rounds;
+}
+
+static void posterior_known_q(void **state)
+{
+	struct bisect_params p;
+	struct bisect b;
+	double post[3], none;
+
+	/*
+	 * Three commits, q known (0.5), f = 0.01, 10% on "no culprit"; one
+	 * failure in two trials at commit 1. By hand: likelihoods 0.25, 0.25,
+	 * 0.0099 (commit 1 precedes culprit 2, so it fails at f), 0.0099 for
+	 * none; times priors 0.3, 0.3, 0.3, 0.1 and normalised.
+	 */
+	bisect_params_default(&p);
+	p.flake_rate = 0.01;
+	p.q_known = 0.5;
+	assert_int_equal(bisect_init(&b, 3, NULL, &p), 0);
+	assert_int_equal(bisect_observe(&b, 1, 1, 2, false), 0);
+	assert_int_equal(bisect_posterior(&b, post, &none), 0);
+	near(post[0], 0.075 / 0.15396, 1e-12, "c0");
+	near(post[1], 0.487139516757599, 1e-12, "c1");
+	near(post[2], 0.0192907248636009, 1e-12, "c2");
+	near(none, 0.00643024162120031, 1e-12, "none");
+	bisect_release(&b);
+}
+
+static void posterior_q_grid(void **state)
+{
+	struct bisect b;
+	double post[5], none;
+	const uint8_t flags[5] = {0, BISECT_UNBUILDABLE, BISECT_SAME_BINARY, 0, 0};
+	struct bisect_params p;
+
+	/* Marginalised over the q grid: see the Python model in the header. */
+	assert_int_equal(bisect_init(&b, 4, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 3, 3, 10, false), 0);
+	assert_int_equal(bisect_observe(&b, 1, 0, 20, false), 0);
+	assert_int_equal(bisect_observe(&b, 2, 1, 5, false), 0);
+	assert_int_equal(bisect_posterior(&b, post, &none), 0);
+	near(post[0], 0.0248251523856201, 1e-10, "grid c0");
+	near(post[1], 0.0248251523856201, 1e-10, "grid c1");
+	near(post[2], 0.936213976752374, 1e-10, "grid c2");
+	near(post[3], 0.0141357091013832, 1e-10, "grid c3");
+	near(none, 9.37500291798332e-09, 1e-8, "grid none");
+	bisect_release(&b);
+
+	/* An unbuildable and a same-binary commit: probability exactly 0. */
+	bisect_params_default(&p);
+	p.flake_rate = 0.005;
+	assert_int_equal(bisect_init(&b, 5, flags, &p), 0);
+	assert_int_equal(bisect_observe(&b, 4, 2, 10, false), 0);
+	assert_int_equal(bisect_observe(&b, 3, 1, 10, false), 0);
+	assert_int_equal(bisect_observe(&b, 0, 0, 30, false), 0);
+	assert_int_equal(bisect_posterior(&b, post, &none), 0);
+	near(post[0], 0.0514692975646137, 1e-10, "flags c0");
+	assert_true(post[1] == 0.0 && post[2] == 0.0);
+	near(post[3], 0.803317184356417, 1e-10, "flags c3");
+	near(post[4], 0.144772846168743, 1e-10, "flags c4");
+	near(none, 0.00044067191022735, 1e-8, "flags none");
+	bisect_release(&b);
+}
+
+static void bad_input(void **state)
+{
+	struct bisect_params p;
+	struct bisect b;
+	struct bisect_plan plan[2];
+	unsigned n;
+
+	assert_int_equal(bisect_init(&b, 0, NULL, NULL), -EINVAL);
+	assert_int_equal(bisect_init(&b, BISECT_RANGE_MAX + 1, NULL, NULL), -E2BIG);
+	bisect_params_default(&p);
+	p.confidence = 1.0;
+	assert_int_equal(bisect_init(&b, 4, NULL, &p), -EINVAL);
+	bisect_params_default(&p);
+	p.q_known = 0.0005; /* below the flake rate: no culprit could be told apart */
+	assert_int_equal(bisect_init(&b, 4, NULL, &p), -EINVAL);
+	assert_int_equal(bisect_init(&b, 4, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 4, 0, 1, false), -EINVAL);
+	assert_int_equal(bisect_observe(&b, 0, 2, 1, false), -EINVAL);
+	assert_int_equal(bisect_next_probes(&b, 0, plan, &n), -EINVAL);
+	bisect_release(&b);
+	/* Nothing eligible: over at once, nobody blamed. */
+	{
+		const uint8_t all[2] = {BISECT_UNBUILDABLE, BISECT_SAME_BINARY};
+		int c;
+
+		assert_int_equal(bisect_init(&b, 2, all, NULL), 0);
+		assert_int_equal(bisect_done(&b, &c, NULL), BISECT_EXHAUSTED);
+		assert_int_equal(bisect_next_probes(&b, 2, plan, &n), 0);
+		assert_int_equal(n, 0);
+		bisect_release(&b);
+	}
+}
+
+static void deterministic_in_log2_rounds(void **state)
+{
+	struct bisect b;
+	unsigned worst = 0, worst4 = 0;
+
+	/*
+	 * A deterministic culprit (every trial after it fails; the bad commit's
+	 * first pass failed 64 of 64) at every position of 64 commits: found in
+	 * about log2(64) = 6 rounds with one slot, about log5(64) = 2.6 with
+	 * four (k-section).
+	 */
+	for (int bug = 0; bug < 64; bug++) {
+		struct world w = {.bug = bug, .q = 1.0, .f = 0.0, .rng = 1 + bug};
+		unsigned rounds;
+		int c;
+
+		assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+		assert_int_equal(bisect_observe(&b, 63, 64, 64, false), 0);
+		rounds = search(&b, &w, 1);
+		assert_int_equal(bisect_done(&b, &c, NULL), BISECT_FOUND);
+		assert_int_equal(c, bug);
+		assert_true(b.total_trials <= 64 + 9);
+		worst = rounds > worst ? rounds : worst;
+		bisect_release(&b);
+
+		assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+		assert_int_equal(bisect_observe(&b, 63, 64, 64, false), 0);
+		rounds = search(&b, &w, 4);
+		assert_int_equal(bisect_done(&b, &c, NULL), BISECT_FOUND);
+		assert_int_equal(c, bug);
+		worst4 = rounds > worst4 ? rounds : worst4;
+		bisect_release(&b);
+	}
+	if (worst > 8 || worst4 > 4) {
+		print_error("rounds: worst %u with one slot (want <= 8), %u with four (want <= 4)\n", worst,
+			    worst4);
+		fail();
+	}
+}
+
+static void unbuildable_and_same_binary_never_blamed(void **state)
+{
+	uint8_t flags[32] = {0};
+	struct bisect b;
+	double post[32];
+
+	/*
+	 * The change that breaks things is in commit 10, which does not build,
+	 * and 11 has the same binary as 10's parent chain: the first commit that
+	 * can be blamed is 12. Commits 20 and 21 are unbuildable / same binary
+	 * as well. The search must name 12 and never probe a flagged commit
+	 * (search() asserts that for every plan).
+	 */
+	flags[10] = BISECT_UNBUILDABLE;
+	flags[11] = BISECT_SAME_BINARY;
+	flags[20] = BISECT_UNBUILDABLE;
+	flags[21] = BISECT_SAME_BINARY;
+	for (unsigned s = 0; s < 10; s++) {
+		struct world w = {.bug = 10, .q = 0.3, .f = 0.002, .rng = 100 + s};
+		int c;
+
+		assert_int_equal(bisect_init(&b, 32, flags, NULL), 0);
+		assert_int_equal(bisect_observe(&b, 31, 20, 64, false), 0);
+		search(&b, &w, s % 2 ? 2 : 1);
+		assert_int_equal(bisect_done(&b, &c, NULL), BISECT_FOUND);
+		assert_int_equal(c, 12);
+		assert_int_equal(bisect_posterior(&b, post, NULL), 0);
+		assert_true(post[10] == 0.0 && post[11] == 0.0 && post[20] == 0.0 && post[21] == 0.0);
+		/* The parent re-tested beside it is the nearest commit with a binary. */
+		assert_int_equal(bisect_confirm_parent(&b, 12), 11);
+		assert_int_equal(bisect_confirm_parent(&b, 0), BISECT_NONE);
+		bisect_release(&b);
+	}
+	/* Flags learnt during the search (a build failed) take effect at once. */
+	assert_int_equal(bisect_init(&b, 4, NULL, NULL), 0);
+	assert_int_equal(bisect_set_flags(&b, 2, BISECT_UNBUILDABLE), 0);
+	assert_int_equal(bisect_posterior(&b, post, NULL), 0);
+	assert_true(post[2] == 0.0);
+	bisect_release(&b);
+}
+
+static void flakes_only_end_in_no_culprit(void **state)
+{
+	struct bisect b;
+	unsigned none = 0;
+
+	/*
+	 * 48 commits, no culprit, everything flakes at 0.5%; the first signal was
+	 * one of those flakes (2 failures in 64 at the bad commit). Nobody may be
+	 * blamed: the search ends in "no culprit", or names a commit that the
+	 * confirmation with fresh seeds withdraws.
+	 */
+	for (unsigned s = 0; s < 12; s++) {
+		struct world w = {.bug = BISECT_NONE, .q = 0.0, .f = 0.005, .rng = 7000 + s};
+		struct bisect_params p;
+		struct bisect_confirm_result cr;
+		enum bisect_status st;
+		int c;
+
+		bisect_params_default(&p);
+		p.flake_rate = 0.005;
+		assert_int_equal(bisect_init(&b, 48, NULL, &p), 0);
+		assert_int_equal(bisect_observe(&b, 47, 2, 64, false), 0);
+		search(&b, &w, 1 + s % 3);
+		st = bisect_done(&b, &c, NULL);
+		assert_int_not_equal(st, BISECT_RUNNING);
+		none += st == BISECT_NO_CULPRIT;
+		if (st == BISECT_FOUND) {
+			unsigned cf = 0, ct = 0, pf = 0, pt = 0, ran;
+			int parent = bisect_confirm_parent(&b, (unsigned)c);
+
+			do {
+				assert_int_equal(bisect_confirm(&b, (unsigned)c, cf, ct, pf, pt, 0, &cr), 0);
+				cf += run(&w, c, cr.more_culprit, false, &ran);
+				ct += ran;
+				pf += run(&w, parent, cr.more_parent, false, &ran);
+				pt += ran;
+			} while (cr.verdict == BISECT_CONFIRM_CONTINUE);
+			assert_int_equal(cr.verdict, BISECT_WITHDRAWN);
+		}
+		bisect_release(&b);
+	}
+	if (none < 10) {
+		print_error("only %u of 12 flake-only ranges ended in \"no culprit\"\n", none);
+		fail();
+	}
+}
+
+static void rare_culprit_with_two_slots_and_resume(void **state)
+{
+	uint8_t flags[64] = {0};
+	struct bisect a, b;
+	struct bisect_plan pa[2], pb[2];
+	uint64_t pick = 42;
+	unsigned na, nb, ran, rounds = 0;
+	int ca, cb;
+	json_t *j;
+
+	/*
+	 * The issue's demo: 64 commits, a culprit failing 5% of trials at a
+	 * random position, three unbuildable commits and two that change
+	 * nothing in the binary, two slots. Half-way the state is saved to JSON
+	 * (what the daemon has in PostgreSQL), "the daemon is killed", and a
+	 * bisection restored from it must make exactly the same plans as one
+	 * that never stopped: no probe repeated, none lost.
+	 */
+	flags[5] = flags[33] = flags[50] = BISECT_UNBUILDABLE;
+	flags[12] = flags[40] = BISECT_SAME_BINARY;
+	struct world w = {.q = 0.05, .f = 0.0, .rng = 99};
+
+	do
+		w.bug = (int)(rng_next(&pick) % 64);
+	while (flags[w.bug]);
+	assert_int_equal(bisect_init(&a, 64, flags, NULL), 0);
+	assert_int_equal(bisect_observe(&a, 63, 4, 64, false), 0);
+	while (bisect_done(&a, NULL, NULL) == BISECT_RUNNING && rounds < 6) {
+		assert_int_equal(bisect_next_probes(&a, 2, pa, &na), 0);
+		for (unsigned x = 0; x < na; x++) {
+			unsigned fails = run(&w, (int)pa[x].commit, pa[x].trials, true, &ran);
+
+			assert_int_equal(bisect_observe(&a, pa[x].commit, fails, ran, false), 0);
+		}
+		rounds++;
+	}
+	j = bisect_to_json(&a);
+	assert_non_null(j);
+	assert_int_equal(bisect_from_json(&b, j), 0);
+	json_decref(j);
+	assert_int_equal(b.nprobes, a.nprobes);
+	assert_int_equal(b.total_trials, a.total_trials);
+	/* Both go on from the same state with the same outcomes. */
+	while (bisect_done(&a, &ca, NULL) == BISECT_RUNNING) {
+		assert_int_equal(bisect_next_probes(&a, 2, pa, &na), 0);
+		assert_int_equal(bisect_next_probes(&b, 2, pb, &nb), 0);
+		assert_int_equal(na, nb);
+		for (unsigned x = 0; x < na; x++) {
+			unsigned fails;
+
+			assert_int_equal(pa[x].commit, pb[x].commit);
+			assert_int_equal(pa[x].trials, pb[x].trials);
+			fails = run(&w, (int)pa[x].commit, pa[x].trials, true, &ran);
+			assert_int_equal(bisect_observe(&a, pa[x].commit, fails, ran, false), 0);
+			assert_int_equal(bisect_observe(&b, pb[x].commit, fails, ran, false), 0);
+		}
+	}
+	assert_int_equal(bisect_done(&b, &cb, NULL), BISECT_FOUND);
+	assert_int_equal(ca, cb);
+	assert_int_equal(cb, w.bug);
+	bisect_release(&a);
+	bisect_release(&b);
+}
+
+static void replay_order_does_not_matter(void **state)
+{
+	const struct bisect_probe probes[] = {
+	    {30, 40, 0, false}, {60, 7, 1, false},  {45, 20, 1, false}, {38, 60, 0, false},
+	    {41, 15, 1, true},  {39, 50, 0, false}, {40, 12, 1, false},
+	};
+	struct bisect_probe rev[7];
+	struct bisect a, b;
+	double pa[64], pb[64], na, nb;
+
+	for (int i = 0; i < 7; i++)
+		rev[i] = probes[6 - i];
+	assert_int_equal(bisect_init(&a, 64, NULL, NULL), 0);
+	assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+	assert_int_equal(bisect_replay(&a, probes, 7), 0);
+	assert_int_equal(bisect_replay(&b, rev, 7), 0);
+	assert_int_equal(bisect_posterior(&a, pa, &na), 0);
+	assert_int_equal(bisect_posterior(&b, pb, &nb), 0);
+	assert_memory_equal(pa, pb, sizeof(pa));
+	assert_true(na == nb);
+	/* The evidence points at 40 or 41. */
+	assert_true(pa[40] + pa[41] > 0.5);
+	bisect_release(&a);
+	bisect_release(&b);
+}
+
+static void json_rejects_garbage(void **state)
+{
+	struct bisect b;
+	json_t *j;
+
+	j = json_loads(
+	    "{\"n\": 3, \"params\": {\"confidence\": 0.99, \"prior_none\": 0.1, \"flake_rate\": 0.001,"
+	    " \"q_min\": 0.02}, \"flags\": [0, 0, 0], \"probes\": [[5, 10, 1, false]]}",
+	    0, NULL);
+	assert_non_null(j);
+	assert_int_equal(bisect_from_json(&b, j), -EINVAL); /* commit 5 of 3 */
+	json_decref(j);
+	j = json_loads(
+	    "{\"n\": 3, \"params\": {\"confidence\": 0.99, \"prior_none\": 0.1, \"flake_rate\": 0.001,"
+	    " \"q_min\": 0.02}, \"flags\": [0, 0], \"probes\": []}",
+	    0, NULL);
+	assert_int_equal(bisect_from_json(&b, j), -EINVAL); /* flags of the wrong length */
+	json_decref(j);
+	j = json_loads(
+	    "{\"n\": 3, \"params\": {\"confidence\": 0.99, \"prior_none\": 0.1, \"flake_rate\": 0.001,"
+	    " \"q_min\": 0.02}, \"flags\": [0, 0, 0], \"probes\": [[1, 10, 11, false]]}",
+	    0, NULL);
+	assert_int_equal(bisect_from_json(&b, j), -EINVAL); /* more failures than trials */
+	json_decref(j);
+}
+
+static void confirmation(void **state)
+{
+	struct bisect b;
+	struct bisect_confirm_result cr;
+
+	assert_int_equal(bisect_init(&b, 16, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 15, 64, 64, false), 0);
+	assert_int_equal(bisect_observe(&b, 7, 1, 1, false), 0);
+	assert_int_equal(bisect_observe(&b, 6, 0, 1, false), 0);
+	/* Fails every time, parent clean: confirmed. */
+	assert_int_equal(bisect_confirm(&b, 7, 5, 5, 0, 5, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_CONFIRMED);
+	assert_int_equal(cr.parent, 6);
+	/* The fresh seeds never fail on the culprit: withdrawn. */
+	assert_int_equal(bisect_confirm(&b, 7, 0, 20, 0, 20, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_WITHDRAWN);
+	/* The parent fails as well: the failure is older, withdrawn. */
+	assert_int_equal(bisect_confirm(&b, 7, 5, 5, 5, 5, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_WITHDRAWN);
+	/* Nothing run yet: asks for trials on both. */
+	assert_int_equal(bisect_confirm(&b, 7, 0, 0, 0, 0, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_CONFIRM_CONTINUE);
+	assert_true(cr.more_culprit > 0 && cr.more_parent > 0);
+	bisect_release(&b);
+
+	/* A rare culprit: q near 0.05, so the parent needs about 90+ clean trials. */
+	assert_int_equal(bisect_init(&b, 16, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 15, 5, 100, false), 0);
+	assert_int_equal(bisect_observe(&b, 8, 3, 60, false), 0);
+	assert_int_equal(bisect_observe(&b, 7, 0, 150, false), 0);
+	assert_int_equal(bisect_confirm(&b, 8, 2, 40, 0, 30, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_CONFIRM_CONTINUE);
+	assert_int_equal(cr.more_culprit, 0); /* two failures in 40 already show it */
+	assert_true(cr.more_parent > 30);
+	assert_int_equal(bisect_confirm(&b, 8, 2, 40, 0, 30 + cr.more_parent, 0, &cr), 0);
+	assert_int_equal(cr.verdict, BISECT_CONFIRMED);
+	bisect_release(&b);
+}
+
+static void failing_seeds_first(void **state)
+{
+	struct bisect_params p;
+	struct bisect b;
+	struct bisect_plan plan[1];
+	unsigned n;
+
+	/* Three seeds failed at the bad commit: the first probe at a commit reruns them. */
+	bisect_params_default(&p);
+	p.failing_seeds = 3;
+	assert_int_equal(bisect_init(&b, 32, NULL, &p), 0);
+	assert_int_equal(bisect_observe(&b, 31, 3, 64, false), 0);
+	assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
+	assert_int_equal(n, 1);
+	assert_true(plan[0].failing_seeds);
+	assert_int_equal(plan[0].trials, 3);
+	/* They all fail there (a deterministic, seed-bound bug): q_s is learnt on its own grid. */
+	assert_int_equal(bisect_observe(&b, plan[0].commit, 3, 3, true), 0);
+	{
+		unsigned first = plan[0].commit;
+
+		assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
+		assert_int_not_equal(plan[0].commit, first);
+		assert_true(plan[0].failing_seeds);
+		/* The seeds' rate is near 1 after three of three, fresh trials' still near 3/64. */
+		assert_true(b.qbar_s[first] > 0.5);
+		assert_true(b.qbar[first] < 0.2);
+	}
+	bisect_release(&b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(posterior_known_q),
+	    cmocka_unit_test(posterior_q_grid),
+	    cmocka_unit_test(bad_input),
+	    cmocka_unit_test(deterministic_in_log2_rounds),
+	    cmocka_unit_test(unbuildable_and_same_binary_never_blamed),
+	    cmocka_unit_test(flakes_only_end_in_no_culprit),
+	    cmocka_unit_test(rare_culprit_with_two_slots_and_resume),
+	    cmocka_unit_test(replay_order_does_not_matter),
+	    cmocka_unit_test(json_rejects_garbage),
+	    cmocka_unit_test(confirmation),
+	    cmocka_unit_test(failing_seeds_first),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
