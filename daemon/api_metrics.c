@@ -15,10 +15,10 @@
 
 /* Queue depth and shared counts live in the database: one query. */
 static const char metrics_sql[] =
-	"SELECT (SELECT coalesce(json_object_agg(kind || ':' || state, n), '{}') FROM"
-	"  (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY 1, 2) q),"
-	" (SELECT count(*) FROM bisections WHERE state <> 'done'),"
-	" (SELECT count(*) FROM mail WHERE state = 'pending')";
+    "SELECT (SELECT coalesce(json_object_agg(kind || ':' || state, n), '{}') FROM"
+    "  (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY 1, 2) q),"
+    " (SELECT count(*) FROM bisections WHERE state <> 'done'),"
+    " (SELECT count(*) FROM mail WHERE state = 'pending')";
 
 struct text {
 	char *buf;
@@ -54,17 +54,21 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	struct text t = {0};
 	static const char *const builds[] = {"ok", "failed", "timeout", "no_runner"};
 
-	add(&t, "# HELP numwatch_up Whether numwatchd is serving.\n# TYPE numwatch_up gauge\nnumwatch_up 1\n");
-	add(&t, "# HELP numwatch_database_up Whether the database answered.\n# TYPE numwatch_database_up gauge\n"
-		"numwatch_database_up %d\n",
+	add(&t,
+	    "# HELP numwatch_up Whether numwatchd is serving.\n# TYPE numwatch_up gauge\nnumwatch_up 1\n");
+	add(&t,
+	    "# HELP numwatch_database_up Whether the database answered.\n# TYPE numwatch_database_up gauge\n"
+	    "numwatch_database_up %d\n",
 	    error ? 0 : 1);
 	add(&t, "# HELP numwatch_trials_total Trials run by this daemon, by outcome.\n"
 		"# TYPE numwatch_trials_total counter\n");
 	for (int o = OUTCOME_PASS; o <= OUTCOME_INFRA_ERROR; o++)
 		add(&t, "numwatch_trials_total{outcome=\"%s\"} %llu\n", outcome_name(o), m->trials[o]);
-	add(&t, "# HELP numwatch_trial_failures_total Trials that counted against their commit.\n"
-		"# TYPE numwatch_trial_failures_total counter\nnumwatch_trial_failures_total %llu\n",
-	    m->trials[OUTCOME_FAIL] + m->trials[OUTCOME_CRASH] + m->trials[OUTCOME_TIMEOUT] + m->trials[OUTCOME_ERROR]);
+	add(&t,
+	    "# HELP numwatch_trial_failures_total Trials that counted against their commit.\n"
+	    "# TYPE numwatch_trial_failures_total counter\nnumwatch_trial_failures_total %llu\n",
+	    m->trials[OUTCOME_FAIL] + m->trials[OUTCOME_CRASH] + m->trials[OUTCOME_TIMEOUT] +
+		m->trials[OUTCOME_ERROR]);
 	add(&t, "# HELP numwatch_runner_restarts_total Runners restarted after a crash, timeout or fault.\n"
 		"# TYPE numwatch_runner_restarts_total counter\n");
 	for (unsigned i = 0; i < p->d->nslots; i++) {
@@ -84,8 +88,9 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	add(&t, "numwatch_build_duration_seconds_bucket{le=\"+Inf\"} %llu\n", m->build_count);
 	add(&t, "numwatch_build_duration_seconds_sum %.3f\nnumwatch_build_duration_seconds_count %llu\n",
 	    m->build_seconds, m->build_count);
-	add(&t, "# HELP numwatch_store_pending_batches Trial batches not yet written.\n"
-		"# TYPE numwatch_store_pending_batches gauge\nnumwatch_store_pending_batches %u\n",
+	add(&t,
+	    "# HELP numwatch_store_pending_batches Trial batches not yet written.\n"
+	    "# TYPE numwatch_store_pending_batches gauge\nnumwatch_store_pending_batches %u\n",
 	    store_pending(p->d->store));
 	if (!error && PQntuples(res) == 1) {
 		json_t *q = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
@@ -99,15 +104,17 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 			const char *colon = strchr(key, ':');
 
 			if (colon)
-				add(&t, "numwatch_queue_depth{kind=\"%.*s\",state=\"%s\"} %lld\n", (int)(colon - key),
-				    key, colon + 1, (long long)json_integer_value(v));
+				add(&t, "numwatch_queue_depth{kind=\"%.*s\",state=\"%s\"} %lld\n",
+				    (int)(colon - key), key, colon + 1, (long long)json_integer_value(v));
 		}
 		json_decref(q);
-		add(&t, "# HELP numwatch_bisections_active Bisections not finished.\n"
-			"# TYPE numwatch_bisections_active gauge\nnumwatch_bisections_active %s\n",
+		add(&t,
+		    "# HELP numwatch_bisections_active Bisections not finished.\n"
+		    "# TYPE numwatch_bisections_active gauge\nnumwatch_bisections_active %s\n",
 		    PQgetvalue(res, 0, 1));
-		add(&t, "# HELP numwatch_mail_pending Mail waiting to be sent.\n"
-			"# TYPE numwatch_mail_pending gauge\nnumwatch_mail_pending %s\n",
+		add(&t,
+		    "# HELP numwatch_mail_pending Mail waiting to be sent.\n"
+		    "# TYPE numwatch_mail_pending gauge\nnumwatch_mail_pending %s\n",
 		    PQgetvalue(res, 0, 2));
 	}
 	if (!t.buf) {

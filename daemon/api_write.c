@@ -16,51 +16,53 @@
 #include "http.h"
 #include "nwd.h"
 
-static const char auth_sql[] = "UPDATE tokens SET last_used = now()"
-			       " WHERE hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL RETURNING name";
+static const char auth_sql[] =
+    "UPDATE tokens SET last_used = now()"
+    " WHERE hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL RETURNING name";
 
 /* Validates the range and queues the bisection; the bisector picks it up. */
 static const char bisect_sql[] =
-	"WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $4 AND $5 = ANY (dtypes)),"
-	" g AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $2 || '%'),"
-	" b AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $3 || '%'),"
-	" ins AS (INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, requested_by,"
-	"  failing_seeds) SELECT $1, k.id, $5, g.id, b.id, $6, coalesce((SELECT s.failing_seeds FROM stats s"
-	"  WHERE s.commit_id = b.id AND s.check_id = k.id AND s.dtype = $5), '{}') FROM k, g, b"
-	"  WHERE (SELECT count(*) FROM g) = 1 AND (SELECT count(*) FROM b) = 1 AND g.position < b.position"
-	"  RETURNING id)"
-	" SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM g), (SELECT count(*) FROM b), (SELECT id FROM ins)";
+    "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $4 AND $5 = ANY (dtypes)),"
+    " g AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $2 || '%'),"
+    " b AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $3 || '%'),"
+    " ins AS (INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, requested_by,"
+    "  failing_seeds) SELECT $1, k.id, $5, g.id, b.id, $6, coalesce((SELECT s.failing_seeds FROM stats s"
+    "  WHERE s.commit_id = b.id AND s.check_id = k.id AND s.dtype = $5), '{}') FROM k, g, b"
+    "  WHERE (SELECT count(*) FROM g) = 1 AND (SELECT count(*) FROM b) = 1 AND g.position < b.position"
+    "  RETURNING id)"
+    " SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM g), (SELECT count(*) FROM b), (SELECT id FROM "
+    "ins)";
 
 /* A run by hand: the given number of seeds at one commit, ahead of background work. */
 static const char run_sql[] =
-	"WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
-	" k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $3 AND $4 = ANY (dtypes)),"
-	" ins AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
-	"  SELECT 'probe', c.id, k.id, $4, 50, ARRAY(SELECT generate_series(0, $5::int - 1)::bigint) FROM c, k"
-	"  WHERE (SELECT count(*) FROM c) = 1 RETURNING id)"
-	" SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM k), 1, (SELECT id FROM ins)";
+    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
+    " k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $3 AND $4 = ANY (dtypes)),"
+    " ins AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
+    "  SELECT 'probe', c.id, k.id, $4, 50, ARRAY(SELECT generate_series(0, $5::int - 1)::bigint) FROM c, k"
+    "  WHERE (SELECT count(*) FROM c) = 1 RETURNING id)"
+    " SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM k), 1, (SELECT id FROM ins)";
 
 /* Re-run: rebuild a commit whose build failed, and queue its trials jobs again with their strikes cleared. */
 static const char rerun_sql[] =
-	"WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
-	" j AS (UPDATE jobs SET state = 'queued', strikes = 0, owner = NULL, lease_until = NULL, priority = 50,"
-	"  not_before = now(), error = NULL WHERE (SELECT count(*) FROM c) = 1 AND commit_id = (SELECT id FROM c)"
-	"  AND state IN ('done', 'failed') AND (kind = 'trials' OR (kind = 'build' AND NOT EXISTS"
-	"   (SELECT 1 FROM builds WHERE commit_id = jobs.commit_id AND status = 'ok'))) RETURNING id)"
-	" SELECT (SELECT count(*) FROM c), 1, 1, (SELECT count(*) FROM j)";
+    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
+    " j AS (UPDATE jobs SET state = 'queued', strikes = 0, owner = NULL, lease_until = NULL, priority = 50,"
+    "  not_before = now(), error = NULL WHERE (SELECT count(*) FROM c) = 1 AND commit_id = (SELECT id FROM c)"
+    "  AND state IN ('done', 'failed') AND (kind = 'trials' OR (kind = 'build' AND NOT EXISTS"
+    "   (SELECT 1 FROM builds WHERE commit_id = jobs.commit_id AND status = 'ok'))) RETURNING id)"
+    " SELECT (SELECT count(*) FROM c), 1, 1, (SELECT count(*) FROM j)";
 
 static const char mute_sql[] =
-	"WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
-	" ins AS (INSERT INTO mutes (check_id, dtype, until, reason, created_by)"
-	"  SELECT k.id, $3, $4::timestamptz, $5, $6 FROM k"
-	"  ON CONFLICT (check_id, dtype) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason,"
-	"   created_by = EXCLUDED.created_by, created_at = now() RETURNING until)"
-	" SELECT (SELECT count(*) FROM k), 1, 1, (SELECT until FROM ins)";
+    "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
+    " ins AS (INSERT INTO mutes (check_id, dtype, until, reason, created_by)"
+    "  SELECT k.id, $3, $4::timestamptz, $5, $6 FROM k"
+    "  ON CONFLICT (check_id, dtype) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason,"
+    "   created_by = EXCLUDED.created_by, created_at = now() RETURNING until)"
+    " SELECT (SELECT count(*) FROM k), 1, 1, (SELECT until FROM ins)";
 
 static const char unmute_sql[] =
-	"WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
-	" del AS (DELETE FROM mutes WHERE check_id = (SELECT id FROM k) AND dtype = $3 RETURNING 1)"
-	" SELECT (SELECT count(*) FROM k), 1, 1, (SELECT count(*) FROM del)";
+    "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
+    " del AS (DELETE FROM mutes WHERE check_id = (SELECT id FROM k) AND dtype = $3 RETURNING 1)"
+    " SELECT (SELECT count(*) FROM k), 1, 1, (SELECT count(*) FROM del)";
 
 enum write_kind { W_BISECT, W_RUN, W_RERUN, W_MUTE, W_UNMUTE };
 
@@ -88,12 +90,12 @@ static bool is_name(const char *s)
 static void on_written(struct pending *p, PGresult *res, const char *error)
 {
 	static const char *const missing[][3] = {
-		[W_BISECT] = {"unknown check or dtype", "no reachable commit matches 'good'",
-			      "no reachable commit matches 'bad'"},
-		[W_RUN] = {"unknown commit", "unknown check or dtype", ""},
-		[W_RERUN] = {"unknown commit", "", ""},
-		[W_MUTE] = {"unknown check", "", ""},
-		[W_UNMUTE] = {"unknown check", "", ""},
+	    [W_BISECT] = {"unknown check or dtype", "no reachable commit matches 'good'",
+			  "no reachable commit matches 'bad'"},
+	    [W_RUN] = {"unknown commit", "unknown check or dtype", ""},
+	    [W_RERUN] = {"unknown commit", "", ""},
+	    [W_MUTE] = {"unknown check", "", ""},
+	    [W_UNMUTE] = {"unknown check", "", ""},
 	};
 	enum write_kind kind = (enum write_kind)p->key[0];
 	const char *result;
@@ -103,7 +105,8 @@ static void on_written(struct pending *p, PGresult *res, const char *error)
 		const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
 		if (state && strncmp(state, "22", 2) == 0)
-			http_reply_error(p->r, 400, "invalid value: %s", PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+			http_reply_error(p->r, 400, "invalid value: %s",
+					 PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
 		else
 			http_reply_error(p->r, 503, "database unavailable: %s", error);
 		return;
@@ -183,7 +186,8 @@ static void on_authenticated(struct pending *p, PGresult *res, const char *error
 		params[2] = str_field(o, "check");
 		params[3] = str_field(o, "dtype");
 		snprintf(trials, sizeof(trials), "%lld",
-			 json_integer_value(json_object_get(o, "trials")) ?: (json_int_t)p->d->cfg.trials_per_commit);
+			 json_integer_value(json_object_get(o, "trials"))
+			     ?: (json_int_t)p->d->cfg.trials_per_commit);
 		params[4] = trials;
 		n = 5;
 		break;
@@ -226,7 +230,8 @@ static bool validate(struct http_req *r, enum write_kind kind, json_t *o)
 		a = str_field(o, "good");
 		b = str_field(o, "bad");
 		if (!a || !b || !api_valid_sha(a) || !api_valid_sha(b)) {
-			http_reply_error(r, 400, "'good' and 'bad' must be commit ids (4 to 40 lowercase hex digits)");
+			http_reply_error(
+			    r, 400, "'good' and 'bad' must be commit ids (4 to 40 lowercase hex digits)");
 			return false;
 		}
 		if (!is_name(str_field(o, "check")) || !is_name(str_field(o, "dtype"))) {
@@ -236,12 +241,14 @@ static bool validate(struct http_req *r, enum write_kind kind, json_t *o)
 		return true;
 	case W_RUN:
 		a = str_field(o, "commit");
-		if (!a || !api_valid_sha(a) || !is_name(str_field(o, "check")) || !is_name(str_field(o, "dtype"))) {
+		if (!a || !api_valid_sha(a) || !is_name(str_field(o, "check")) ||
+		    !is_name(str_field(o, "dtype"))) {
 			http_reply_error(r, 400, "'commit', 'check' and 'dtype' are required");
 			return false;
 		}
 		t = json_object_get(o, "trials");
-		if (t && (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > NW_TRIALS_MAX)) {
+		if (t && (!json_is_integer(t) || json_integer_value(t) < 1 ||
+			  json_integer_value(t) > NW_TRIALS_MAX)) {
 			http_reply_error(r, 400, "'trials' must be an integer from 1 to %d", NW_TRIALS_MAX);
 			return false;
 		}
@@ -251,7 +258,8 @@ static bool validate(struct http_req *r, enum write_kind kind, json_t *o)
 			http_reply_error(r, 400, "'until' (a date) is required");
 			return false;
 		}
-		if (str_field(o, "dtype") && !is_name(str_field(o, "dtype")) && strcmp(str_field(o, "dtype"), "*")) {
+		if (str_field(o, "dtype") && !is_name(str_field(o, "dtype")) &&
+		    strcmp(str_field(o, "dtype"), "*")) {
 			http_reply_error(r, 400, "malformed 'dtype'");
 			return false;
 		}
@@ -305,7 +313,8 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 	if (post && len > 0) {
 		o = json_loadb(body, len, 0, &jerr);
 		if (!json_is_object(o)) {
-			http_reply_error(r, 400, "body is not a JSON object: %s", o ? "wrong type" : jerr.text);
+			http_reply_error(r, 400, "body is not a JSON object: %s",
+					 o ? "wrong type" : jerr.text);
 			json_decref(o);
 			return;
 		}
@@ -318,7 +327,8 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 	}
 	json_decref(o);
 	if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
-		http_reply_error(r, 401, "this write needs 'Authorization: Bearer TOKEN' (numwatch token create)");
+		http_reply_error(r, 401,
+				 "this write needs 'Authorization: Bearer TOKEN' (numwatch token create)");
 		return;
 	}
 	params[0] = auth + 7;

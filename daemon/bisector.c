@@ -27,22 +27,23 @@
  * checks are left alone.
  */
 static const char queue_sql[] =
-	"INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
-	" SELECT DISTINCT ON (s.check_id, s.dtype, g.id) c.repo_id, s.check_id, s.dtype, g.id, c.id, s.failing_seeds"
-	" FROM stats s JOIN commits c ON c.id = s.commit_id"
-	" CROSS JOIN LATERAL (SELECT c2.id FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
-	"  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
-	"  AND c2.position < c.position AND s2.verdict = 'clean' ORDER BY c2.position DESC LIMIT 1) g"
-	" WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
-	"  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
-	"   AND m.until > now())"
-	"  AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.check_id = s.check_id AND b.dtype = s.dtype"
-	"   AND b.good_commit_id = g.id)"
-	" ORDER BY s.check_id, s.dtype, g.id, c.position"
-	" ON CONFLICT DO NOTHING RETURNING id";
+    "INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
+    " SELECT DISTINCT ON (s.check_id, s.dtype, g.id) c.repo_id, s.check_id, s.dtype, g.id, c.id, "
+    "s.failing_seeds"
+    " FROM stats s JOIN commits c ON c.id = s.commit_id"
+    " CROSS JOIN LATERAL (SELECT c2.id FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
+    "  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
+    "  AND c2.position < c.position AND s2.verdict = 'clean' ORDER BY c2.position DESC LIMIT 1) g"
+    " WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
+    "  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
+    "   AND m.until > now())"
+    "  AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.check_id = s.check_id AND b.dtype = s.dtype"
+    "   AND b.good_commit_id = g.id)"
+    " ORDER BY s.check_id, s.dtype, g.id, c.position"
+    " ON CONFLICT DO NOTHING RETURNING id";
 
 static const char running_sql[] =
-	"SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
+    "SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
 
 /*
  * Everything one step needs, as one JSON document: the range with each
@@ -51,42 +52,43 @@ static const char running_sql[] =
  * the highest seed run at each commit (fresh seeds start above it).
  */
 static const char load_sql[] =
-	"SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
-	" 'check', k.name, 'failing_seeds', b.failing_seeds, 'good', g.id, 'good_sha', g.sha,"
-	" 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
-	" 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
-	"   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
-	"   'max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = c.id AND t.check_id = b.check_id"
-	"    AND t.dtype = b.dtype)) ORDER BY c.position), '[]')"
-	"   FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id"
-	"   LEFT JOIN stats st ON st.commit_id = c.id AND st.check_id = b.check_id AND st.dtype = b.dtype"
-	"    AND st.verdict NOT IN ('pending', 'build_failed', 'infra_error')"
-	"   WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > g.position AND c.position <= bd.position),"
-	" 'good_max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = g.id AND t.check_id = b.check_id"
-	"   AND t.dtype = b.dtype),"
-	" 'probes', (SELECT coalesce(json_agg(json_build_object('commit', p.commit_id, 'trials', p.trials,"
-	"   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
-	"   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
-	"   FROM probes p WHERE p.bisection_id = b.id),"
-	" 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
-	" FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-	" JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
+    "SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
+    " 'check', k.name, 'failing_seeds', b.failing_seeds, 'good', g.id, 'good_sha', g.sha,"
+    " 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
+    " 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
+    "   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
+    "   'max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = c.id AND t.check_id = b.check_id"
+    "    AND t.dtype = b.dtype)) ORDER BY c.position), '[]')"
+    "   FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id"
+    "   LEFT JOIN stats st ON st.commit_id = c.id AND st.check_id = b.check_id AND st.dtype = b.dtype"
+    "    AND st.verdict NOT IN ('pending', 'build_failed', 'infra_error')"
+    "   WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > g.position AND c.position <= "
+    "bd.position),"
+    " 'good_max_seed', (SELECT max(t.seed) FROM trials t WHERE t.commit_id = g.id AND t.check_id = b.check_id"
+    "   AND t.dtype = b.dtype),"
+    " 'probes', (SELECT coalesce(json_agg(json_build_object('commit', p.commit_id, 'trials', p.trials,"
+    "   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
+    "   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
+    "   FROM probes p WHERE p.bisection_id = b.id),"
+    " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
+    " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+    " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
 
 /* Unbuilt commits of a range are built first. */
 static const char hurry_builds_sql[] =
-	"UPDATE jobs SET priority = 10 WHERE kind = 'build' AND state = 'queued' AND priority > 10"
-	" AND commit_id = ANY ($1::bigint[])";
+    "UPDATE jobs SET priority = 10 WHERE kind = 'build' AND state = 'queued' AND priority > 10"
+    " AND commit_id = ANY ($1::bigint[])";
 
 static const char probe_sql[] =
-	"WITH j AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds, bisection_id,"
-	"  stop_on_failure) VALUES ('probe', $2, $3, $4, 10, $5::bigint[], $1, $6) RETURNING id)"
-	" INSERT INTO probes (bisection_id, commit_id, round, purpose, seeds, job_id, failing_seeds)"
-	" SELECT $1, $2, $7, $8, $5::bigint[], j.id, $9 FROM j";
+    "WITH j AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds, bisection_id,"
+    "  stop_on_failure) VALUES ('probe', $2, $3, $4, 10, $5::bigint[], $1, $6) RETURNING id)"
+    " INSERT INTO probes (bisection_id, commit_id, round, purpose, seeds, job_id, failing_seeds)"
+    " SELECT $1, $2, $7, $8, $5::bigint[], j.id, $9 FROM j";
 
 static const char update_sql[] =
-	"UPDATE bisections SET state = $2, outcome = $3, culprit_id = $4, confidence = $5, posterior = $6::jsonb,"
-	" log = log || $7::jsonb, updated_at = now(),"
-	" finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE id = $1";
+    "UPDATE bisections SET state = $2, outcome = $3, culprit_id = $4, confidence = $5, posterior = $6::jsonb,"
+    " log = log || $7::jsonb, updated_at = now(),"
+    " finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE id = $1";
 
 struct bisector {
 	struct nwd *d;
@@ -178,8 +180,8 @@ static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool fai
 {
 	char bid[24], cid[24], kid[16], rnd[16];
 	char *seeds = seed_list(c, commit, failing, failing_offset, trials);
-	const char *params[9] = {bid,  cid, kid, jstr(c->doc, "dtype"), seeds, stop ? "t" : "f", rnd, purpose,
-				 failing ? "t" : "f"};
+	const char *params[9] = {
+	    bid, cid, kid, jstr(c->doc, "dtype"), seeds, stop ? "t" : "f", rnd, purpose, failing ? "t" : "f"};
 
 	if (!seeds)
 		return;
@@ -199,12 +201,12 @@ static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, co
 	if (post && bisect_posterior(m, post, &none) == 0) {
 		for (unsigned i = 0; i < m->n; i++)
 			json_array_append_new(commits, json_pack("{s:s, s:f, s:i}", "sha",
-								 jstr(json_array_get(range, i), "sha"), "p", post[i],
-								 "flags", m->flags[i]));
+								 jstr(json_array_get(range, i), "sha"), "p",
+								 post[i], "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I, s:I}", "commits", commits, "none", none, "status", status, "trials",
-			 (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals);
+	return json_pack("{s:o, s:f, s:s, s:I, s:I}", "commits", commits, "none", none, "status", status,
+			 "trials", (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals);
 }
 
 static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
@@ -212,8 +214,8 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 {
 	char id[24], cul[24], conf[32];
 	char *post = json_dumps(posterior, JSON_COMPACT), *log = json_dumps(c->log, JSON_COMPACT);
-	const char *params[7] = {id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post,
-				 log};
+	const char *params[7] = {
+	    id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post, log};
 
 	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
 	snprintf(cul, sizeof(cul), "%lld", culprit);
@@ -276,7 +278,8 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 		for (size_t k = 0; k < n; k++) {
 			if (jint(json_array_get(range, k), "id", -1) == commit) {
 				bisect_observe(m, (unsigned)k, (unsigned)jint(p, "failures", 0),
-					       (unsigned)jint(p, "trials", 0), json_is_true(json_object_get(p, "failing")));
+					       (unsigned)jint(p, "trials", 0),
+					       json_is_true(json_object_get(p, "failing")));
 				break;
 			}
 		}
@@ -326,9 +329,10 @@ static unsigned failing_used(struct ctx *c, long long commit)
 	size_t i;
 	unsigned used = 0;
 
-	json_array_foreach(json_object_get(c->doc, "probes"), i, p)
-		if (jint(p, "commit", 0) == commit && json_is_true(json_object_get(p, "failing")))
-			used += (unsigned)jint(p, "seeds", 0);
+	json_array_foreach(json_object_get(c->doc, "probes"), i,
+			   p) if (jint(p, "commit", 0) == commit &&
+				  json_is_true(json_object_get(p, "failing"))) used +=
+	    (unsigned)jint(p, "seeds", 0);
 	return used;
 }
 
@@ -345,7 +349,8 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 	if (st == BISECT_FOUND) {
 		json_t *commit = json_array_get(range, (size_t)culprit);
 
-		log_event(c, "%.12s holds %.4f after %lu trials; re-testing it and its parent with fresh seeds",
+		log_event(c,
+			  "%.12s holds %.4f after %lu trials; re-testing it and its parent with fresh seeds",
 			  jstr(commit, "sha"), prob, m->total_trials);
 		save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
 		bisector_kick(c->b);
@@ -406,7 +411,8 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	} else {
 		/* The parent is the last good commit itself. */
 		pc = json_pack("{s:I, s:s, s:I}", "id", (json_int_t)jint(c->doc, "good", 0), "sha",
-			       jstr(c->doc, "good_sha"), "max_seed", (json_int_t)jint(c->doc, "good_max_seed", -1));
+			       jstr(c->doc, "good_sha"), "max_seed",
+			       (json_int_t)jint(c->doc, "good_max_seed", -1));
 		json_array_append_new(json_object_get(c->doc, "range"), pc); /* owned by doc from here */
 		parent_id = jint(pc, "id", 0);
 	}
@@ -415,7 +421,8 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	if (bisect_confirm(m, (unsigned)culprit, cf, ct, pf, pt, 0, &r) < 0)
 		return;
 	if (r.verdict == BISECT_CONFIRMED) {
-		log_event(c, "culprit %.12s confirmed: %u/%u fresh seeds fail there, %u/%u at its parent %.12s",
+		log_event(c,
+			  "culprit %.12s confirmed: %u/%u fresh seeds fail there, %u/%u at its parent %.12s",
 			  jstr(cc, "sha"), cf, ct, pf, pt, jstr(pc, "sha"));
 		save(c, "done", "culprit", culprit_id, prob, posterior_json(c, m, range, "culprit"));
 		mailer_enqueue_culprit(c->b->d, jint(c->doc, "id", 0));
@@ -424,15 +431,21 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	if (r.verdict == BISECT_WITHDRAWN) {
 		c->withdrawals++;
 		if (c->withdrawals >= MAX_WITHDRAWALS) {
-			log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
-				  " %lld withdrawn, nobody is blamed", jstr(cc, "sha"), cf, ct, pf, pt, c->withdrawals);
-			save(c, "done", "withdrawn", culprit_id, prob, posterior_json(c, m, range, "withdrawn"));
+			log_event(
+			    c,
+			    "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
+			    " %lld withdrawn, nobody is blamed",
+			    jstr(cc, "sha"), cf, ct, pf, pt, c->withdrawals);
+			save(c, "done", "withdrawn", culprit_id, prob,
+			     posterior_json(c, m, range, "withdrawn"));
 			mailer_enqueue_withdrawn(c->b->d, jint(c->doc, "id", 0));
 			return;
 		}
 		/* The confirmation's fresh seeds are evidence too: search on with them. */
-		log_event(c, "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
-			  " searching on", jstr(cc, "sha"), cf, ct, pf, pt);
+		log_event(c,
+			  "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
+			  " searching on",
+			  jstr(cc, "sha"), cf, ct, pf, pt);
 		save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"));
 		bisector_kick(c->b);
 		return;
@@ -484,8 +497,8 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 
 		if (ids) {
 			ids[len++] = '{';
-			json_array_foreach(range, i, commit)
-				len += (size_t)snprintf(ids + len, cap - len, "%s%lld", i ? "," : "", jint(commit, "id", 0));
+			json_array_foreach(range, i, commit) len += (size_t)snprintf(
+			    ids + len, cap - len, "%s%lld", i ? "," : "", jint(commit, "id", 0));
 			ids[len++] = '}';
 			ids[len] = '\0';
 			db_query(b->d->db, hurry_builds_sql, 1, (const char *const[]){ids}, on_query, NULL);

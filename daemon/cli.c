@@ -13,17 +13,17 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libpq-fe.h>
-#include <signal.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <libpq-fe.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -145,9 +145,10 @@ static long post_json(const char *path, const char *body, const char *token, jso
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	*out = json_loads(b.data ? b.data : "", 0, NULL);
 	if (status >= 400)
-		snprintf(err, errlen, "%s", *out && json_string_value(json_object_get(*out, "error"))
-						    ? json_string_value(json_object_get(*out, "error"))
-						    : "request failed");
+		snprintf(err, errlen, "%s",
+			 *out && json_string_value(json_object_get(*out, "error"))
+			     ? json_string_value(json_object_get(*out, "error"))
+			     : "request failed");
 out:
 	curl_slist_free_all(h);
 	free(b.data);
@@ -366,31 +367,39 @@ static int cmd_token(int argc, char **argv, const char *config_path)
 		for (size_t i = 0; i < sizeof(raw); i++)
 			sprintf(token + 3 + 2 * i, "%02x", raw[i]);
 		/* Only the hash is stored; the secret is shown once, here. */
-		r = PQexecParams(c, "INSERT INTO tokens (name, hash) VALUES ($1, sha256(convert_to($2, 'UTF8')))"
-				    " RETURNING id", 2, NULL, params, NULL, NULL, 0);
+		r = PQexecParams(c,
+				 "INSERT INTO tokens (name, hash) VALUES ($1, sha256(convert_to($2, 'UTF8')))"
+				 " RETURNING id",
+				 2, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 			fprintf(stderr, "numwatch: %s", PQresultErrorMessage(r));
 			goto out;
 		}
-		fprintf(stderr, "token %s '%s' created; it is shown only now:\n", PQgetvalue(r, 0, 0), argv[1]);
+		fprintf(stderr, "token %s '%s' created; it is shown only now:\n", PQgetvalue(r, 0, 0),
+			argv[1]);
 		printf("%s\n", token);
 		rc = 0;
 	} else if (!strcmp(sub, "list") && argc == 1) {
-		r = PQexec(c, "SELECT id, name, created_at::timestamp(0), coalesce(last_used::timestamp(0)::text, '-'),"
-			      " CASE WHEN revoked_at IS NULL THEN 'active' ELSE 'revoked' END FROM tokens ORDER BY id");
+		r = PQexec(
+		    c,
+		    "SELECT id, name, created_at::timestamp(0), coalesce(last_used::timestamp(0)::text, '-'),"
+		    " CASE WHEN revoked_at IS NULL THEN 'active' ELSE 'revoked' END FROM tokens ORDER BY id");
 		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 			fprintf(stderr, "numwatch: %s", PQresultErrorMessage(r));
 			goto out;
 		}
 		for (int i = 0; i < PQntuples(r); i++)
-			printf("%-4s %-20s created %s  last used %s  %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
-			       PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+			printf("%-4s %-20s created %s  last used %s  %s\n", PQgetvalue(r, i, 0),
+			       PQgetvalue(r, i, 1), PQgetvalue(r, i, 2), PQgetvalue(r, i, 3),
+			       PQgetvalue(r, i, 4));
 		rc = 0;
 	} else if (!strcmp(sub, "revoke") && argc == 2) {
 		const char *params[1] = {argv[1]};
 
-		r = PQexecParams(c, "UPDATE tokens SET revoked_at = now() WHERE (id::text = $1 OR name = $1)"
-				    " AND revoked_at IS NULL", 1, NULL, params, NULL, NULL, 0);
+		r = PQexecParams(c,
+				 "UPDATE tokens SET revoked_at = now() WHERE (id::text = $1 OR name = $1)"
+				 " AND revoked_at IS NULL",
+				 1, NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(r) != PGRES_COMMAND_OK || atoi(PQcmdTuples(r)) == 0) {
 			fprintf(stderr, "numwatch: no active token '%s'\n", argv[1]);
 			goto out;
@@ -467,7 +476,8 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 	int rc = EXIT_ERROR;
 
 	if (!sha || !check || !dtype || !seed || !api_like_sha(sha)) {
-		fprintf(stderr, "numwatch: repro needs --commit SHA (40 hex digits), --check, --dtype and --seed\n");
+		fprintf(stderr,
+			"numwatch: repro needs --commit SHA (40 hex digits), --check, --dtype and --seed\n");
 		return EXIT_ERROR;
 	}
 	if (!config_path || config_load(&cfg, config_path, err, sizeof(err)) < 0) {
@@ -494,8 +504,9 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 			snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", build);
 			snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", sha);
 			fprintf(stderr, "numwatch: building %.12s in %s\n", sha, tmp);
-			if (run_child(clone, NULL, NULL, 600, false) != 0 || run_child(co, NULL, NULL, 600, false) != 0 ||
-			    mkdir(build, 0755) < 0 || run_child(sh, wt, env, (int)cfg.build_timeout_s, true) != 0) {
+			if (run_child(clone, NULL, NULL, 600, false) != 0 ||
+			    run_child(co, NULL, NULL, 600, false) != 0 || mkdir(build, 0755) < 0 ||
+			    run_child(sh, wt, env, (int)cfg.build_timeout_s, true) != 0) {
 				fprintf(stderr, "numwatch: cannot build %.12s (see above)\n", sha);
 				goto out;
 			}
@@ -531,14 +542,21 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
-		{"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
-		{"good", required_argument, NULL, 'g'},   {"bad", required_argument, NULL, 'b'},
-		{"check", required_argument, NULL, 'k'},  {"dtype", required_argument, NULL, 'd'},
-		{"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
-		{"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
-		{"cuda", no_argument, NULL, 'G'},         {"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+	    {"url", required_argument, NULL, 'u'},
+	    {"limit", required_argument, NULL, 'l'},
+	    {"offset", required_argument, NULL, 'o'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"good", required_argument, NULL, 'g'},
+	    {"bad", required_argument, NULL, 'b'},
+	    {"check", required_argument, NULL, 'k'},
+	    {"dtype", required_argument, NULL, 'd'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"commit", required_argument, NULL, 'C'},
+	    {"config", required_argument, NULL, 'c'},
+	    {"token", required_argument, NULL, 'T'},
+	    {"cuda", no_argument, NULL, 'G'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
 	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL;

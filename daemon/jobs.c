@@ -13,7 +13,8 @@
 static const char claim_sql[] =
     "WITH next AS ("
     "  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
-    "  WHERE j.kind = ANY (string_to_array($1, ',')) AND c.repo_id = $5 AND c.reachable AND j.not_before <= now()"
+    "  WHERE j.kind = ANY (string_to_array($1, ',')) AND c.repo_id = $5 AND c.reachable AND j.not_before <= "
+    "now()"
     "    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
     "  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
     "  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"

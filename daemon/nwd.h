@@ -22,8 +22,8 @@ struct bisector;
 /* Counters for /metrics, kept by the services that do the work. */
 #define NWD_BUILD_BUCKETS 8
 struct nwd_metrics {
-	unsigned long long trials[8];  /* by enum outcome */
-	unsigned long long builds[4];  /* ok, failed, timeout, no_runner */
+	unsigned long long trials[8];                        /* by enum outcome */
+	unsigned long long builds[4];                        /* ok, failed, timeout, no_runner */
 	unsigned long long build_buckets[NWD_BUILD_BUCKETS]; /* cumulative, by nwd_build_bucket_le */
 	unsigned long long build_count;
 	double build_seconds;

@@ -16,8 +16,8 @@
 #include "nwd.h"
 #include "proc.h"
 #include "protocol.h"
-#include "store.h"
 #include "stats.h"
+#include "store.h"
 #include "verdict.h"
 
 #define CLAIM_POLL_MS   1000
@@ -427,8 +427,8 @@ static void advance(struct slot *s)
 	s->cur = seed;
 	s->cur_attempt = s->seeds[seed].next_attempt;
 	s->req_id++;
-	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, s->seeds[seed].seed, s->d->cfg.repeats,
-				   NULL);
+	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, s->seeds[seed].seed,
+				   s->d->cfg.repeats, NULL);
 	if (!line) {
 		log_error("slot %s: out of memory", s->cfg.name);
 		restart_later(s);
@@ -466,16 +466,16 @@ static void job_done(struct slot *s)
 }
 
 static const char stats_sql[] =
-	"INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
-	" failing_seeds, evidence, updated_at)"
-	" SELECT $1, $2, $3, $4, $5,"
-	"  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
-	"   AND outcome = 'infra_error'),"
-	"  $6, $7, $8::bigint[], $9::jsonb, now()"
-	" ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
-	"  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
-	"  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
-	"  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
+    "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
+    " failing_seeds, evidence, updated_at)"
+    " SELECT $1, $2, $3, $4, $5,"
+    "  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
+    "   AND outcome = 'infra_error'),"
+    "  $6, $7, $8::bigint[], $9::jsonb, now()"
+    " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
+    "  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
+    "  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
+    "  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
 
 /*
  * The baseline: the nearest earlier commit whose verdict for this check x
@@ -483,25 +483,25 @@ static const char stats_sql[] =
  * infrastructure faults left out) for every seed it ran.
  */
 static const char baseline_sql[] =
-	"WITH base AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
-	"  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
-	"  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-	"  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)"
-	" SELECT base.id, base.sha, t.seed,"
-	"  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
-	"  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"
-	"  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1]"
-	" FROM base LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2 AND t.dtype = $3"
-	" GROUP BY base.id, base.sha, t.seed";
+    "WITH base AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
+    "  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
+    "  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
+    "  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)"
+    " SELECT base.id, base.sha, t.seed,"
+    "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
+    "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"
+    "  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1]"
+    " FROM base LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2 AND t.dtype = $3"
+    " GROUP BY base.id, base.sha, t.seed";
 
 /* The baseline lacks some of our seeds: run them there (once), and look at this job again later. */
 static const char need_baseline_sql[] =
-	"WITH probe AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
-	"  SELECT 'probe', $4, $2, $3, 20, $5::bigint[] WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE kind = 'probe'"
-	"  AND commit_id = $4 AND check_id = $2 AND dtype = $3 AND bisection_id IS NULL"
-	"  AND state IN ('queued', 'running')) RETURNING id)"
-	" UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,"
-	"  not_before = now() + interval '5 seconds' WHERE id = $1";
+    "WITH probe AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
+    "  SELECT 'probe', $4, $2, $3, 20, $5::bigint[] WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE kind = 'probe'"
+    "  AND commit_id = $4 AND check_id = $2 AND dtype = $3 AND bisection_id IS NULL"
+    "  AND state IN ('queued', 'running')) RETURNING id)"
+    " UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,"
+    "  not_before = now() + interval '5 seconds' WHERE id = $1";
 
 /* Done only once every planned seed has a stored result: trials are written in batches. */
 static const char done_sql[] =
@@ -600,7 +600,8 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 {
 	struct slot *s = data;
 	struct stats_seed *ss = NULL;
-	struct stats_verdict_input in = {.deterministic = s->job.deterministic, .infra_failed = s->infra_failed};
+	struct stats_verdict_input in = {.deterministic = s->job.deterministic,
+					 .infra_failed = s->infra_failed};
 	struct stats_verdict_params par;
 	struct stats_evidence ev;
 	long long base_id = 0;
@@ -614,8 +615,8 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 	int rc;
 
 	if (error) {
-		log_warn("slot %s: cannot read the baseline of %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
-			 s->job.dtype, error);
+		log_warn("slot %s: cannot read the baseline of %.12s %s %s: %s", s->cfg.name, s->job.sha,
+			 s->job.check, s->job.dtype, error);
 		on_job_written(NULL, error, s);
 		return;
 	}
@@ -645,8 +646,10 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		hit = bsearch(&key, ss, s->nseeds, sizeof(*ss), cmp_stats_seed);
 		if (!hit)
 			continue;
-		hit->base_first = PQgetisnull(res, row, 3) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 3));
-		hit->base_rerun = PQgetisnull(res, row, 4) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 4));
+		hit->base_first =
+		    PQgetisnull(res, row, 3) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 3));
+		hit->base_rerun =
+		    PQgetisnull(res, row, 4) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 4));
 		hit->base_ratio = db_get_double(res, row, 5, NAN);
 	}
 	/*
@@ -665,8 +668,8 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		par.min_trials = par.max_trials;
 	rc = stats_verdict(&in, &par, &ev);
 	if (rc < 0) {
-		log_error("slot %s: cannot decide %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
-			  strerror(-rc));
+		log_error("slot %s: cannot decide %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
+			  s->job.dtype, strerror(-rc));
 		goto fail;
 	}
 	if (ev.verdict == VERDICT_PENDING && ev.needs_trials > 0 && !s->infra_failed &&
@@ -684,11 +687,13 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		ran += r->v.first != OUTCOME_NONE;
 		if (outcome_is_failure(r->v.first)) {
 			failed++;
-			len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", len > 1 ? "," : "", r->seed);
+			len +=
+			    (size_t)snprintf(seeds + len, cap - len, "%s%llu", len > 1 ? "," : "", r->seed);
 		}
 		if (base_id && ss[i].base_first == OUTCOME_NONE && r->v.first != OUTCOME_NONE) {
 			nmissing++;
-			mlen += (size_t)snprintf(missing + mlen, cap - mlen, "%s%llu", mlen > 1 ? "," : "", r->seed);
+			mlen += (size_t)snprintf(missing + mlen, cap - mlen, "%s%llu", mlen > 1 ? "," : "",
+						 r->seed);
 		}
 	}
 	seeds[len++] = '}';
@@ -713,15 +718,24 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 	snprintf(n, sizeof(n), "%u", s->nseeds);
 	snprintf(base, sizeof(base), "%lld", base_id);
 	{
-		const char *stats[9] = {commit,   check,    s->job.dtype, trials, failures, isnan(worst) ? NULL : worst_s,
-					verdict_name(ev.verdict), seeds, evidence};
-		const char *done[6] = {commit, check, s->job.dtype, id, s->infra_failed ? "failed" : "done", n};
+		const char *stats[9] = {commit,
+					check,
+					s->job.dtype,
+					trials,
+					failures,
+					isnan(worst) ? NULL : worst_s,
+					verdict_name(ev.verdict),
+					seeds,
+					evidence};
+		const char *done[6] = {commit, check, s->job.dtype, id, s->infra_failed ? "failed" : "done",
+				       n};
 		const char *need[5] = {id, check, s->job.dtype, base, missing};
 
 		if (s->finish_tries == 0)
-			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g; %s%s%s)", s->job.sha,
-				 s->job.check, s->job.dtype, verdict_name(ev.verdict), ran, failed, worst,
-				 stats_test_name(ev.test), ev.reason[0] ? ": " : "", ev.reason);
+			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g; %s%s%s)",
+				 s->job.sha, s->job.check, s->job.dtype, verdict_name(ev.verdict), ran,
+				 failed, worst, stats_test_name(ev.test), ev.reason[0] ? ": " : "",
+				 ev.reason);
 		db_query(s->d->db, stats_sql, 9, stats, NULL, NULL);
 		if (ev.verdict == VERDICT_PENDING && ev.needs_baseline > 0 && nmissing > 0)
 			db_query(s->d->db, need_baseline_sql, 5, need, on_requeued, s);
@@ -750,13 +764,13 @@ out_advance:
 
 /* A probe's result feeds its bisection: done once every listed seed has a stored result. */
 static const char probe_done_sql[] =
-	"WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
-	"  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
-	"  AND check_id = $3 AND dtype = $4 AND outcome <> 'infra_error' AND seed = ANY ($5::bigint[]))"
-	"  >= cardinality($5::bigint[])) RETURNING id),"
-	" p AS (UPDATE probes SET trials = $6, failures = $7, seeds = $5::bigint[], finished_at = now()"
-	"  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
-	" SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
+    "WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
+    "  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
+    "  AND check_id = $3 AND dtype = $4 AND outcome <> 'infra_error' AND seed = ANY ($5::bigint[]))"
+    "  >= cardinality($5::bigint[])) RETURNING id),"
+    " p AS (UPDATE probes SET trials = $6, failures = $7, seeds = $5::bigint[], finished_at = now()"
+    "  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
+    " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
 
 static void write_probe(struct slot *s, bool infra_failed);
 
@@ -775,8 +789,8 @@ static void on_probe_written(PGresult *res, const char *error, void *data)
 		return;
 	}
 	if (++s->finish_tries >= FINISH_RETRIES) {
-		log_warn("slot %s: probe job %lld: results not all stored yet (%s); giving the job back", s->cfg.name,
-			 s->job.id, error ? error : "rows missing");
+		log_warn("slot %s: probe job %lld: results not all stored yet (%s); giving the job back",
+			 s->cfg.name, s->job.id, error ? error : "rows missing");
 		jobs_release(s->d, s->job.id);
 		job_done(s);
 		return;
@@ -812,12 +826,12 @@ static void write_probe(struct slot *s, bool infra_failed)
 	snprintf(trials, sizeof(trials), "%u", ran);
 	snprintf(failures, sizeof(failures), "%u", failed);
 	{
-		const char *params[8] = {id,     commit,   check, s->job.dtype, seeds,
-					 trials, failures, infra_failed ? "failed" : "done"};
+		const char *params[8] = {id,    commit, check,    s->job.dtype,
+					 seeds, trials, failures, infra_failed ? "failed" : "done"};
 
 		if (s->finish_tries == 0)
-			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check, s->job.dtype,
-				 failed, ran);
+			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
+				 s->job.dtype, failed, ran);
 		store_flush(s->d->store);
 		db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s);
 	}

@@ -64,7 +64,7 @@ bad=$(pg_psql "SELECT count(*) FROM (SELECT commit_id, check_id, dtype, seed,
 [[ $bad == 0 ]] || fail "$bad seeds ran more often than the plan says (lost or duplicated trials)"
 incomplete=$(pg_psql "SELECT count(*) FROM stats s WHERE verdict NOT IN ('build_failed')
 	AND (SELECT count(DISTINCT seed) FROM trials t WHERE t.commit_id = s.commit_id AND t.check_id = s.check_id
-	     AND t.dtype = s.dtype AND t.outcome <> 'infra_error') <> $per_commit")
+	     AND t.dtype = s.dtype AND t.outcome <> 'infra_error' AND t.seed < $per_commit) <> $per_commit")
 [[ $incomplete == 0 ]] || fail "$incomplete check x dtype runs do not have all $per_commit seeds"
 echo "ok: after kill -9 and restart: $(pg_psql "SELECT count(*) FROM trials") trials, none lost, none repeated"
 

@@ -59,11 +59,11 @@ static void names_round_trip(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(a_failure_asks_for_a_rerun),
-		cmocka_unit_test(fails_twice_is_confirmed),
-		cmocka_unit_test(fail_then_pass_is_unconfirmed),
-		cmocka_unit_test(infrastructure_is_never_the_commits_fault),
-		cmocka_unit_test(names_round_trip),
+	    cmocka_unit_test(a_failure_asks_for_a_rerun),
+	    cmocka_unit_test(fails_twice_is_confirmed),
+	    cmocka_unit_test(fail_then_pass_is_unconfirmed),
+	    cmocka_unit_test(infrastructure_is_never_the_commits_fault),
+	    cmocka_unit_test(names_round_trip),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
