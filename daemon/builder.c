@@ -141,10 +141,27 @@ static const char checks_sql[] =
     " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
     " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d ON CONFLICT DO NOTHING";
 
+/* Every 'every'th seed of the plan again under each sanitizer tool, on GPU slots, behind the plan. */
+static const char sanitize_sql[] =
+    "INSERT INTO jobs (kind, commit_id, check_id, dtype, tool, seeds, priority)"
+    " SELECT 'sanitize', $1, k.id, d, t, ARRAY(SELECT generate_series(0, $3::int - 1, $4::int)::bigint), 150"
+    " FROM checks k, unnest(k.dtypes) AS d,"
+    "  (SELECT t FROM regexp_split_to_table($2, '[ ,]+') AS t WHERE t <> '') AS tools"
+    " WHERE k.repo_id = $5 AND k.name IN (SELECT name FROM json_to_recordset($6::json) AS x(name text))"
+    " ON CONFLICT DO NOTHING";
+
 static const char failed_stats_sql[] =
     "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, verdict)"
     " SELECT $1, k.id, d, 0, 0, 0, 'build_failed' FROM checks k, unnest(k.dtypes) AS d WHERE k.repo_id = $2"
     " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET verdict = 'build_failed', updated_at = now()";
+
+static bool has_gpu_slot(const struct config *cfg)
+{
+	for (unsigned i = 0; i < cfg->nslots; i++)
+		if (cfg->slots[i].gpu >= 0)
+			return true;
+	return false;
+}
 
 /* Stores the build, its checks and trials jobs (or build_failed verdicts) in one transaction. */
 static void store(struct builder *b, const char *checks_json)
@@ -168,7 +185,15 @@ static void store(struct builder *b, const char *checks_json)
 	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
 	if (ok)
 		db_query(b->d->db, checks_sql, 3, cparams, on_query_error, NULL);
-	else
+	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_gpu_slot(&b->d->cfg)) {
+		char per[16], every[16];
+		const char *sparams[6] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, checks_json};
+
+		snprintf(per, sizeof(per), "%u", b->d->cfg.trials_per_commit);
+		snprintf(every, sizeof(every), "%u", b->d->cfg.sanitizer_every);
+		db_query(b->d->db, sanitize_sql, 6, sparams, on_query_error, NULL);
+	}
+	if (!ok)
 		db_query(b->d->db, failed_stats_sql, 2, fparams, on_query_error, NULL);
 	jobs_finish(b->d, b->job.id, false, NULL);
 	db_query(b->d->db, "COMMIT", 0, NULL, on_stored, b);

@@ -8,6 +8,7 @@
  * headers where they are written (inih reports no section without keys).
  */
 #include "config.h"
+#include "sanitizer.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -47,6 +48,7 @@ enum opt_type {
 	OPT_MAILBOX,      /* "addr" or "Name <addr>" */
 	OPT_ADDRESS_LIST, /* comma-separated addresses */
 	OPT_TLS,          /* no, try or yes */
+	OPT_TOOLS,        /* comma-separated compute-sanitizer tools */
 	OPT_BOOL,         /* true/false, yes/no, on/off, 1/0; stored in a bool */
 };
 
@@ -107,6 +109,12 @@ static const struct option options[] = {
 
     NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
     NUM("trials", "max", OPT_UINT, trials_max, 1, NW_TRIALS_MAX, 1024),
+
+    /* [sanitizer]: every Nth seed of a commit's plan also runs under each tool, on GPU slots. */
+    STR("sanitizer", "tools", OPT_TOOLS, sanitizer_tools, OPT_EMPTY_OK, ""),
+    NUM("sanitizer", "every", OPT_UINT, sanitizer_every, 1, NW_TRIALS_MAX, 16),
+    STR("sanitizer", "path", OPT_STRING, sanitizer_path, 0, "compute-sanitizer"),
+    NUM("sanitizer", "timeout_factor", OPT_UINT, sanitizer_timeout_factor, 1, 1000, 20),
     NUM("trials", "timeout", OPT_DURATION, trial_timeout_s, 1, 24 * 3600, 60),
     NUM("trials", "repeats", OPT_UINT, repeats, 1, 100, 2),
     NUM("trials", "hello_timeout", OPT_DURATION, hello_timeout_s, 1, 3600, 30),
@@ -458,6 +466,22 @@ static const char *string_problem(const struct option *o, const char *value)
 		if (strcmp(value, "no") == 0 || strcmp(value, "try") == 0 || strcmp(value, "yes") == 0)
 			return NULL;
 		return "expected 'no', 'try' or 'yes'";
+	case OPT_TOOLS: {
+		char tool[32];
+
+		for (const char *c = value; *c;) {
+			size_t n = strcspn(c, ", ");
+
+			if (n > 0) {
+				snprintf(tool, sizeof(tool), "%.*s", (int)n, c);
+				if (n >= sizeof(tool) || !sanitizer_tool_valid(tool))
+					return "expected a list of memcheck, racecheck, initcheck, synccheck";
+			}
+			c += n;
+			c += strspn(c, ", ");
+		}
+		return NULL;
+	}
 	default:
 		return NULL;
 	}
@@ -846,5 +870,7 @@ void config_release(struct config *cfg)
 	free(cfg->mail_password);
 	free(cfg->mail_password_file);
 	free(cfg->mail_mbox);
+	free(cfg->sanitizer_tools);
+	free(cfg->sanitizer_path);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -48,6 +48,12 @@ struct config {
 	unsigned repeats;           /* "repeats" sent with every trial */
 	unsigned hello_timeout_s;   /* deadline for the runner's hello answer */
 
+	/* [sanitizer] */
+	char *sanitizer_tools;             /* "memcheck,racecheck": empty = off */
+	unsigned sanitizer_every;          /* one seed in this many of the plan runs under each tool */
+	char *sanitizer_path;              /* the compute-sanitizer binary */
+	unsigned sanitizer_timeout_factor; /* sanitizer trials get the trial timeout times this */
+
 	/* [slots] */
 	struct config_slot slots[NW_CONFIG_SLOTS_MAX];
 	unsigned nslots;

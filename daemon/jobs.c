@@ -24,7 +24,7 @@ static const char claim_sql[] =
     " SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
     "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),"
     "  (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,"
-    "  coalesce(claimed.bisection_id, 0), claimed.stop_on_failure"
+    "  coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, '')"
     " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
 
 struct claim {
@@ -86,6 +86,7 @@ static void on_claimed(PGresult *res, const char *error, void *data)
 	job.deterministic = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
 	job.bisection_id = db_get_ll(res, 0, 9, 0);
 	job.stop_on_failure = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
+	snprintf(job.tool, sizeof(job.tool), "%s", PQgetvalue(res, 0, 11));
 	if (!PQgetisnull(res, 0, 8) && parse_seeds(PQgetvalue(res, 0, 8), &job) < 0) {
 		log_error("jobs: out of memory");
 		jobs_release(c->d, job.id);

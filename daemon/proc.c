@@ -13,6 +13,7 @@
 struct tailbuf {
 	char *buf;
 	size_t len, max;
+	size_t total; /* bytes ever added */
 	bool truncated;
 };
 
@@ -35,6 +36,7 @@ struct proc {
 
 static void tailbuf_add(struct tailbuf *t, const char *p, size_t n)
 {
+	t->total += n;
 	if (t->max == 0)
 		return;
 	if (n >= t->max) {
@@ -359,4 +361,22 @@ int proc_write(struct proc *p, const char *buf, size_t len)
 int proc_pid(const struct proc *p)
 {
 	return p->process.pid;
+}
+
+size_t proc_err_total(const struct proc *p)
+{
+	return p->err_buf.total;
+}
+
+const char *proc_err_since(const struct proc *p, size_t mark, size_t *len)
+{
+	const struct tailbuf *t = &p->err_buf;
+	size_t start = t->total - t->len; /* total offset of buf[0] */
+
+	if (mark < start)
+		mark = start; /* the oldest of it is gone: what is left */
+	if (mark > t->total)
+		mark = t->total;
+	*len = t->total - mark;
+	return t->buf + (mark - start);
 }

@@ -59,6 +59,11 @@ int proc_write(struct proc *p, const char *buf, size_t len);
 /* SIGTERM to the child's group now, SIGKILL after the grace period. Idempotent. */
 void proc_kill(struct proc *p);
 
+/* Bytes the child has written to stderr so far: a mark for proc_err_since. */
+size_t proc_err_total(const struct proc *p);
+/* The stderr bytes written after 'mark' that the tail buffer still holds (borrowed). */
+const char *proc_err_since(const struct proc *p, size_t mark, size_t *len);
+
 /* The child's pid (its process group id too). */
 int proc_pid(const struct proc *p);
 

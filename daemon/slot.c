@@ -16,6 +16,7 @@
 #include "nwd.h"
 #include "proc.h"
 #include "protocol.h"
+#include "sanitizer.h"
 #include "stats.h"
 #include "store.h"
 #include "verdict.h"
@@ -72,7 +73,11 @@ struct slot {
 
 	bool in_trial;
 	long req_id;
-	unsigned cur; /* index into seeds of the trial in flight */
+	char runner_tool[16]; /* the sanitizer tool the runner runs under, "" for none */
+	size_t san_mark;      /* stderr offset at the start of the trial in flight */
+	enum sanitizer_status san_status;
+	bool san_stop; /* the tool was refused: the job ends */
+	unsigned cur;  /* index into seeds of the trial in flight */
 	int cur_attempt;
 
 	unsigned crash_streak;
@@ -113,6 +118,8 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	    .result = result,
 	    .error = error,
 	    .slot = s->cfg.name,
+	    .sanitizer = s->job.tool[0] ? s->job.tool : NULL,
+	    .sanitizer_status = s->job.tool[0] ? sanitizer_status_name(s->san_status) : NULL,
 	};
 
 	s->in_trial = false;
@@ -230,6 +237,39 @@ static void handle_hello(struct slot *s, const char *line, size_t len)
 	advance(s);
 }
 
+/*
+ * A trial under compute-sanitizer: what the tool wrote to stderr during the
+ * trial decides. A report fails the trial (stored with the report); a refusal
+ * (the GPU or driver does not support the tool) is stored as skipped, never as
+ * passed, and ends the job, since every other seed would be refused too.
+ * Returns true when it recorded the trial itself.
+ */
+static bool sanitized(struct slot *s, enum outcome *outcome, const struct proto_trial *t)
+{
+	char excerpt[1024];
+	size_t len;
+	const char *text = proc_err_since(s->runner, s->san_mark, &len);
+
+	s->san_status = sanitizer_scan(text, len, excerpt, sizeof(excerpt));
+	if (s->san_status == SANITIZER_SKIPPED) {
+		log_warn("slot %s: compute-sanitizer %s skipped on this device: %s", s->cfg.name, s->job.tool,
+			 excerpt);
+		record(s, OUTCOME_INFRA_ERROR, t, excerpt);
+		drop_runner(s);
+		s->san_stop = true;
+		finish_job(s, false);
+		return true;
+	}
+	if (s->san_status == SANITIZER_REPORT) {
+		log_warn("slot %s: %.12s %s %s seed %llu: compute-sanitizer %s report", s->cfg.name,
+			 s->job.sha, s->job.check, s->job.dtype, s->seeds[s->cur].seed, s->job.tool);
+		record(s, OUTCOME_FAIL, t, excerpt);
+		advance(s);
+		return true;
+	}
+	return false;
+}
+
 static void handle_trial(struct slot *s, const char *line, size_t len)
 {
 	struct proto_trial t = {0};
@@ -243,6 +283,10 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		return;
 	}
 	outcome = t.verdict;
+	if (s->job.tool[0] && sanitized(s, &outcome, &t)) {
+		proto_trial_release(&t);
+		return;
+	}
 	if (outcome == OUTCOME_ERROR && t.fatal) {
 		/* The runner's device context is gone: a property of the commit (PROTOCOL.md). */
 		outcome = OUTCOME_CRASH;
@@ -304,6 +348,12 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		record(s, OUTCOME_CRASH, NULL, why);
 		s->crash_streak++;
 		restart_later(s);
+	} else if (s->state == SLOT_STARTING && s->job.tool[0]) {
+		/* The runner died under the sanitizer before its hello: the tool refused this device. */
+		s->san_status = SANITIZER_SKIPPED;
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+		s->san_stop = true;
+		finish_job(s, false);
 	} else if (s->state == SLOT_STARTING) {
 		strike(s, why);
 	}
@@ -315,6 +365,9 @@ static int start_runner(struct slot *s)
 	char build_dir[PATH_MAX], path[PATH_MAX], gpu[32];
 	const char *extra[3] = {"NUMWATCH_PROTOCOL=1", gpu, NULL};
 	const char *argv[2] = {path, NULL};
+	/* Under a sanitizer its reports go to stderr, beside the runner's own log: the protocol stays clean. */
+	const char *san_argv[] = {cfg->sanitizer_path, "--tool", s->job.tool, "--log-file", "/dev/stderr",
+				  "--launch-timeout",  "120",    path,        NULL};
 	struct proc_opts o = {0};
 	char **env;
 	int rc;
@@ -329,7 +382,7 @@ static int start_runner(struct slot *s)
 	env = nwd_env(s->d, extra);
 	if (!env)
 		return -ENOMEM;
-	o.argv = argv;
+	o.argv = s->job.tool[0] ? san_argv : argv;
 	o.cwd = build_dir;
 	o.env = (const char *const *)env;
 	o.err_max = NW_STDERR_TAIL_MAX;
@@ -345,11 +398,20 @@ static int start_runner(struct slot *s)
 		char why[PATH_MAX + 64];
 
 		s->runner = NULL;
-		snprintf(why, sizeof(why), "cannot start runner '%s': %s", path, uv_strerror(rc));
+		snprintf(why, sizeof(why), "cannot start runner '%s': %s", o.argv[0], uv_strerror(rc));
+		if (s->job.tool[0]) {
+			/* No compute-sanitizer on this host: skipped, not passed, and the job ends. */
+			s->san_status = SANITIZER_SKIPPED;
+			record(s, OUTCOME_INFRA_ERROR, NULL, why);
+			s->san_stop = true;
+			finish_job(s, false);
+			return rc;
+		}
 		strike(s, why);
 		return rc;
 	}
 	s->runner_commit = s->job.commit_id;
+	snprintf(s->runner_tool, sizeof(s->runner_tool), "%s", s->job.tool);
 	set_state(s, SLOT_STARTING);
 	uv_timer_start(&s->deadline, on_deadline, (uint64_t)cfg->hello_timeout_s * 1000, 0);
 	{
@@ -365,6 +427,8 @@ static int start_runner(struct slot *s)
 /* The next seed to run: every seed once, then (for a plan) reruns of seeds that failed once. */
 static bool pick_seed(struct slot *s, unsigned *index)
 {
+	if (s->san_stop)
+		return false;
 	/* A search probe ends at its first failure: one failure says what it came to learn. */
 	for (unsigned i = 0; s->job.stop_on_failure && i < s->nseeds; i++)
 		if (outcome_is_failure(s->seeds[i].v.first))
@@ -419,7 +483,10 @@ static void advance(struct slot *s)
 		finish_job(s, false);
 		return;
 	}
-	if (!s->runner || s->runner_commit != s->job.commit_id || !s->runner_ready) {
+	if (!s->runner || s->runner_commit != s->job.commit_id || !s->runner_ready ||
+	    strcmp(s->runner_tool, s->job.tool) != 0) {
+		s->cur = seed; /* a sanitizer that cannot start is recorded against this seed */
+		s->cur_attempt = s->seeds[seed].next_attempt;
 		drop_runner(s);
 		start_runner(s);
 		return;
@@ -435,7 +502,12 @@ static void advance(struct slot *s)
 		return;
 	}
 	s->in_trial = true;
-	uv_timer_start(&s->deadline, on_deadline, (uint64_t)s->d->cfg.trial_timeout_s * 1000, 0);
+	s->san_mark = proc_err_total(s->runner);
+	s->san_status = SANITIZER_CLEAN;
+	uv_timer_start(&s->deadline, on_deadline,
+		       (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
+			   (s->job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1),
+		       0);
 	if (proc_write(s->runner, line, strlen(line)) < 0)
 		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
 	free(line);
@@ -457,6 +529,7 @@ static void job_done(struct slot *s)
 	s->nseeds = 0;
 	free(s->job.seeds);
 	s->job.seeds = NULL;
+	s->san_stop = false;
 	s->has_job = false;
 	set_state(s, SLOT_IDLE);
 	if (s->draining)
@@ -954,7 +1027,8 @@ static void claim(struct slot *s)
 		return;
 	uv_timer_stop(&s->wake);
 	set_state(s, SLOT_CLAIMING);
-	jobs_claim(s->d, "trials,probe", s->runner ? s->runner_commit : 0, on_claimed, s);
+	jobs_claim(s->d, s->cfg.gpu >= 0 ? "trials,probe,sanitize" : "trials,probe",
+		   s->runner ? s->runner_commit : 0, on_claimed, s);
 }
 
 void slot_kick(struct slot *s)

@@ -15,12 +15,14 @@
 
 static const char insert_sql[] =
     "INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-    " tensors, digest, digests_differ, kernel_us, error, slot, host)"
+    " tensors, digest, digests_differ, kernel_us, error, slot, host, sanitizer, sanitizer_status)"
     " SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-    " coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2"
+    " coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2,"
+    " sanitizer, sanitizer_status"
     " FROM json_to_recordset($1::json) AS t(commit_id bigint, check_id int, dtype text, seed bigint,"
     " attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors text,"
-    " digest text, digests_differ int, kernel_us float8, error text, slot text)"
+    " digest text, digests_differ int, kernel_us float8, error text, slot text, sanitizer text,"
+    " sanitizer_status text)"
     " ON CONFLICT DO NOTHING";
 
 struct batch {
@@ -132,6 +134,8 @@ static json_t *row_json(const struct trial_row *r)
 	json_object_set_new(o, "outcome", json_string(outcome_name(r->outcome)));
 	json_object_set_new(o, "error", text_or_null(r->error));
 	json_object_set_new(o, "slot", json_string(r->slot));
+	json_object_set_new(o, "sanitizer", text_or_null(r->sanitizer));
+	json_object_set_new(o, "sanitizer_status", text_or_null(r->sanitizer_status));
 	if (!t)
 		return o;
 	json_object_set_new(o, "ratio", real_or_null(t->ratio));

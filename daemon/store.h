@@ -27,6 +27,8 @@ struct trial_row {
 	const struct proto_trial *result; /* the runner's answer, NULL when there was none */
 	const char *error;                /* why, for crash/timeout/infra_error/error */
 	const char *slot;
+	const char *sanitizer;        /* the compute-sanitizer tool it ran under, or NULL */
+	const char *sanitizer_status; /* "clean", "report" or "skipped" when under one */
 };
 
 /* 'host' names this daemon in stored rows (borrowed for the store's lifetime). */

@@ -1,6 +1,7 @@
 /*
  * Helpers shared by the checks (common.h).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,4 +91,24 @@ void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n)
 	for (i = 0; i < n && i < NW_SHAPE_MAX; i++)
 		t->shape[i] = dims[i];
 	t->ndim = i;
+}
+
+double ck_shrink(enum nw_dtype d, double maxabs)
+{
+	double limit = (d == NW_F16 ? 65504.0 : 3.4e38) / 16.0, f = 1.0;
+
+	while (maxabs * f > limit)
+		f *= 0.5;
+	return f;
+}
+
+double ck_max_abs(const double *x, long n)
+{
+	double m = 0.0;
+	long i;
+
+	for (i = 0; i < n; i++)
+		if (isfinite(x[i]))
+			m = fmax(m, fabs(x[i]));
+	return m;
 }

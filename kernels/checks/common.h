@@ -32,6 +32,17 @@ static inline double ck_round(enum nw_dtype d, double v)
 	return (double)nw_round(d, (float)v);
 }
 
+/*
+ * Outputs a check may ask for stay well inside the dtype's range: a case
+ * whose float64 result would overflow (dy 1e3 times rstd 300 in f16) has no
+ * right answer in that dtype. ck_shrink() gives the power of two (2^-k, k >= 0)
+ * that brings a result of size maxabs under 1/16 of the dtype's largest
+ * value; gradients are linear in the incoming gradient, which a check scales
+ * by it (exactly, being a power of two).
+ */
+double ck_shrink(enum nw_dtype d, double maxabs);
+double ck_max_abs(const double *x, long n);
+
 /* A normal draw scaled and offset. */
 static inline double ck_normal(struct nw_rng *r, double mu, double sigma)
 {

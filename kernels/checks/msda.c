@@ -868,12 +868,13 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct msda_data m = {0};
 	struct devbufs dv = {0};
 	struct nw_output out[3] = {{0}};
-	struct ck_plain plain[3] = {{{0}}};
+	struct ck_plain plain[3];
 	struct bwd_ref r = {0};
 	struct launch_ctx ctx;
 	struct plain_pre pre = {0};
 	int rc, o, i;
 
+	memset(plain, 0, sizeof(plain));
 	rc = gen_data(c, t, &m, true);
 	if (rc)
 		goto out;
@@ -889,6 +890,19 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		goto out;
 	}
 	ref_bwd(&m, &r);
+	{
+		/* Keep the gradients inside the dtype's range (f16 with values or dout of 1e3). */
+		double mx = fmax(ck_max_abs(r.dvalue, m.nvalue), fmax(ck_max_abs(r.dloc, 2 * m.npts), ck_max_abs(r.dattn, m.npts)));
+		double f = ck_shrink(d, mx);
+		long j;
+
+		if (f < 1.0) {
+			for (j = 0; j < m.nout; j++)
+				m.dout[j] *= f;
+			ck_store_all(d, m.dout_s, m.dout, m.nout);
+			ref_bwd(&m, &r);
+		}
+	}
 	pre_fill(d, &m, &pre);
 	for (o = 0; o < NW_ORDERS; o++)
 		plain_bwd(d, &m, &pre, o, plain[0].p[o], plain[1].p[o], plain[2].p[o]);

@@ -188,6 +188,22 @@ export const url = {
   health() {
     return '/?view=health';
   },
+  checks() {
+    return '/?view=checks';
+  },
+  /** One check's history; dtype and page are optional (page 1 = the newest commits). */
+  check(name, dtype, { page } = {}) {
+    let u = `/?view=check&check=${encodeURIComponent(name)}`;
+    if (dtype) u += `&dtype=${encodeURIComponent(dtype)}`;
+    if (page > 1) u += `&page=${page}`;
+    return u;
+  },
+  bisections(page = 1) {
+    return page > 1 ? `/?view=bisections&page=${page}` : '/?view=bisections';
+  },
+  bisection(id) {
+    return `/?view=bisection&id=${encodeURIComponent(id)}`;
+  },
   buildLog(sha) {
     return `/api/v1/commits/${encodeURIComponent(sha)}/build-log`;
   },
@@ -202,4 +218,79 @@ export function checkAnchor(check, dtype) {
 export function splitQueueKey(k) {
   const i = String(k).lastIndexOf('_');
   return i > 0 ? [k.slice(0, i), k.slice(i + 1)] : [String(k), ''];
+}
+
+/** Check names and dtypes as the API takes them (docs/api.md, "Names"). */
+export const NAME_RE = /^[A-Za-z0-9._+:-]{1,63}$/;
+
+export function isName(s) {
+  return typeof s === 'string' && NAME_RE.test(s);
+}
+
+/** A bisection id: 1 to 18 digits. */
+export function isBisectionId(s) {
+  return (typeof s === 'string' || typeof s === 'number') && /^[0-9]{1,18}$/.test(String(s)) && Number(s) > 0;
+}
+
+/** A probability or rate as a percentage: "99.5%", "0.01%", "<0.01%", "0%". */
+export function fmtPercent(x, digits = 1) {
+  if (x == null || x === '') return '—';
+  const n = Number(x);
+  if (!Number.isFinite(n)) return String(x);
+  if (n === 0) return '0%';
+  const p = n * 100;
+  if (p >= 99.95 && p < 100) return '>99.9%';
+  if (p < 0.01) return '<0.01%';
+  if (p < 1) return `${p.toFixed(2)}%`;
+  return `${p.toFixed(digits).replace(/\.0+$/, '')}%`;
+}
+
+/** Bisection outcomes (docs/api.md, "Bisection states and outcomes"), with a tone and words. */
+const OUTCOMES = {
+  culprit: { label: 'culprit found', tone: 'bad' },
+  no_culprit: { label: 'no culprit (a flake)', tone: 'good' },
+  withdrawn: { label: 'culprit withdrawn', tone: 'warn' },
+  error: { label: 'error', tone: 'bad' },
+};
+
+export function outcomeInfo(outcome, state) {
+  if (outcome == null) {
+    if (state === 'confirming') return { label: 'confirming', tone: 'busy' };
+    if (state === 'running') return { label: 'searching', tone: 'busy' };
+    return { label: state == null ? 'unknown' : String(state), tone: 'neutral' };
+  }
+  return OUTCOMES[outcome] || { label: String(outcome).replace(/_/g, ' '), tone: 'neutral' };
+}
+
+/** Posterior flags of a commit in a bisection's range: 1 does not build, 2 same binary as its parent. */
+export const FLAG_UNBUILDABLE = 1;
+export const FLAG_SAME_BINARY = 2;
+
+export function flagWords(flags) {
+  const n = Number(flags) || 0;
+  const out = [];
+  if (n & FLAG_UNBUILDABLE) out.push('does not build');
+  if (n & FLAG_SAME_BINARY) out.push('same binary as its parent');
+  return out;
+}
+
+/**
+ * The rows of a bisection's range to show: every commit when the range is
+ * short, else only those worth reading (probability at least minP, probed,
+ * flagged, the bad commit or the culprit), with runs of the rest folded into
+ * gap rows {gap: N}. Pure, for the unit tests.
+ */
+export function foldRange(rows, keep, { max = 300 } = {}) {
+  if (rows.length <= max) return rows.map((r) => ({ row: r }));
+  const out = [];
+  let gap = 0;
+  for (const r of rows) {
+    if (keep(r)) {
+      if (gap) out.push({ gap });
+      gap = 0;
+      out.push({ row: r });
+    } else gap++;
+  }
+  if (gap) out.push({ gap });
+  return out;
 }

@@ -142,7 +142,8 @@ extern "C" int dl_cuda_layernorm_fwd(enum dl_dtype dtype, const void *x, const v
 
 	if (!dl::dtype_ok(dtype) || rows < 0 || cols < 0)
 		return -EINVAL;
-	if (rows == 0 || cols == 0)
+	/* An empty row still has statistics: mean and rstd are NaN (0 / 0). */
+	if (rows == 0)
 		return 0;
 	if (dtype == DL_F16)
 		launch_fwd<__half>(x, gamma, beta, y, mean, rstd, rows, cols, eps, cs);
