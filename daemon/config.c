@@ -663,7 +663,7 @@ static int read_password_file(struct parser *p, int lineno)
 static int finish_mail(struct parser *p)
 {
 	struct config *cfg = &p->cfg;
-	size_t ipass, ifile;
+	size_t ipass = 0, ifile = 0;
 	char *host;
 
 	find_option("mail", "password", &ipass);

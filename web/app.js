@@ -7,7 +7,14 @@
 //   /?page=N                          commits grid, page N (50 commits a page)
 //   /?view=commit&sha=SHA             one commit (SHA: 4 to 40 hex digits)
 //   /?view=commit&sha=SHA#CHECK/DTYPE   ... scrolled to one check x dtype row
-//   /?view=health                     daemon, slots, queue, database, polling
+//   /?view=checks                     the suite's checks, latest verdicts
+//   /?view=check&check=C&dtype=D      one check x dtype across commits (uPlot
+//                                     chart, regressions and culprits marked);
+//                                     &page=N for older commits
+//   /?view=bisections[&page=N]        bisections, newest first
+//   /?view=bisection&id=N             one bisection: outcome, range with each
+//                                     commit's probability, probes, log
+//   /?view=health                     daemon, GPUs, runners, queue, database
 //
 // Adding a view: write js/views/NAME.js exporting {name, nav, load, title,
 // render[, update][, reveal]} and list it in ROUTES (and in NAV to get a
@@ -21,10 +28,24 @@ import { url } from './js/format.js';
 import commitsView from './js/views/commits.js';
 import commitView from './js/views/commit.js';
 import healthView from './js/views/health.js';
+import checksView from './js/views/checks.js';
+import checkView from './js/views/check.js';
+import bisectionsView from './js/views/bisections.js';
+import bisectionView from './js/views/bisection.js';
 
-const ROUTES = { commits: commitsView, commit: commitView, health: healthView };
+const ROUTES = {
+  commits: commitsView,
+  commit: commitView,
+  checks: checksView,
+  check: checkView,
+  bisections: bisectionsView,
+  bisection: bisectionView,
+  health: healthView,
+};
 const NAV = [
   { nav: 'commits', label: 'Commits', href: url.commits() },
+  { nav: 'checks', label: 'Checks', href: url.checks() },
+  { nav: 'bisections', label: 'Bisections', href: url.bisections() },
   { nav: 'health', label: 'Health', href: url.health() },
 ];
 const REFRESH_MS = 5000;

@@ -424,7 +424,7 @@ static void work_free(struct work *w)
 static int work_alloc(struct work *w, const struct attn_dims *s)
 {
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, mx = sq > sk ? sq : sk;
-	long bt = D * mx > 2 * mx ? D * mx : 2 * mx, ss = sq * sk;
+	long bt = D * mx > 3 * mx ? D * mx : 3 * mx, ss = sq * sk;
 
 	w->bt = ck_doubles(bt > ss ? bt : ss);
 	w->S = ck_doubles(ss);
@@ -592,7 +592,8 @@ out:
  * of the given O, dQ = scale dS K, dK = scale dS^T Q. With the exact O and
  * LSE this is the gradient of attention; with the stored ones it is what a
  * kernel that is handed them can be asked for (their rounding is not the
- * kernel's error). mag[0..2] grow to the sizes of the terms of dQ, dK, dV.
+ * kernel's error). mag[0..2] grow to the sizes of the terms of dQ, dK, dV
+ * (the floors of their budgets).
  */
 static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v,
 		       const double *dout, const double *o, const float *lse, struct work *w, double *dq, double *dk,
@@ -600,30 +601,44 @@ static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double 
 {
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
 	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D), mdo = max_abs(dout, sq * D);
-	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk; /* bt is free after the products */
+	/* bt is free after the products */
+	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk, *knorm = w->bt + 2 * sk;
 
 	mm_nt_d(q, k, sq, sk, D, w->bt, S);
 	mm_nt_d(dout, v, sq, sk, D, w->bt, dP);
 	for (x = 0; x < sk * D; x++)
 		dk[x] = dv[x] = 0.0;
-	for (j = 0; j < sk; j++)
+	for (j = 0; j < sk; j++) {
 		colabs[j] = colp[j] = 0.0;
+		knorm[j] = 0.0;
+		for (x = 0; x < D; x++)
+			knorm[j] += k[j * D + x] * k[j * D + x];
+		knorm[j] = sqrt(knorm[j]);
+	}
 	for (i = 0; i < sq; i++) {
 		const double *dpr = dP + i * sk;
 		long nv = visible(s, i);
-		double delta = 0.0, rowabs = 0.0;
+		double delta = 0.0, rowabs = 0.0, qnorm = 0.0;
 
 		for (x = 0; x < D; x++) {
 			delta += dout[i * D + x] * o[i * D + x];
+			qnorm += q[i * D + x] * q[i * D + x];
 			dq[i * D + x] = 0.0;
 		}
+		qnorm = sqrt(qnorm);
 		for (j = 0; j < nv; j++) {
 			double p = exp(sc * S[i * sk + j] - (double)lse[i]), ds = p * (dpr[j] - delta);
-			double dsa = p * (fabs(dpr[j]) + fabs(delta));
+			/*
+			 * A kernel recomputes p = exp(scale * s - LSE) from a float score
+			 * and the float LSE: its rounding grows with the size of the two
+			 * (|q| |k| bounds the terms of s), not with p.
+			 */
+			double grow = 1.0 + sc * qnorm * knorm[j] + fabs((double)lse[i]);
+			double dsa = p * (fabs(dpr[j]) + fabs(delta)) * grow;
 
 			rowabs += dsa;
 			colabs[j] += dsa;
-			colp[j] += p;
+			colp[j] += p * grow;
 			for (x = 0; x < D; x++) {
 				dq[i * D + x] += ds * k[j * D + x];
 				dk[j * D + x] += ds * q[i * D + x];

@@ -49,7 +49,7 @@ export function themeColors() {
  * A uPlot plugin that draws a dashed vertical line at each marker's x with a
  * label on top ("culprit #3"): markers = [{x, label}].
  */
-export function markerPlugin(markers, color) {
+export function markerPlugin(markers, color, bg = '#ffffff') {
   return {
     hooks: {
       draw: [
@@ -64,6 +64,7 @@ export function markerPlugin(markers, color) {
           ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
           ctx.font = `${600} ${11 * devicePixelRatio}px system-ui, sans-serif`;
           ctx.textBaseline = 'top';
+          ctx.textAlign = 'left';
           for (const m of markers) {
             const x = Math.round(u.valToPos(m.x, 'x', true));
             if (!(x >= u.bbox.left - 1 && x <= u.bbox.left + u.bbox.width + 1)) continue;
@@ -72,8 +73,14 @@ export function markerPlugin(markers, color) {
             ctx.lineTo(x, bottom);
             ctx.stroke();
             if (m.label) {
+              const pad = 3 * devicePixelRatio;
               const w = ctx.measureText(m.label).width;
-              const tx = x + 4 * devicePixelRatio + w > u.bbox.left + u.bbox.width ? x - 4 * devicePixelRatio - w : x + 4 * devicePixelRatio;
+              const tx = x + 2 * pad + w > u.bbox.left + u.bbox.width ? x - 2 * pad - w : x + 2 * pad;
+              ctx.save();
+              ctx.fillStyle = bg;
+              ctx.globalAlpha = 0.85;
+              ctx.fillRect(tx - pad, top, w + 2 * pad, 15 * devicePixelRatio);
+              ctx.restore();
               ctx.fillText(m.label, tx, top + 2 * devicePixelRatio);
             }
           }

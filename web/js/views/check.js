@@ -6,7 +6,7 @@
 //   /?view=check&check=NAME&dtype=D         that dtype
 //   /?view=check&check=NAME&dtype=D&page=N  older commits
 import { ApiError, getJSON } from '../api.js';
-import { h } from '../dom.js';
+import { appendChildren, h } from '../dom.js';
 import { badge, commitLink, heading, notice, pill } from '../components.js';
 import { markerPlugin, mountChart, themeColors } from '../chart.js';
 import { fmtInt, fmtPercent, fmtRatio, isName, isSha, outcomeInfo, parsePage, shortSha, url, verdictInfo } from '../format.js';
@@ -51,10 +51,27 @@ function culpritMarkers(d) {
   return [...byX.entries()].map(([x, ids]) => ({ x, label: `culprit ${ids.join(' ')}` }));
 }
 
+/**
+ * Which splits of a log axis get a label, tick and grid line: 1, 2 and 5 of
+ * each decade when the axis spans at most two decades, else powers of ten.
+ */
+export function logSplits(splits) {
+  const vals = splits.filter((v) => v > 0);
+  const decades = vals.length ? Math.log10(Math.max(...vals) / Math.min(...vals)) : 0;
+  const keep = decades <= 2 ? [1, 2, 5] : [1];
+  return splits.map((v) => {
+    if (!(v > 0)) return null;
+    const m = Math.round((v / 10 ** Math.floor(Math.log10(v) + 1e-9)) * 1000) / 1000;
+    return keep.includes(m) ? v : null;
+  });
+}
+
 const X_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
 
-function baseOpts(uPlot, c, d, { title, y, series, markers, onHover, onPick }) {
+function baseOpts(uPlot, c, d, { title, y, log, series, markers, onHover, onPick }) {
   const axis = { stroke: c.muted, grid: { stroke: c.grid, width: 1 }, ticks: { stroke: c.grid, width: 1 } };
+  const filt = (u, splits) => logSplits(splits);
+  const yAxis = log ? { ...axis, size: 60, filter: filt, grid: { ...axis.grid, filter: filt }, ticks: { ...axis.ticks, filter: filt } } : { ...axis, size: 60 };
   return {
     title,
     height: CHART_HEIGHT,
@@ -63,10 +80,10 @@ function baseOpts(uPlot, c, d, { title, y, series, markers, onHover, onPick }) {
     scales: { x: { time: false }, y },
     axes: [
       { ...axis, label: 'commit position on the branch', incrs: X_INCRS, values: (u, splits) => splits.map((v) => (Number.isInteger(v) ? `#${v}` : '')) },
-      { ...axis, size: 60 },
+      yAxis,
     ],
     series: [{ label: 'commit', value: (u, v) => (v == null ? '—' : `#${v}`) }, ...series],
-    plugins: [markerPlugin(markers, c.culprit)],
+    plugins: [markerPlugin(markers, c.culprit, c.bg)],
     hooks: {
       setCursor: [(u) => onHover(u.cursor.idx)],
       ready: [
@@ -87,14 +104,16 @@ function charts(d, check, dtype) {
     const s = i == null ? null : d.rows[i];
     if (!s) return;
     const culprit = d.culprits.filter((c) => c.sha === s.sha);
-    readout.replaceChildren(
-      h('span', { class: 'sha' }, `#${s.position} ${shortSha(s.sha)}`),
+    readout.replaceChildren();
+    appendChildren(
+      readout,
+      [h('span', { class: 'sha' }, `#${s.position} ${shortSha(s.sha)}`),
       ' ',
       h('span', { class: 'readout-title' }, s.title == null ? '' : String(s.title)),
       ' ',
       badge(s.verdict),
       culprit.length ? [' ', pill(`culprit (bisection ${culprit.map((c) => '#' + c.id).join(', ')})`, 'bad')] : null,
-      h('span', { class: 'muted' }, ` worst ${fmtRatio(s.worst_ratio)} · median ${fmtRatio(s.median_ratio)} · ${fmtInt(s.failures)}/${fmtInt(s.trials)} failed (${fmtPercent(s.failure_rate)})`),
+      h('span', { class: 'muted' }, ` worst ${fmtRatio(s.worst_ratio)} · median ${fmtRatio(s.median_ratio)} · ${fmtInt(s.failures)}/${fmtInt(s.trials)} failed (${fmtPercent(s.failure_rate)})`)],
     );
   };
   const onPick = (i) => {
@@ -114,6 +133,7 @@ function charts(d, check, dtype) {
       baseOpts(uPlot, c, d, {
         title: 'Error ratio (error / tolerance; above 1 fails)',
         y: { distr: 3, log: 10 },
+        log: true,
         markers,
         onHover,
         onPick,
@@ -132,12 +152,12 @@ function charts(d, check, dtype) {
     return [
       baseOpts(uPlot, c, d, {
         title: 'Failure rate (failing seeds / trials)',
-        y: { range: (u, min, max) => [0, Math.max(5, Math.ceil((max || 0) / 5) * 5)] },
+        y: { range: (u, min, max) => [0, Math.max(5, Math.ceil(((max || 0) * 1.15) / 5) * 5)] },
         markers,
         onHover,
         onPick,
         series: [
-          { label: 'failure rate', stroke: c.rate, fill: c.rate + '33', width: 2, paths: uPlot.paths.stepped({ align: 1 }), points: { show: true, size: 5, stroke: c.rate, fill: c.rate }, value: (u, v) => (v == null ? '—' : `${Number(v).toFixed(2).replace(/\.?0+$/, '')}%`) },
+          { label: 'failure rate', stroke: c.rate, fill: c.rate, width: 1, paths: uPlot.paths.bars({ size: [0.6, 40, 3] }), points: { show: false }, value: (u, v) => (v == null ? '—' : `${Number(v).toFixed(2).replace(/\.?0+$/, '')}%`) },
           { label: '✕ regressed', stroke: c.regressed, width: 0, paths: () => null, points: { show: true, size: 13, width: 3, stroke: c.regressed, fill: c.bg }, value: (u, v) => (v == null ? '—' : 'yes') },
         ],
       }),

@@ -3,6 +3,8 @@
 //   /?view=commit&sha=SHA                 SHA: 4 to 40 lowercase hex digits
 //   /?view=commit&sha=SHA#CHECK/DTYPE     scrolled to that check's row
 //   /?view=commit&sha=SHA#seeds-CHECK/DTYPE   to its failing seeds
+// Bisections that name this commit as their culprit or started from it are
+// linked at the top (from the first page of GET /api/v1/bisections).
 import { ApiError, getJSON, getText } from '../api.js';
 import { copyable, h } from '../dom.js';
 import { badge, buildPill, commitLink, facts, heading, notice, pill, timeEl } from '../components.js';
@@ -17,11 +19,17 @@ import {
   fmtShape,
   fmtValue,
   humanKey,
+  fmtPercent,
+  isBisectionId,
   isSha,
+  outcomeInfo,
   shortSha,
   url,
   verdictInfo,
 } from '../format.js';
+
+/** Bisections fetched to find this commit's: the newest this many. */
+const BISECTIONS_SCANNED = 200;
 
 /** Checks linked from the "Needs attention" line before the rest are summed up. */
 const ATTENTION_SHOWN = 24;
@@ -138,7 +146,7 @@ function checksTable(checks, sha) {
       'tr',
       { id, class: [ATTENTION.has(info.key) && info.key !== 'build_failed' ? 'attention' : '', repeat ? 'repeat' : ''].join(' ').trim() || null },
       h('th', { scope: 'row' }, h('a', { href: url.commit(sha, k.check, k.dtype), class: 'anchor', title: 'Link to this row' }, String(k.check)), k.deterministic === false ? h('span', { class: 'nd', title: 'non-deterministic: judged statistically' }, ' ~') : null),
-      h('td', null, String(k.dtype)),
+      h('td', null, h('a', { href: url.check(k.check, k.dtype), class: 'history-link', title: `${k.check} ${k.dtype} across commits (chart)` }, String(k.dtype))),
       h('td', null, badge(k.verdict)),
       h('td', { class: 'num' }, fmtInt(k.trials)),
       countCell(k.failures, true),
@@ -255,10 +263,39 @@ function seedsSection(k) {
       h('span', null, `${k.check} · ${k.dtype}`),
       badge(k.verdict),
       h('span', { class: 'subtitle' }, `${bySeed.size} failing seed${bySeed.size === 1 ? '' : 's'} · ${fmtInt(k.failures)} of ${fmtInt(k.trials)} trials failed`),
+      h('a', { href: url.check(k.check, k.dtype), class: 'up' }, 'history across commits'),
       h('a', { href: hashHref(checkAnchor(k.check, k.dtype)), class: 'up' }, 'its row in the table ↓'),
     ),
     shown,
     rest.length ? h('details', { class: 'more-seeds', dataset: { key: `more-${id}` } }, h('summary', null, `${rest.length} more failing seed${rest.length === 1 ? '' : 's'}`), rest) : null,
+  );
+}
+
+/** The bisections that name this commit as their culprit, or started from its regression. */
+function bisectionsHere(list, sha) {
+  if (!Array.isArray(list) || !list.length) return null;
+  const culprit = list.filter((b) => b.culprit === sha && b.outcome === 'culprit');
+  const other = list.filter((b) => !culprit.includes(b));
+  const item = (b) => {
+    const o = outcomeInfo(b.outcome, b.state);
+    return h(
+      'li',
+      null,
+      h('a', { href: url.bisection(b.id), class: 'bisection-link' }, `Bisection #${b.id}`),
+      ' ',
+      h('a', { href: url.check(b.check, b.dtype), class: 'mono' }, `${b.check} · ${b.dtype}`),
+      ' ',
+      pill(o.label, o.tone),
+      b.outcome === 'culprit' && b.culprit === sha ? ` confidence ${fmtPercent(b.confidence)}` : null,
+      b.outcome === 'culprit' && b.culprit !== sha && isSha(b.culprit) ? [' → culprit ', commitLink(b.culprit)] : null,
+    );
+  };
+  return h(
+    'section',
+    { class: `panel bisections-here${culprit.length ? ' is-culprit' : ''}`, 'aria-labelledby': 'bis-h' },
+    h('h2', { id: 'bis-h' }, culprit.length ? `Culprit of ${culprit.length} regression${culprit.length === 1 ? '' : 's'}, named by bisection` : 'Bisections from this commit'),
+    culprit.length ? h('ul', { class: 'plain-list' }, culprit.map(item)) : null,
+    other.length ? [culprit.length ? h('p', { class: 'muted small' }, 'Other bisections that started from this commit:') : null, h('ul', { class: 'plain-list' }, other.map(item))] : null,
   );
 }
 
@@ -269,8 +306,17 @@ export default {
   async load(params, { signal }) {
     const sha = (params.get('sha') || '').trim().toLowerCase();
     if (!isSha(sha)) throw new ApiError(sha ? `'${sha}' is not a commit id: give 4 to 40 hex digits` : 'no commit given: add &sha=<commit id> to the URL', 400);
-    const r = await getJSON(`/api/v1/commits/${sha}`, { signal });
-    return { data: r.body, sig: r.text };
+    // The commit API does not say which bisections blame the commit; the bisections list does.
+    const [r, bis] = await Promise.all([
+      getJSON(`/api/v1/commits/${sha}`, { signal }),
+      getJSON(`/api/v1/bisections?limit=${BISECTIONS_SCANNED}`, { signal }).catch((e) => {
+        if (e && e.name === 'AbortError') throw e;
+        return null;
+      }),
+    ]);
+    const full = r.body && r.body.sha;
+    const list = bis && Array.isArray(bis.body.bisections) ? bis.body.bisections.filter((b) => isBisectionId(b.id) && (b.culprit === full || b.bad === full)) : [];
+    return { data: { ...r.body, bisections_here: list }, sig: r.text + JSON.stringify(list) };
   },
 
   title(params, data) {
@@ -342,6 +388,7 @@ export default {
       'section',
       { class: 'view view-commit' },
       head,
+      bisectionsHere(c.bisections_here, sha),
       h('div', { class: 'panels' }, meta, buildSection(c)),
       h('section', { 'aria-labelledby': 'checks-h' }, h('h2', { id: 'checks-h' }, 'Checks'), checksPart),
       failing.length ? h('section', { 'aria-labelledby': 'seeds-h' }, h('h2', { id: 'seeds-h' }, 'Failing seeds'), failing.map(seedsSection)) : null,

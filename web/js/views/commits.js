@@ -1,6 +1,7 @@
 // The commits view (default): a commit x (check, dtype) grid of verdicts.
 //   /            page 1, newest first
 //   /?page=N     page N (PAGE_SIZE commits a page)
+// Column headers link to the check pages (/?view=check&check=C[&dtype=D]).
 import { getJSON } from '../api.js';
 import { h, srOnly } from '../dom.js';
 import { badge, commitLink, heading, legend, notice, timeEl } from '../components.js';
@@ -43,9 +44,15 @@ function headerRows(cols, checks) {
     const dtypes = Array.isArray(c.dtypes) && c.dtypes.length ? c.dtypes : [''];
     const det = c.deterministic === false ? ' (non-deterministic: judged statistically)' : '';
     top.appendChild(
-      h('th', { class: 'check', colspan: String(dtypes.length), scope: 'colgroup', title: `${c.check}${det}` }, h('span', { class: 'check-name' }, c.deterministic === false ? `${c.check} ~` : String(c.check))),
+      h(
+        'th',
+        { class: 'check', colspan: String(dtypes.length), scope: 'colgroup', title: `${c.check}${det}: history across commits` },
+        h('a', { href: url.check(c.check), class: 'check-link' }, h('span', { class: 'check-name' }, c.deterministic === false ? `${c.check} ~` : String(c.check))),
+      ),
     );
-    dtypes.forEach((d, i) => bottom.appendChild(h('th', { class: i === 0 ? 'dtype first' : 'dtype', scope: 'col', title: `${c.check} ${d}` }, String(d))));
+    dtypes.forEach((d, i) =>
+      bottom.appendChild(h('th', { class: i === 0 ? 'dtype first' : 'dtype', scope: 'col', title: `${c.check} ${d}: history across commits` }, d ? h('a', { href: url.check(c.check, d), class: 'dtype-link' }, String(d)) : '')),
+    );
   }
   return [top, bottom];
 }

@@ -1,5 +1,6 @@
-// The health view: the daemon, its runner slots, the job queue, the database
-// and the repository poller.
+// The health view: the daemon, its GPUs and runner slots (runner processes,
+// restarts), the job queue and its depth, the database and the repository
+// poller.
 //   /?view=health
 import { getJSON } from '../api.js';
 import { h } from '../dom.js';
@@ -37,6 +38,64 @@ function queueTable(queue) {
         [...kinds.entries()]
           .sort((a, b) => a[0].localeCompare(b[0]))
           .map(([kind, byState]) => h('tr', null, h('th', { scope: 'row' }, kind), cols.map((s) => h('td', { class: 'num' }, fmtInt(byState[s] || 0))))),
+      ),
+    ),
+  );
+}
+
+/** Queue depth from the health answer's queue ({KIND_STATE: n}): {queued, running, other}. */
+export function queueDepth(queue) {
+  const out = { queued: 0, running: 0, other: 0 };
+  for (const [k, n] of Object.entries(queue || {})) {
+    const state = splitQueueKey(k)[1];
+    const v = Number(n) || 0;
+    if (state === 'queued') out.queued += v;
+    else if (state === 'running') out.running += v;
+    else out.other += v;
+  }
+  return out;
+}
+
+/** Slots grouped by device: [{gpu, slots}], GPUs by index first, then host slots (gpu -1). */
+export function byDevice(slots) {
+  const m = new Map();
+  for (const s of Array.isArray(slots) ? slots : []) {
+    const g = Number.isInteger(Number(s.gpu)) && Number(s.gpu) >= 0 ? Number(s.gpu) : -1;
+    if (!m.has(g)) m.set(g, []);
+    m.get(g).push(s);
+  }
+  return [...m.entries()].sort((a, b) => (a[0] < 0) - (b[0] < 0) || a[0] - b[0]).map(([gpu, list]) => ({ gpu, slots: list }));
+}
+
+function devicesTable(slots) {
+  const devs = byDevice(slots);
+  if (!devs.length) return h('p', { class: 'muted' }, 'No devices: this daemon has no runner slots.');
+  return h(
+    'div',
+    { class: 'table-wrap' },
+    h(
+      'table',
+      { class: 'data devices' },
+      h('caption', { class: 'sr-only' }, 'GPUs and runners'),
+      h('thead', null, h('tr', null, ['Device', 'Slots', 'Busy', 'Runners (pid)', 'Restarts', 'Trials run'].map((t, i) => h('th', { scope: 'col', class: i === 4 || i === 5 ? 'num' : null }, t)))),
+      h(
+        'tbody',
+        null,
+        devs.map(({ gpu, slots: list }) => {
+          const pids = list.filter((s) => Number(s.runner_pid) > 0).map((s) => String(s.runner_pid));
+          const restarts = list.reduce((n, s) => n + (Number(s.restarts) || 0), 0);
+          const busy = list.filter((s) => s.state !== 'idle' && s.state !== 'stopped').length;
+          return h(
+            'tr',
+            null,
+            h('th', { scope: 'row' }, gpu >= 0 ? `GPU ${gpu}` : 'host (CPU)'),
+            h('td', null, list.map((s) => String(s.name)).join(', ')),
+            h('td', null, `${busy} of ${list.length}`),
+            h('td', null, pids.length ? `${pids.length} live (${pids.join(', ')})` : h('span', { class: 'muted' }, 'none running')),
+            h('td', { class: restarts > 0 ? 'num warn' : 'num' }, fmtInt(restarts)),
+            h('td', { class: 'num' }, fmtInt(list.reduce((n, s) => n + (Number(s.trials) || 0), 0))),
+          );
+        }),
       ),
     ),
   );
@@ -99,7 +158,12 @@ export default {
     const ok = d.status === 'ok';
     const dbOk = d.database === 'ok';
     const pollBad = Boolean(d.poll_error) || Number(d.poll_failures) > 0;
-    const busy = Array.isArray(d.slots) ? d.slots.filter((s) => s.state !== 'idle' && s.state !== 'stopped').length : 0;
+    const slots = Array.isArray(d.slots) ? d.slots : [];
+    const busy = slots.filter((s) => s.state !== 'idle' && s.state !== 'stopped').length;
+    const gpus = byDevice(slots).filter((x) => x.gpu >= 0);
+    const runners = slots.filter((s) => Number(s.runner_pid) > 0).length;
+    const restarts = slots.reduce((n, s) => n + (Number(s.restarts) || 0), 0);
+    const depth = queueDepth(d.queue);
     return h(
       'section',
       { class: 'view view-health' },
@@ -122,8 +186,12 @@ export default {
           `${fmtInt(d.poll_failures)} failed poll${Number(d.poll_failures) === 1 ? '' : 's'} in a row · ${fmtInt(d.commits)} commits known`,
         ),
         card('Build', d.building ? 'busy' : 'neutral', d.building ? h('span', null, 'building ', commitLink(String(d.building))) : 'idle'),
-        card('Slots', busy ? 'good' : 'neutral', `${busy} of ${Array.isArray(d.slots) ? d.slots.length : 0} busy`),
+        card('Slots', busy ? 'good' : 'neutral', `${busy} of ${slots.length} busy`),
+        card('GPUs', gpus.length ? 'good' : 'neutral', gpus.length ? `${gpus.length} GPU${gpus.length === 1 ? '' : 's'}` : 'none', gpus.length ? gpus.map((g) => `GPU ${g.gpu}: ${g.slots.length} slot${g.slots.length === 1 ? '' : 's'}`).join(' · ') : 'host slots only: checks run on the CPU'),
+        card('Runners', restarts ? 'warn' : runners ? 'good' : 'neutral', `${runners} of ${slots.length} running`, `${fmtInt(restarts)} restart${restarts === 1 ? '' : 's'} after a crash, timeout or fault`),
+        card('Queue depth', depth.queued ? 'busy' : 'neutral', `${fmtInt(depth.queued)} queued · ${fmtInt(depth.running)} running`, d.queue ? 'jobs of every daemon on this database' : 'unknown: the database does not answer'),
       ),
+      h('section', { 'aria-labelledby': 'devices-h' }, h('h2', { id: 'devices-h' }, 'GPUs and runners'), devicesTable(slots)),
       h('section', { 'aria-labelledby': 'slots-h' }, h('h2', { id: 'slots-h' }, 'Runner slots'), slotsTable(d.slots)),
       h('section', { 'aria-labelledby': 'queue-h' }, h('h2', { id: 'queue-h' }, 'Queue'), queueTable(d.queue)),
       h('details', { class: 'raw', dataset: { key: 'raw-health' } }, h('summary', null, 'Raw health answer'), h('pre', null, JSON.stringify(d, null, 2))),

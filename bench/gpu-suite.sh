@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# bench/gpu-suite.sh: the check suite on a real GPU, through the real daemon.
+# Runs on the GPU host (no network, none of our libraries) from the repo root,
+# with .gpu/ carried: debs/ (shared/tools/offline-debs + git, libjansson-dev),
+# bin/numwatchd and the prebuilt runners of bench/gpu-prebuild.sh. It
+#   1. runs numwatchd with GPU slot 0 over the demo history (per_commit seeds,
+#      compute-sanitizer memcheck and racecheck on a schedule), and reports
+#      every commit's verdicts: each planted bug must be caught at its commit;
+#   2. runs TRIALS seeds of every check x dtype on the newest (clean) commit
+#      through the daemon: false alarms, trials per second, GPU busy fraction;
+#   3. times the C runner against plain PyTorch loops (bench/torch_loop.py).
+# Everything it measures goes to $OUT (report.md, daemon.log, gpu-util.csv).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+G=$root/.gpu
+OUT=${OUT:-$G/out}
+TRIALS=${NW_GPU_TRIALS:-1000}
+PER_COMMIT=${NW_GPU_PER_COMMIT:-64}
+HISTORY_S=${NW_GPU_HISTORY_S:-300}
+RUNS_S=${NW_GPU_RUNS_S:-240}
+R=/tmp/nwroot
+mkdir -p "$OUT"
+report=$OUT/report.md
+log() { echo "[$(date +%T)] $*"; }
+sql() { "$NW_PGBIN/psql" -XAtq -d "$db" -c "$1"; }
+
+log "runtime packages"
+mkdir -p "$R"
+for f in "$G"/debs/*.deb; do dpkg -x "$f" "$R"; done
+export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu:$R/usr/lib/postgresql/15/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+command -v git >/dev/null || export PATH=$PATH:$R/usr/bin GIT_EXEC_PATH=$R/usr/lib/git-core
+export NW_PGBIN=$R/usr/lib/postgresql/15/bin
+nvidia-smi -L | tee "$OUT/gpu.txt"
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+
+log "postgresql"
+db=$(scripts/pgcluster start /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
+db="$db options='-c jit=off'"
+
+log "config"
+cat >/tmp/nw.conf <<CONF
+[daemon]
+state_dir = /tmp/nwstate
+database = $db
+[repository]
+name = demo
+url = $G/repo
+poll_interval = 5
+[build]
+command = b=\$(cat "$G/prebuilt/\$NUMWATCH_COMMIT") && test "\$b" != FAILED && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$G/blobs/\$b/numwatch-runner-cuda.xz" "\$NUMWATCH_BUILD_DIR/numwatch-runner-cuda" && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$G/blobs/\$b/numwatch-runner-host.xz" "\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && chmod +x "\$NUMWATCH_BUILD_DIR"/numwatch-runner-*
+[trials]
+per_commit = $PER_COMMIT
+max = $TRIALS
+timeout = 120
+[sanitizer]
+tools = memcheck, racecheck
+every = $((PER_COMMIT / 2))
+[slots]
+slots = 0
+[http]
+port = 18080
+CONF
+
+log "daemon: the demo history on GPU 0"
+nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$OUT/gpu-util.csv" 2>/dev/null &
+smi=$!
+"$G/bin/numwatchd" --config /tmp/nw.conf >"$OUT/daemon.log" 2>&1 &
+daemon=$!
+t0=$SECONDS
+until [[ $(sql "SELECT count(*) > 0 AND count(*) FILTER (WHERE commit_verdict(id) = 'pending') = 0 FROM commits") == t &&
+	$(sql "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running') AND kind <> 'probe'") == 0 ]]; do
+	((SECONDS - t0 < HISTORY_S)) || { log "history: deadline passed"; break; }
+	kill -0 $daemon 2>/dev/null || { log "daemon died"; tail -20 "$OUT/daemon.log"; break; }
+	sleep 2
+done
+history_s=$((SECONDS - t0))
+log "history done in ${history_s}s"
+
+log "daemon: $TRIALS seeds of every check x dtype on the newest commit"
+newest=$(sql "SELECT sha FROM commits ORDER BY position DESC LIMIT 1")
+sql "INSERT INTO tokens (name, hash) VALUES ('gpu', sha256(convert_to('nw_gpu_suite', 'UTF8'))) ON CONFLICT DO NOTHING"
+runs_from=$(date +%s.%N)
+for cd in $(sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
+	python3 - "$newest" "${cd%%:*}" "${cd##*:}" "$TRIALS" <<'PY'
+import json, sys, urllib.request
+sha, check, dtype, n = sys.argv[1:]
+req = urllib.request.Request("http://127.0.0.1:18080/api/v1/runs", method="POST",
+    data=json.dumps({"commit": sha, "check": check, "dtype": dtype, "trials": int(n)}).encode(),
+    headers={"Authorization": "Bearer nw_gpu_suite", "Content-Type": "application/json"})
+print(urllib.request.urlopen(req, timeout=10).read().decode())
+PY
+done >/dev/null
+t0=$SECONDS
+until [[ $(sql "SELECT count(*) FROM jobs WHERE kind = 'probe' AND state IN ('queued', 'running')") == 0 ]]; do
+	((SECONDS - t0 < RUNS_S)) || { log "runs: deadline passed"; break; }
+	sleep 2
+done
+runs_to=$(date +%s.%N)
+kill $smi 2>/dev/null
+log "runs done in $((SECONDS - t0))s"
+kill -TERM $daemon
+wait $daemon
+
+{
+	echo "## GPU run: $(date -u +%Y-%m-%d), $gpu"
+	echo
+	echo "Command: \`bench/gpu-suite.sh\` (NW_GPU_TRIALS=$TRIALS, per_commit $PER_COMMIT, slot gpu0), history in ${history_s}s."
+	echo
+	echo "### Verdicts over the demo history"
+	echo
+	echo "| # | commit | title | verdict | checks not clean |"
+	echo "| ---: | --- | --- | --- | --- |"
+	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
+		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict || ' (' || s.failures || '/' || s.trials || ')', ', '
+		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
+		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+	echo
+	echo "### $TRIALS seeds per check x dtype on the newest commit ($newest)"
+	echo
+	echo "| check | dtype | trials | failures | worst ratio | trials/s (daemon) | kernel time / wall |"
+	echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+	sql "SELECT '| ' || k.name || ' | ' || t.dtype || ' | ' || count(DISTINCT t.seed) || ' | ' ||
+		count(*) FILTER (WHERE t.outcome NOT IN ('pass', 'infra_error') AND t.sanitizer IS NULL) || ' | ' ||
+		round(max(t.ratio)::numeric, 3) || ' | ' ||
+		round((count(*) / greatest(extract(epoch FROM max(t.finished_at) - min(t.finished_at)), 0.001))::numeric, 1) || ' | ' ||
+		round((sum(t.kernel_us) / 1e6 / greatest(extract(epoch FROM max(t.finished_at) - min(t.finished_at)), 0.001))::numeric, 3) || ' |'
+		FROM trials t JOIN checks k ON k.id = t.check_id JOIN commits c ON c.id = t.commit_id
+		WHERE c.sha = '$newest' AND t.seed >= $PER_COMMIT AND t.sanitizer IS NULL GROUP BY k.name, t.dtype ORDER BY 1"
+	echo
+	echo "### compute-sanitizer runs"
+	echo
+	echo "| commit | check | dtype | tool | clean | report | skipped |"
+	echo "| --- | --- | --- | --- | ---: | ---: | ---: |"
+	sql "SELECT '| ' || c.position || ' ' || left(c.title, 40) || ' | ' || k.name || ' | ' || t.dtype || ' | ' || t.sanitizer || ' | ' ||
+		count(*) FILTER (WHERE sanitizer_status = 'clean') || ' | ' || count(*) FILTER (WHERE sanitizer_status = 'report') || ' | ' ||
+		count(*) FILTER (WHERE sanitizer_status = 'skipped') || ' |' FROM trials t JOIN checks k ON k.id = t.check_id
+		JOIN commits c ON c.id = t.commit_id WHERE t.sanitizer IS NOT NULL GROUP BY c.position, c.title, k.name, t.dtype, t.sanitizer
+		HAVING count(*) FILTER (WHERE sanitizer_status <> 'clean') > 0 OR c.position = (SELECT max(position) FROM commits) ORDER BY 1"
+	echo
+	echo "### GPU busy during the $TRIALS-seed runs"
+	echo
+	python3 - "$OUT/gpu-util.csv" "$runs_from" "$runs_to" <<'PY'
+import sys, datetime
+path, t0, t1 = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+vals = []
+for line in open(path):
+    try:
+        ts, util = [x.strip() for x in line.split(",")]
+        t = datetime.datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except ValueError:
+        continue
+    if t0 <= t <= t1:
+        vals.append(float(util))
+if vals:
+    print("nvidia-smi utilization.gpu: mean %.1f%% over %d samples (every 0.5 s)" % (sum(vals) / len(vals), len(vals)))
+else:
+    print("nvidia-smi utilization.gpu: no samples")
+PY
+} >"$report" 2>&1
+
+log "C runner against plain PyTorch loops"
+blob=$(cat "$G/prebuilt/$newest")
+mkdir -p /tmp/nwrun && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
+	"$G/blobs/$blob/numwatch-runner-cuda.xz" /tmp/nwrun/numwatch-runner-cuda && chmod +x /tmp/nwrun/numwatch-runner-cuda
+{
+	echo
+	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials each)"
+	echo
+	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio |"
+	echo "| --- | --- | ---: | ---: | ---: |"
+	python3 bench/torch_loop.py --trials 500 --checks softmax.fwd,attention.fwd --dtypes f32,bf16 >/tmp/torch.txt 2>&1 || cat /tmp/torch.txt
+	while read -r _ check dtype n sec rate _; do
+		s=$(date +%s.%N)
+		/tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n" >/dev/null 2>&1
+		e=$(date +%s.%N)
+		c=$(python3 -c "print('%.1f' % ($n / ($e - $s)))")
+		echo "| $check | $dtype | $c | $rate | $(python3 -c "print('%.2f' % ($c / $rate))") |"
+	done < <(grep '^torch ' /tmp/torch.txt)
+} >>"$report" 2>&1
+cat "$report"
+scripts/pgcluster stop /tmp/nwpg >/dev/null 2>&1
