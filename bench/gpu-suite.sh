@@ -55,7 +55,8 @@ max = $TRIALS
 timeout = 120
 [sanitizer]
 tools = memcheck, racecheck
-every = $((PER_COMMIT / 2))
+every = $PER_COMMIT
+commits = ${NW_GPU_SAN_COMMITS:-1000}
 [slots]
 slots = 0
 [http]

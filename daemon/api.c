@@ -3,9 +3,11 @@
 
 #include <ctype.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "builder.h"
 #include "caps.h"
@@ -220,47 +222,71 @@ static void reply_db_error(struct http_req *r, PGresult *res, const char *error)
 		http_reply_error(r, 503, "database unavailable: %s", error);
 }
 
+/* What a lookup answered: lookups answer (matches, value); lists answer (value). */
+enum answer { ANSWER_VALUE, ANSWER_DB_ERROR, ANSWER_UNKNOWN, ANSWER_AMBIGUOUS, ANSWER_NO_VALUE };
+
+static enum answer classify(PGresult *res, const char *error, const char **value)
+{
+	int col;
+
+	if (error)
+		return ANSWER_DB_ERROR;
+	col = PQnfields(res) - 1;
+	if (PQntuples(res) != 1 || (col == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0))
+		return ANSWER_UNKNOWN;
+	if (col == 1 && strcmp(PQgetvalue(res, 0, 0), "1") != 0)
+		return ANSWER_AMBIGUOUS;
+	*value = db_get(res, 0, col);
+	return *value ? ANSWER_VALUE : ANSWER_NO_VALUE;
+}
+
+/* The default reply: the value PostgreSQL built, passed through, or the error. */
+static void reply_answer(struct pending *p, PGresult *res, const char *error)
+{
+	const char *value = NULL;
+
+	switch (classify(res, error, &value)) {
+	case ANSWER_VALUE:
+		http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json", strdup(value),
+			   strlen(value));
+		break;
+	case ANSWER_DB_ERROR:
+		reply_db_error(p->r, res, error);
+		break;
+	case ANSWER_UNKNOWN:
+		http_reply_error(p->r, 404, "unknown %s '%s'", p->what, p->key);
+		break;
+	case ANSWER_AMBIGUOUS:
+		http_reply_error(p->r, 400, "ambiguous %s '%s': give more digits", p->what, p->key);
+		break;
+	case ANSWER_NO_VALUE:
+		http_reply_error(p->r, 404, "no %s for '%s'", p->what, p->key);
+		break;
+	}
+}
+
 static void on_answer(PGresult *res, const char *error, void *data)
 {
 	struct pending *p = data;
-	const char *value;
-	int col;
 
+	/* A continuation may have written (api_write.c): cached answers read before are stale. */
+	if (p->then)
+		db_count_write();
 	if (!p->r)
 		goto out;
 	http_set_pending(p->r, NULL);
-	if (p->then) {
+	if (p->then)
 		p->then(p, res, error);
-		goto out;
-	}
-	if (error) {
-		reply_db_error(p->r, res, error);
-		goto out;
-	}
-	/* Lookups answer (matches, value); lists answer (value). */
-	col = PQnfields(res) - 1;
-	if (PQntuples(res) != 1 || (col == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0)) {
-		http_reply_error(p->r, 404, "unknown %s '%s'", p->what, p->key);
-		goto out;
-	}
-	if (col == 1 && strcmp(PQgetvalue(res, 0, 0), "1") != 0) {
-		http_reply_error(p->r, 400, "ambiguous %s '%s': give more digits", p->what, p->key);
-		goto out;
-	}
-	value = db_get(res, 0, col);
-	if (!value) {
-		http_reply_error(p->r, 404, "no %s for '%s'", p->what, p->key);
-		goto out;
-	}
-	http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json", strdup(value),
-		   strlen(value));
+	else
+		reply_answer(p, res, error);
 out:
 	free(p->body);
 	free(p);
 }
 
-struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
-			const char *what, const char *key, api_then_fn then)
+static struct pending *send_ask(struct nwd *d, struct http_req *r, const char *sql, int n,
+				 const char *const *params, const char *what, const char *key, api_then_fn then,
+				 bool text)
 {
 	struct pending *p = calloc(1, sizeof(*p));
 
@@ -272,6 +298,7 @@ struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int 
 	p->d = d;
 	p->what = what;
 	p->then = then;
+	p->text = text; /* set before the query is queued: a connection lost while sending answers at once */
 	snprintf(p->key, sizeof(p->key), "%s", key ? key : "");
 	http_set_pending(r, p);
 	if (db_query(d->db_http, sql, n, params, on_answer, p) < 0) {
@@ -283,13 +310,247 @@ struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int 
 	return p;
 }
 
+struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
+			const char *what, const char *key, api_then_fn then)
+{
+	return send_ask(d, r, sql, n, params, what, key, then, false);
+}
+
 static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
 		const char *what, const char *key, bool text)
 {
-	struct pending *p = api_ask(d, r, sql, n, params, what, key, NULL);
+	send_ask(d, r, sql, n, params, what, key, NULL, text);
+}
 
-	if (p)
-		p->text = text;
+/*
+ * The response cache: answers that PostgreSQL built for GET requests, by
+ * request path. An entry is served only while no write of this daemon
+ * completed since its query was sent (db_writes) and for at most
+ * NW_API_CACHE_TTL_MS after that (writes by other daemons). Requests for a
+ * path whose query is already in flight, sent after the last write, wait for
+ * that query instead of sending one of their own. At most
+ * NW_API_CACHE_ENTRIES entries and NW_API_CACHE_BYTES; the least recently
+ * used goes first.
+ */
+#define CACHE_KEY_MAX 96
+#define CACHE_BUCKETS 2048 /* a power of two, at least NW_API_CACHE_ENTRIES */
+#define CACHE_TTL_NS  ((uint64_t)NW_API_CACHE_TTL_MS * 1000000)
+
+struct cache_entry {
+	struct cache_entry *hnext;      /* hash chain */
+	struct cache_entry *prev, *next; /* recency list, most recent first */
+	char key[CACHE_KEY_MAX];
+	uint64_t writes, sent_ns; /* db_writes() and the time when its query was sent */
+	struct http_body *body;
+};
+
+/* A request waiting for a cache fill ('p' first: api_abandon clears p.r through http_pending). */
+struct fill_req {
+	struct pending p;
+	struct fill_req *next;
+};
+
+/* A query in flight whose answer fills an entry. */
+struct fill {
+	struct fill *next;
+	char key[CACHE_KEY_MAX];
+	uint64_t writes, sent_ns;
+	struct fill_req *reqs;
+};
+
+static struct {
+	struct cache_entry *buckets[CACHE_BUCKETS];
+	struct cache_entry *head, *tail;
+	unsigned entries;
+	size_t bytes;
+	struct fill *fills;
+} cache;
+
+static struct cache_entry **cache_slot(const char *key)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const unsigned char *c = (const unsigned char *)key; *c; c++)
+		h = (h ^ *c) * 16777619u;
+	return &cache.buckets[h & (CACHE_BUCKETS - 1)];
+}
+
+static void cache_unlink_recency(struct cache_entry *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		cache.head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		cache.tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void cache_push_recency(struct cache_entry *e)
+{
+	e->next = cache.head;
+	if (cache.head)
+		cache.head->prev = e;
+	cache.head = e;
+	if (!cache.tail)
+		cache.tail = e;
+}
+
+static void cache_drop(struct cache_entry *e)
+{
+	struct cache_entry **at = cache_slot(e->key);
+
+	while (*at != e)
+		at = &(*at)->hnext;
+	*at = e->hnext;
+	cache_unlink_recency(e);
+	cache.entries--;
+	cache.bytes -= http_body_len(e->body);
+	http_body_unref(e->body);
+	free(e);
+}
+
+/* The fresh entry for 'key', or NULL (a stale one is dropped). */
+static struct cache_entry *cache_get(const char *key)
+{
+	struct cache_entry *e = *cache_slot(key);
+
+	while (e && strcmp(e->key, key) != 0)
+		e = e->hnext;
+	if (!e)
+		return NULL;
+	if (e->writes != db_writes() || uv_hrtime() - e->sent_ns >= CACHE_TTL_NS) {
+		cache_drop(e);
+		return NULL;
+	}
+	if (e != cache.head) {
+		cache_unlink_recency(e);
+		cache_push_recency(e);
+	}
+	return e;
+}
+
+/* Keeps 'body' (a reference of its own) as the answer for a fill's key. */
+static void cache_put(const struct fill *f, struct http_body *body)
+{
+	size_t len = http_body_len(body);
+	struct cache_entry *e, **slot;
+
+	if (len > NW_API_CACHE_BYTES / 16)
+		return;
+	e = cache_get(f->key);
+	if (e)
+		cache_drop(e); /* the newer answer lives longer */
+	while (cache.tail && (cache.entries >= NW_API_CACHE_ENTRIES || cache.bytes + len > NW_API_CACHE_BYTES))
+		cache_drop(cache.tail);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return;
+	snprintf(e->key, sizeof(e->key), "%s", f->key);
+	e->writes = f->writes;
+	e->sent_ns = f->sent_ns;
+	http_body_ref(body);
+	e->body = body;
+	slot = cache_slot(e->key);
+	e->hnext = *slot;
+	*slot = e;
+	cache_push_recency(e);
+	cache.entries++;
+	cache.bytes += len;
+}
+
+static void on_filled(PGresult *res, const char *error, void *data)
+{
+	struct fill *f = data, **at = &cache.fills;
+	struct http_body *body = NULL;
+	const char *value = NULL;
+
+	while (*at != f)
+		at = &(*at)->next;
+	*at = f->next;
+	if (classify(res, error, &value) == ANSWER_VALUE) {
+		char *copy = strdup(value);
+
+		body = copy ? http_body_new(copy, strlen(value), "application/json") : NULL;
+		/* Read before any write that completed meanwhile? Then it may be stale already. */
+		if (body && f->writes == db_writes())
+			cache_put(f, body);
+	}
+	while (f->reqs) {
+		struct fill_req *q = f->reqs;
+
+		f->reqs = q->next;
+		if (q->p.r) {
+			http_set_pending(q->p.r, NULL);
+			if (body)
+				http_reply_body(q->p.r, 200, body);
+			else
+				reply_answer(&q->p, res, error);
+		}
+		free(q);
+	}
+	http_body_unref(body);
+	free(f);
+}
+
+/* Like ask(), for a JSON answer that may be served from the cache under 'key' (the request path). */
+static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const char *sql, int n,
+		       const char *const *params, const char *what, const char *name)
+{
+	struct cache_entry *e;
+	struct fill *f;
+	struct fill_req *q;
+	uint64_t writes = db_writes(), now = uv_hrtime();
+
+	if (strlen(key) >= CACHE_KEY_MAX) {
+		ask(d, r, sql, n, params, what, name, false);
+		return;
+	}
+	e = cache_get(key);
+	if (e) {
+		http_reply_body(r, 200, e->body);
+		return;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		http_reply_error(r, 500, "out of memory");
+		return;
+	}
+	q->p.r = r;
+	q->p.d = d;
+	q->p.what = what;
+	snprintf(q->p.key, sizeof(q->p.key), "%s", name);
+	for (f = cache.fills; f; f = f->next) {
+		if (f->writes == writes && now - f->sent_ns < CACHE_TTL_NS && strcmp(f->key, key) == 0) {
+			q->next = f->reqs;
+			f->reqs = q;
+			http_set_pending(r, &q->p);
+			return;
+		}
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		free(q);
+		http_reply_error(r, 500, "out of memory");
+		return;
+	}
+	snprintf(f->key, sizeof(f->key), "%s", key);
+	f->writes = writes;
+	f->sent_ns = now;
+	f->reqs = q;
+	f->next = cache.fills;
+	cache.fills = f;
+	http_set_pending(r, &q->p);
+	/* Linked first: a connection lost while sending answers at once. */
+	if (db_query(d->db_http, sql, n, params, on_filled, f) < 0) {
+		cache.fills = f->next;
+		http_set_pending(r, NULL);
+		free(f);
+		free(q);
+		http_reply_error(r, 503, "database unavailable");
+	}
 }
 
 bool api_arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigned max, unsigned *out)
@@ -354,7 +615,7 @@ static bool segment(const char *s, char *out, size_t cap, const char **rest)
 
 static void get_commit(struct nwd *d, struct http_req *r, const char *rest)
 {
-	char sha[64], repo[16];
+	char sha[64], repo[16], key[80];
 	const char *params[2] = {repo, sha};
 
 	if (!segment(rest, sha, sizeof(sha), &rest) || !api_valid_sha(sha)) {
@@ -362,8 +623,9 @@ static void get_commit(struct nwd *d, struct http_req *r, const char *rest)
 		return;
 	}
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	snprintf(key, sizeof(key), "/commits/%s", sha);
 	if (!*rest)
-		ask(d, r, commit_sql, 2, params, "commit", sha, false);
+		cached_ask(d, r, key, commit_sql, 2, params, "commit", sha);
 	else if (strcmp(rest, "/build-log") == 0)
 		ask(d, r, build_log_sql, 2, params, "commit", sha, true);
 	else

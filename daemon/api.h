@@ -1,7 +1,8 @@
 /*
  * api: the routes of the REST API (/api/v1/...) and the dashboard's static
  * files. Answers are built by PostgreSQL as JSON (one query per request on
- * the daemon's read connection) and passed through unchanged.
+ * the least busy of the daemon's read connections) and passed through
+ * unchanged; a commit's answer is cached (see "The response cache" in api.c).
  */
 #ifndef NW_API_H
 #define NW_API_H

@@ -148,6 +148,7 @@ static const char sanitize_sql[] =
     " FROM checks k, unnest(k.dtypes) AS d,"
     "  (SELECT t FROM regexp_split_to_table($2, '[ ,]+') AS t WHERE t <> '') AS tools"
     " WHERE k.repo_id = $5 AND k.name IN (SELECT name FROM json_to_recordset($6::json) AS x(name text))"
+    "  AND (SELECT position FROM commits WHERE id = $1) % $7::int = 0"
     " ON CONFLICT DO NOTHING";
 
 static const char failed_stats_sql[] =
@@ -186,12 +187,13 @@ static void store(struct builder *b, const char *checks_json)
 	if (ok)
 		db_query(b->d->db, checks_sql, 3, cparams, on_query_error, NULL);
 	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_gpu_slot(&b->d->cfg)) {
-		char per[16], every[16];
-		const char *sparams[6] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, checks_json};
+		char per[16], every[16], commits[16];
+		const char *sparams[7] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, checks_json, commits};
 
 		snprintf(per, sizeof(per), "%u", b->d->cfg.trials_per_commit);
 		snprintf(every, sizeof(every), "%u", b->d->cfg.sanitizer_every);
-		db_query(b->d->db, sanitize_sql, 6, sparams, on_query_error, NULL);
+		snprintf(commits, sizeof(commits), "%u", b->d->cfg.sanitizer_commits);
+		db_query(b->d->db, sanitize_sql, 7, sparams, on_query_error, NULL);
 	}
 	if (!ok)
 		db_query(b->d->db, failed_stats_sql, 2, fparams, on_query_error, NULL);

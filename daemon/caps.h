@@ -39,6 +39,17 @@
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
 #define NW_HTTP_PAGE_MAX        500
+/* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
+#define NW_HTTP_DB_POOL 4
+/*
+ * API response cache (api.c), keyed by request path: entries, bytes in all
+ * (larger answers are not cached), and how old an answer may be when served,
+ * in ms: an entry is dropped at once when this daemon writes, but writes by
+ * other daemons sharing the database show only once it has expired.
+ */
+#define NW_API_CACHE_ENTRIES 1024
+#define NW_API_CACHE_BYTES   (64 * 1024 * 1024)
+#define NW_API_CACHE_TTL_MS  1000
 
 /* Trials buffered before a flush is forced (the store writes in batches). */
 #define NW_STORE_BATCH_MAX 2048

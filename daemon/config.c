@@ -113,6 +113,7 @@ static const struct option options[] = {
     /* [sanitizer]: every Nth seed of a commit's plan also runs under each tool, on GPU slots. */
     STR("sanitizer", "tools", OPT_TOOLS, sanitizer_tools, OPT_EMPTY_OK, ""),
     NUM("sanitizer", "every", OPT_UINT, sanitizer_every, 1, NW_TRIALS_MAX, 16),
+    NUM("sanitizer", "commits", OPT_UINT, sanitizer_commits, 1, 1000000, 1),
     STR("sanitizer", "path", OPT_STRING, sanitizer_path, 0, "compute-sanitizer"),
     NUM("sanitizer", "timeout_factor", OPT_UINT, sanitizer_timeout_factor, 1, 1000, 20),
     NUM("trials", "timeout", OPT_DURATION, trial_timeout_s, 1, 24 * 3600, 60),
@@ -141,7 +142,7 @@ static const struct option options[] = {
     NUM("mail", "retry", OPT_DURATION, mail_retry_s, 1, 3600, 60),
 };
 
-static const char *const sections[] = {"daemon", "repository", "build", "trials", "slots", "http", "mail"};
+static const char *const sections[] = {"daemon", "repository", "build", "trials", "sanitizer", "slots", "http", "mail"};
 
 struct parser {
 	struct config cfg; /* filled here, moved to the caller's only on success */

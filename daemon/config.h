@@ -51,6 +51,7 @@ struct config {
 	/* [sanitizer] */
 	char *sanitizer_tools;             /* "memcheck,racecheck": empty = off */
 	unsigned sanitizer_every;          /* one seed in this many of the plan runs under each tool */
+	unsigned sanitizer_commits;        /* ... on one commit in this many (by first-parent position) */
 	char *sanitizer_path;              /* the compute-sanitizer binary */
 	unsigned sanitizer_timeout_factor; /* sanitizer trials get the trial timeout times this */
 

@@ -38,7 +38,14 @@ struct db {
 	unsigned queued;
 	PGresult *last;
 	bool logged_down;
+	bool counts_writes; /* completions count in db_writes() (not a pool's connections) */
+	/* A pool: queries go to its members; the pool itself has no connection. */
+	struct db **members;
+	unsigned nmembers, next_member;
 };
+
+/* Queries completed on connections that count writes (see db_writes in db.h). */
+static uint64_t writes_completed;
 
 static void start_next(struct db *db);
 static void connect_start(struct db *db);
@@ -78,10 +85,23 @@ static struct db_query *pop(struct db *db)
 	return q;
 }
 
+uint64_t db_writes(void)
+{
+	return writes_completed;
+}
+
+void db_count_write(void)
+{
+	writes_completed++;
+}
+
 static void complete(struct db *db, PGresult *res, const char *error)
 {
 	struct db_query *q = pop(db);
 
+	/* Counted before the callback runs: what it reads next must not be tagged with the old count. */
+	if (q && db->counts_writes)
+		writes_completed++;
 	if (q && q->cb)
 		q->cb(res, error, q->data);
 	if (q)
@@ -296,12 +316,33 @@ static void start_next(struct db *db)
 	flush(db);
 }
 
+/* The pool member with the fewest queries queued or running, connected ones first; ties in turn. */
+static struct db *least_busy(struct db *pool)
+{
+	struct db *best = NULL;
+	bool best_up = false;
+
+	for (unsigned i = 0; i < pool->nmembers; i++) {
+		struct db *m = pool->members[(pool->next_member + i) % pool->nmembers];
+		bool up = db_connected(m);
+
+		if (!best || (up && !best_up) || (up == best_up && m->queued < best->queued)) {
+			best = m;
+			best_up = up;
+		}
+	}
+	pool->next_member = (pool->next_member + 1) % pool->nmembers;
+	return best;
+}
+
 int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data)
 {
 	struct db_query *q;
 
 	if (db->state == DB_CLOSING)
 		return -ESHUTDOWN;
+	if (db->nmembers)
+		return db_query(least_busy(db), sql, nparams, params, cb, data);
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return -ENOMEM;
@@ -332,39 +373,92 @@ int db_query(struct db *db, const char *sql, int nparams, const char *const *par
 	return 0;
 }
 
-int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out)
+static struct db *db_new(uv_loop_t *loop, const char *conninfo, const char *name)
 {
 	struct db *db = calloc(1, sizeof(*db));
 
 	if (!db)
-		return -ENOMEM;
+		return NULL;
 	db->conninfo = strdup(conninfo);
 	if (!db->conninfo) {
 		free(db);
-		return -ENOMEM;
+		return NULL;
 	}
 	snprintf(db->name, sizeof(db->name), "%s", name);
 	db->loop = loop;
 	db->backoff_ms = RECONNECT_MIN_MS;
+	db->counts_writes = true;
 	uv_timer_init(loop, &db->timer);
 	db->timer.data = db;
+	return db;
+}
+
+int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out)
+{
+	struct db *db = db_new(loop, conninfo, name);
+
+	if (!db)
+		return -ENOMEM;
 	connect_start(db);
 	*out = db;
 	return 0;
 }
 
+int db_open_pool(uv_loop_t *loop, const char *conninfo, const char *name, unsigned n, struct db **out)
+{
+	struct db *pool = db_new(loop, conninfo, name);
+
+	if (!pool)
+		return -ENOMEM;
+	pool->state = DB_READY;
+	pool->counts_writes = false;
+	pool->members = calloc(n ? n : 1, sizeof(*pool->members));
+	if (!pool->members) {
+		db_close(pool);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < (n ? n : 1); i++) {
+		char member[48];
+
+		snprintf(member, sizeof(member), "%s%u", name, i);
+		pool->members[i] = db_new(loop, conninfo, member);
+		if (!pool->members[i]) {
+			db_close(pool);
+			return -ENOMEM;
+		}
+		pool->nmembers++;
+		pool->members[i]->counts_writes = false;
+		connect_start(pool->members[i]);
+	}
+	*out = pool;
+	return 0;
+}
+
 bool db_idle(const struct db *db)
 {
+	for (unsigned i = 0; i < db->nmembers; i++)
+		if (!db_idle(db->members[i]))
+			return false;
 	return db->head == NULL;
 }
 
 unsigned db_backlog(const struct db *db)
 {
-	return db->queued;
+	unsigned n = db->queued;
+
+	for (unsigned i = 0; i < db->nmembers; i++)
+		n += db_backlog(db->members[i]);
+	return n;
 }
 
 bool db_connected(const struct db *db)
 {
+	if (db->nmembers) {
+		for (unsigned i = 0; i < db->nmembers; i++)
+			if (db_connected(db->members[i]))
+				return true;
+		return false;
+	}
 	return db->state == DB_READY || db->state == DB_BUSY;
 }
 
@@ -372,6 +466,7 @@ static void on_timer_closed(uv_handle_t *h)
 {
 	struct db *db = h->data;
 
+	free(db->members);
 	free(db->conninfo);
 	free(db);
 }
@@ -380,6 +475,9 @@ void db_close(struct db *db)
 {
 	struct db_query *q;
 
+	for (unsigned i = 0; i < db->nmembers; i++)
+		db_close(db->members[i]);
+	db->nmembers = 0;
 	db->state = DB_CLOSING;
 	stop_poll(db);
 	while ((q = pop(db))) {

@@ -2,7 +2,7 @@
  * db: a PostgreSQL connection driven by the libuv loop (libpq's asynchronous
  * API on a uv_poll_t). Queries are queued and run one at a time in order, so a
  * caller may queue "BEGIN", statements and "COMMIT" back to back to make a
- * transaction. A lost connection fails the query in flight, keeps the queue,
+ * transaction (not on a pool of connections: see db_open_pool). A lost connection fails the query in flight, keeps the queue,
  * and reconnects with backoff. Queries are always parameterised.
  */
 #ifndef NW_DB_H
@@ -10,6 +10,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 struct db;
@@ -23,6 +24,13 @@ typedef void (*db_cb)(PGresult *res, const char *error, void *data);
 
 /* Opens a connection (asynchronously); 'name' labels its log lines. */
 int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out);
+/*
+ * Opens a pool of 'n' connections behind one handle, for independent reads:
+ * each query goes to the connected member with the fewest queries queued or
+ * running, so queries on a pool run concurrently and in no particular order
+ * (never queue a transaction on a pool). db_close closes every member.
+ */
+int db_open_pool(uv_loop_t *loop, const char *conninfo, const char *name, unsigned n, struct db **out);
 
 /*
  * Queues a query. 'sql' is borrowed and must outlive the query (use string
@@ -36,6 +44,17 @@ bool db_idle(const struct db *db);
 unsigned db_backlog(const struct db *db);
 /* Whether the connection is up. */
 bool db_connected(const struct db *db);
+
+/*
+ * Writes completed so far by this process: every query that finished (or
+ * failed) on a connection from db_open, plus db_count_write() calls (writes
+ * sent through a pool). A query sent after the count moved past a write sees
+ * that write, so a cache may tag what a read returned with the count taken
+ * when the read was sent and drop it once the count moves. Writes by other
+ * processes are not counted.
+ */
+uint64_t db_writes(void);
+void db_count_write(void);
 
 /* Fails every queued query, closes the connection, frees 'db' once its handles are closed. */
 void db_close(struct db *db);

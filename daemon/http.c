@@ -39,9 +39,17 @@ struct http_req {
 	size_t len;
 	int fd; /* a file to send instead of body, or -1 */
 	size_t fd_size;
+	struct http_body *shared; /* a shared body to send instead of body, or NULL */
 	char *upload;
 	size_t upload_len;
 	void *pending;
+};
+
+/* A reply body shared by many requests: one libmicrohttpd response, queued on each connection. */
+struct http_body {
+	unsigned refs;
+	size_t len;
+	struct MHD_Response *resp;
 };
 
 static void schedule(struct http *h);
@@ -73,11 +81,58 @@ static void schedule(struct http *h)
 		uv_timer_stop(&h->timer);
 }
 
+static void add_headers(struct MHD_Response *resp, const char *content_type)
+{
+	MHD_add_response_header(resp, "Content-Type", content_type);
+	MHD_add_response_header(resp, "Cache-Control", "no-store");
+	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+}
+
+struct http_body *http_body_new(char *data, size_t len, const char *content_type)
+{
+	struct http_body *b = calloc(1, sizeof(*b));
+
+	if (!b || !(b->resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE))) {
+		free(b);
+		free(data);
+		return NULL;
+	}
+	add_headers(b->resp, content_type);
+	b->refs = 1;
+	b->len = len;
+	return b;
+}
+
+void http_body_ref(struct http_body *b)
+{
+	b->refs++;
+}
+
+void http_body_unref(struct http_body *b)
+{
+	if (b && --b->refs == 0) {
+		/* Connections still sending it hold libmicrohttpd's own references. */
+		MHD_destroy_response(b->resp);
+		free(b);
+	}
+}
+
+size_t http_body_len(const struct http_body *b)
+{
+	return b->len;
+}
+
 static enum MHD_Result queue(struct http_req *r)
 {
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
+	if (r->shared) {
+		ret = MHD_queue_response(r->conn, r->status, r->shared->resp);
+		http_body_unref(r->shared);
+		r->shared = NULL;
+		return ret;
+	}
 	if (r->fd >= 0) {
 		resp = MHD_create_response_from_fd(r->fd_size, r->fd);
 		r->fd = -1; /* libmicrohttpd closes it */
@@ -89,12 +144,22 @@ static enum MHD_Result queue(struct http_req *r)
 	}
 	if (!resp)
 		return MHD_NO;
-	MHD_add_response_header(resp, "Content-Type", r->ctype);
-	MHD_add_response_header(resp, "Cache-Control", "no-store");
-	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+	add_headers(resp, r->ctype);
 	ret = MHD_queue_response(r->conn, r->status, resp);
 	MHD_destroy_response(resp);
 	return ret;
+}
+
+/* The reply is set: a suspended request is resumed. */
+static void set_ready(struct http_req *r)
+{
+	r->ready = true;
+	if (r->suspended) {
+		r->suspended = false;
+		MHD_resume_connection(r->conn);
+		/* The resumed connection is served by the next MHD_run. */
+		uv_timer_start(&r->h->timer, on_timer, 0, 0);
+	}
 }
 
 void http_reply(struct http_req *r, unsigned status, const char *content_type, char *body, size_t len)
@@ -103,17 +168,21 @@ void http_reply(struct http_req *r, unsigned status, const char *content_type, c
 		free(body);
 		return;
 	}
-	r->ready = true;
 	r->status = status;
 	r->ctype = content_type;
 	r->body = body;
 	r->len = len;
-	if (r->suspended) {
-		r->suspended = false;
-		MHD_resume_connection(r->conn);
-		/* The resumed connection is served by the next MHD_run. */
-		uv_timer_start(&r->h->timer, on_timer, 0, 0);
-	}
+	set_ready(r);
+}
+
+void http_reply_body(struct http_req *r, unsigned status, struct http_body *b)
+{
+	if (r->ready)
+		return;
+	http_body_ref(b);
+	r->status = status;
+	r->shared = b;
+	set_ready(r);
 }
 
 void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
@@ -265,6 +334,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	}
 	if (r->fd >= 0)
 		close(r->fd);
+	http_body_unref(r->shared);
 	free(r->body);
 	free(r->upload);
 	free(r);

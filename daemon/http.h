@@ -21,6 +21,17 @@ unsigned http_port(const struct http *h);
 
 /* Replies (at most once per request; may be called later, from a callback). Takes 'body'. */
 void http_reply(struct http_req *r, unsigned status, const char *content_type, char *body, size_t len);
+/*
+ * A reply body shared by many requests (a cache's entry), reference counted:
+ * http_body_new takes 'data' (malloc'ed; freed on failure too) and returns it
+ * with one reference; http_reply_body takes a reference of its own.
+ */
+struct http_body;
+struct http_body *http_body_new(char *data, size_t len, const char *content_type);
+void http_body_ref(struct http_body *b);
+void http_body_unref(struct http_body *b);
+size_t http_body_len(const struct http_body *b);
+void http_reply_body(struct http_req *r, unsigned status, struct http_body *b);
 /* A JSON error: {"error": "<message>", "status": N}. */
 void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -19,6 +19,7 @@
 
 #include "bisector.h"
 #include "builder.h"
+#include "caps.h"
 #include "db.h"
 #include "http.h"
 #include "jobs.h"
@@ -63,7 +64,7 @@ static void finish_exit(void)
 	struct nwd *d = &daemon_ctx;
 
 	uv_timer_stop(&drain_timer);
-	/* Closing the read connection answers the requests still waiting on it. */
+	/* Closing the read connections answers the requests still waiting on them. */
 	db_close(d->db_http);
 	if (d->http)
 		http_stop(d->http);
@@ -288,7 +289,7 @@ int main(int argc, char **argv)
 	d->loop = uv_default_loop();
 	d->started_ms = uv_now(d->loop);
 	if (db_open(d->loop, d->cfg.database, "main", &d->db) < 0 ||
-	    db_open(d->loop, d->cfg.database, "http", &d->db_http) < 0 ||
+	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL, &d->db_http) < 0 ||
 	    store_init(d->loop, d->db, d->cfg.node_name, &d->store) < 0) {
 		log_error("out of memory");
 		return 1;

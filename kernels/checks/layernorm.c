@@ -365,6 +365,16 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				      .tail_width = 4};
 		struct ck_tensor m = y, s = y;
 
+		/*
+		 * y = (x - mean) * rstd * gamma + beta: the rounding of x - mean is
+		 * at the size of x and mean (a row at 1e4 with a spread of 4), not
+		 * at the size of y.
+		 */
+		for (i = 0; i < rows; i++)
+			for (j = 0; j < cols; j++)
+				y.floor_scale = fmax(y.floor_scale, (fabs(b.x[i * cols + j]) + fabs(b.mean[i])) *
+									b.rstd[i] * fabs(b.gamma[j]) +
+								    fabs(b.beta[j]));
 		ck_compare(t, &y);
 		m.name = "mean";
 		m.out = &b.out[1];

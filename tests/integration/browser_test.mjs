@@ -72,7 +72,7 @@ function search(page) {
 
 /** Made-up API answers at the scale the dashboard must stay quick at. */
 function synthetic() {
-  const hex = (n) => n.toString(16).padStart(40, '0');
+  const hex = (n) => ((n * 2654435761) >>> 0).toString(16).padStart(8, '0') + n.toString(16).padStart(32, '0');
   const checks = [];
   for (let i = 0; i < 50; i++) checks.push({ check: `op${String(i).padStart(2, '0')}.fwd`, dtypes: ['f32', 'f16', 'bf16'], deterministic: i % 7 !== 0 });
   const verdicts = ['clean', 'clean', 'clean', 'clean', 'flaky', 'regressed', 'pending', 'improved'];

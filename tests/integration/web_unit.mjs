@@ -7,6 +7,9 @@ import path from 'node:path';
 const web = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../web');
 const f = await import(path.join(web, 'js/format.js'));
 const { columns } = await import(path.join(web, 'js/views/commits.js'));
+const { chartData: checkData, logSplits } = await import(path.join(web, 'js/views/check.js'));
+const { byDevice, queueDepth } = await import(path.join(web, 'js/views/health.js'));
+const { rangeRows } = await import(path.join(web, 'js/views/bisection.js'));
 
 let n = 0;
 function test(name, fn) {
@@ -91,6 +94,105 @@ test('grid columns', () => {
   ]);
   assert.deepEqual(cols.map((c) => c.key), ['softmax.fwd/f32', 'softmax.fwd/f16', 'msda.bwd/f32', 'odd']);
   assert.deepEqual(columns(undefined), []);
+});
+
+test('new view URLs and ids', () => {
+  assert.equal(f.url.checks(), '/?view=checks');
+  assert.equal(f.url.check('softmax.fwd'), '/?view=check&check=softmax.fwd');
+  assert.equal(f.url.check('softmax.fwd', 'bf16'), '/?view=check&check=softmax.fwd&dtype=bf16');
+  assert.equal(f.url.check('a+b:c', 'f16', { page: 3 }), '/?view=check&check=a%2Bb%3Ac&dtype=f16&page=3');
+  assert.equal(f.url.check('x', '', { page: 1 }), '/?view=check&check=x');
+  assert.equal(f.url.bisections(), '/?view=bisections');
+  assert.equal(f.url.bisections(2), '/?view=bisections&page=2');
+  assert.equal(f.url.bisection(7), '/?view=bisection&id=7');
+  assert.ok(f.isName('softmax.fwd') && f.isName('a+b:c_d-e') && !f.isName('') && !f.isName('a b') && !f.isName('x'.repeat(64)) && !f.isName('<x>'));
+  assert.ok(f.isBisectionId('7') && f.isBisectionId(12) && !f.isBisectionId('0') && !f.isBisectionId('-1') && !f.isBisectionId('1x') && !f.isBisectionId('1'.repeat(19)));
+});
+
+test('percent, outcomes, flags', () => {
+  assert.equal(f.fmtPercent(null), '—');
+  assert.equal(f.fmtPercent(0), '0%');
+  assert.equal(f.fmtPercent(1), '100%');
+  assert.equal(f.fmtPercent(0.995), '99.5%');
+  assert.equal(f.fmtPercent(0.99999), '>99.9%');
+  assert.equal(f.fmtPercent(0.25), '25%');
+  assert.equal(f.fmtPercent(0.015625, 2), '1.56%');
+  assert.equal(f.fmtPercent(0.0042), '0.42%');
+  assert.equal(f.fmtPercent(1e-9), '<0.01%');
+  assert.equal(f.outcomeInfo('culprit', 'done').tone, 'bad');
+  assert.equal(f.outcomeInfo('no_culprit', 'done').label, 'no culprit (a flake)');
+  assert.equal(f.outcomeInfo(null, 'running').label, 'searching');
+  assert.equal(f.outcomeInfo(null, 'confirming').label, 'confirming');
+  assert.equal(f.outcomeInfo('new_thing', 'done').label, 'new thing');
+  assert.deepEqual(f.flagWords(0), []);
+  assert.deepEqual(f.flagWords(3), ['does not build', 'same binary as its parent']);
+});
+
+test('long bisection ranges fold', () => {
+  const rows = Array.from({ length: 1000 }, (_, i) => ({ i }));
+  const short = f.foldRange(rows.slice(0, 10), () => false, { max: 300 });
+  assert.equal(short.length, 10);
+  const out = f.foldRange(rows, (r) => r.i === 0 || r.i === 500 || r.i === 999, { max: 300 });
+  assert.deepEqual(out.map((x) => (x.gap ? `gap${x.gap}` : x.row.i)), [0, 'gap499', 500, 'gap498', 999]);
+  assert.deepEqual(f.foldRange(rows, (r) => r.i === 10).map((x) => (x.gap ? `gap${x.gap}` : x.row.i)), ['gap10', 10, 'gap989']);
+});
+
+test('check chart data', () => {
+  const series = [
+    { sha: 'b'.repeat(40), position: 2, dtype: 'f32', verdict: 'regressed', worst_ratio: 3.5, median_ratio: 0.2, failure_rate: 0.25 },
+    { sha: 'a'.repeat(40), position: 1, dtype: 'f32', verdict: 'clean', worst_ratio: 0, median_ratio: null, failure_rate: 0 },
+    { sha: 'a'.repeat(40), position: 1, dtype: 'bf16', verdict: 'clean', worst_ratio: 0.5, median_ratio: 0.1, failure_rate: 0 },
+    { sha: 'c'.repeat(40), position: 3, dtype: 'f32', verdict: 'build_failed', worst_ratio: null, median_ratio: null, failure_rate: null },
+  ];
+  const bis = [
+    { id: 4, dtype: 'f32', bad: 'b'.repeat(40), culprit: 'b'.repeat(40), outcome: 'culprit' },
+    { id: 5, dtype: 'bf16', bad: 'a'.repeat(40), culprit: 'a'.repeat(40), outcome: 'culprit' },
+    { id: 6, dtype: 'f32', bad: 'b'.repeat(40), culprit: null, outcome: null },
+  ];
+  const d = checkData(series, bis, 'f32');
+  assert.deepEqual(d.xs, [1, 2, 3]);
+  assert.deepEqual(d.worst, [null, 3.5, null]); // 0 cannot be drawn on a log scale
+  assert.deepEqual(d.rate, [0, 25, null]);
+  assert.deepEqual(d.regressed, [null, 3.5, null]);
+  assert.deepEqual(d.regressedRate, [null, 25, null]);
+  assert.deepEqual(d.culprits.map((c) => [c.x, c.id]), [[2, 4]]);
+  assert.equal(d.bisections.length, 2);
+  assert.equal(d.nRegressed, 1);
+  assert.deepEqual(logSplits([0.1, 0.2, 0.3, 0.5, 1, 2, 3]), [0.1, 0.2, null, 0.5, 1, 2, null]);
+  assert.deepEqual(logSplits([0.01, 0.02, 0.1, 1, 10, 20, 100, 1000]), [0.01, null, 0.1, 1, 10, null, 100, 1000]);
+});
+
+test('health: devices and queue depth', () => {
+  const slots = [
+    { name: 'host', gpu: -1, state: 'idle', runner_pid: 5, restarts: 1, trials: 3 },
+    { name: 'gpu1', gpu: 1, state: 'running', runner_pid: 7, restarts: 0, trials: 9 },
+    { name: 'gpu0', gpu: 0, state: 'idle', runner_pid: 0, restarts: 0, trials: 2 },
+    { name: 'gpu0b', gpu: 0, state: 'idle', runner_pid: 8, restarts: 0, trials: 2 },
+  ];
+  assert.deepEqual(byDevice(slots).map((d) => [d.gpu, d.slots.length]), [[0, 2], [1, 1], [-1, 1]]);
+  assert.deepEqual(queueDepth({ trials_queued: 12, trials_running: 1, probe_queued: 3, build_done: 2 }), { queued: 15, running: 1, other: 2 });
+  assert.deepEqual(queueDepth(undefined), { queued: 0, running: 0, other: 0 });
+});
+
+test('bisection range rows', () => {
+  const sha = (c) => c.repeat(40);
+  const rows = rangeRows({
+    range: [
+      { sha: sha('1'), build: 'ok', runner_hash: 'h1' },
+      { sha: sha('2'), build: 'ok', runner_hash: 'h1' },
+      { sha: sha('3'), build: 'failed', runner_hash: null },
+      { sha: sha('4'), build: 'ok', runner_hash: 'h4' },
+    ],
+    posterior: { commits: [{ sha: sha('4'), p: 0.9, flags: 0 }] },
+    probes: [
+      { commit: sha('4'), trials: 8, failures: 2 },
+      { commit: sha('4'), trials: 4, failures: 1 },
+      { commit: sha('0'), trials: 9, failures: 0 },
+    ],
+  });
+  assert.deepEqual(rows.map((r) => r.flags), [0, 2, 1, 0]); // derived where the posterior has none
+  assert.deepEqual(rows.map((r) => r.p), [null, null, null, 0.9]);
+  assert.deepEqual([rows[3].probes, rows[3].trials, rows[3].failures], [2, 12, 3]);
 });
 
 console.log(`${n} web unit tests passed`);
