@@ -14,6 +14,7 @@ result=$("$build/bench/ingest" "$rows")
 echo "$result"
 eval "$result" # rows= store_rows_per_s= copy_rows_per_s= ratio=
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+section=$(mktemp)
 {
 	echo
 	echo "### Ingest: $(date -u +%Y-%m-%d), $(nproc) cores ($cpu)"
@@ -25,4 +26,13 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 	echo "| numwatchd store (batched json_to_recordset, ON CONFLICT DO NOTHING) | $store_rows_per_s |"
 	echo "| plain COPY of the same rows | $copy_rows_per_s |"
 	echo "| ratio | $ratio |"
-} >>"$root/docs/benchmarks.md"
+} >"$section"
+# The newest result goes right under the ingest section's marker.
+python3 - "$root/docs/benchmarks.md" "$section" <<'PY'
+import sys
+doc, new = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+marker = "<!-- ingest results are appended below by bench/ingest.sh -->\n"
+doc = doc.replace(marker, marker + new, 1) if marker in doc else doc + new
+open(sys.argv[1], "w").write(doc)
+PY
+rm -f "$section"

@@ -551,7 +551,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .ref = ref_o,
 				       .plain = &plain[0],
 				       .factor = c->budget_factor,
-				       .floor_scale = max_abs(a.v, a.nk),
+				       .floor_scale = ck_floor_scale(d, max_abs(a.v, a.nk), 0.0),
 				       .dims = odims,
 				       .ndim = 4,
 				       .tail_width = ATTN_TILE,
@@ -599,6 +599,7 @@ static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double 
 		       const double *dout, const double *o, const float *lse, struct work *w, double *dq, double *dk,
 		       double *dv, double mag[3])
 {
+
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
 	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D), mdo = max_abs(dout, sq * D);
 	/* bt is free after the products */
@@ -804,7 +805,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					       .ref = ref[i],
 					       .plain = &plain[i],
 					       .factor = c->budget_factor,
-					       .floor_scale = mag[i],
+					       .floor_scale = ck_floor_scale(d, ck_max_abs(ref[i], i ? a.nk : a.nq), mag[i]),
 					       .dims = i ? kdims : qdims,
 					       .ndim = 4,
 					       .tail_width = ATTN_TILE,

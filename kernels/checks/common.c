@@ -112,3 +112,8 @@ double ck_max_abs(const double *x, long n)
 			m = fmax(m, fabs(x[i]));
 	return m;
 }
+
+double ck_floor_scale(enum nw_dtype d, double maxref, double terms)
+{
+	return maxref + nw_dtype_eps(NW_F32) / nw_dtype_eps(d) * terms;
+}

@@ -43,6 +43,15 @@ static inline double ck_round(enum nw_dtype d, double v)
 double ck_shrink(enum nw_dtype d, double maxabs);
 double ck_max_abs(const double *x, long n);
 
+/*
+ * The floor of a budget (sdk/metrics.c: floor_eps * eps(dtype) * scale) for
+ * an output of dtype d computed in float and rounded once: a few roundings
+ * of the dtype at the output's size (maxref), plus a few roundings of float
+ * at the size of the terms it is made of (terms: a sum of magnitudes, or the
+ * size of the two sides of a difference). Returns the scale to pass.
+ */
+double ck_floor_scale(enum nw_dtype d, double maxref, double terms);
+
 /* A normal draw scaled and offset. */
 static inline double ck_normal(struct nw_rng *r, double mu, double sigma)
 {

@@ -370,11 +370,14 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		 * at the size of x and mean (a row at 1e4 with a spread of 4), not
 		 * at the size of y.
 		 */
+		double terms = 0.0;
+
 		for (i = 0; i < rows; i++)
 			for (j = 0; j < cols; j++)
-				y.floor_scale = fmax(y.floor_scale, (fabs(b.x[i * cols + j]) + fabs(b.mean[i])) *
-									b.rstd[i] * fabs(b.gamma[j]) +
-								    fabs(b.beta[j]));
+				terms = fmax(terms, (fabs(b.x[i * cols + j]) + fabs(b.mean[i])) * b.rstd[i] *
+							    fabs(b.gamma[j]) +
+							fabs(b.beta[j]));
+		y.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), terms);
 		ck_compare(t, &y);
 		m.name = "mean";
 		m.out = &b.out[1];
@@ -383,10 +386,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		m.ndim = 1;
 		m.tail_width = 0;
 		/* The mean is a sum with cancellation: its rounding scales with the row's magnitude. */
-		m.floor_scale = 0.0;
-		for (i = 0; i < n; i++)
-			m.floor_scale = fmax(m.floor_scale, fabs(b.x[i]));
+		m.floor_scale = ck_floor_scale(NW_F32, ck_max_abs(b.ref[1], rows), ck_max_abs(b.x, n));
 		ck_compare(t, &m);
+		s.floor_scale = 0.0;
 		s.name = "rstd";
 		s.out = &b.out[2];
 		s.ref = b.ref[2];
@@ -588,7 +590,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .ref = b.ref[0],
 				       .plain = &b.plain[0],
 				       .factor = c->budget_factor,
-				       .floor_scale = scale[0],
+				       .floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), scale[0]),
 				       .dims = xdims,
 				       .ndim = 2,
 				       .tail_width = 4};
@@ -599,7 +601,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		dg.out = &b.out[1];
 		dg.ref = b.ref[1];
 		dg.plain = &b.plain[1];
-		dg.floor_scale = scale[1];
+		dg.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[1], cols), scale[1]);
 		dg.dims = cdims;
 		dg.ndim = 1;
 		ck_compare(t, &dg);
@@ -607,7 +609,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		db.out = &b.out[2];
 		db.ref = b.ref[2];
 		db.plain = &b.plain[2];
-		db.floor_scale = scale[2];
+		db.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[2], cols), scale[2]);
 		db.dims = cdims;
 		db.ndim = 1;
 		ck_compare(t, &db);

@@ -10,8 +10,9 @@
  * align_corners are drawn per case, like the shape.
  *
  * The reference is float64 from the stored inputs. The plain program is what
- * ms_deform_attn_core_pytorch runs op by op in the dtype: grid = 2 * loc - 1,
- * grid_sample (float inside, its output rounded), products with the weights
+ * ms_deform_attn_core_pytorch runs op by op in the dtype: grid = 2 * loc - 1
+ * (kept in float, see fsetup()), grid_sample (float inside, its output
+ * rounded), products with the weights
  * and their sum; its backward is grid_sample's (corner weights times the
  * incoming gradient into dvalue, the gradient of the grid as a sum of signed
  * corner terms), each tensor rounded to the dtype, in NW_ORDERS orders.
@@ -326,9 +327,16 @@ static float clip(float c, int n, float *mult)
 static void fsetup(enum nw_dtype d, double locx, double locy, int W, int H, int padding, int align,
 		   struct fpoint *p)
 {
-	float gx = nw_round(d, 2.0f * (float)locx - 1.0f), gy = nw_round(d, 2.0f * (float)locy - 1.0f);
+	/*
+	 * The grid 2 * loc - 1 in float, not rounded to the dtype: rounded, it
+	 * moves points by up to 0.06 pixel in bf16, across pixel centres where
+	 * the gradient jumps, and the budget would measure the jump (a kink the
+	 * comparison excludes) instead of the dtype's rounding.
+	 */
+	float gx = 2.0f * (float)locx - 1.0f, gy = 2.0f * (float)locy - 1.0f;
 	int k;
 
+	(void)d;
 	p->mx = align ? (float)(W - 1) / 2.0f : (float)W / 2.0f;
 	p->my = align ? (float)(H - 1) / 2.0f : (float)H / 2.0f;
 	p->ix = unnormalize(gx, W, align);
@@ -423,7 +431,8 @@ static void set_case(struct nw_trial *t, const struct msda_data *m)
 /* Draws the case and its inputs (stored in the dtype and read back). */
 static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_data *m, bool with_dout)
 {
-	static const double sigmas[] = {0.5, 1.0, 2.0};
+	/* Spreads of the weights' logits: with at most 16 points no weight falls much under 1e-3. */
+	static const double sigmas[] = {0.5, 1.0};
 	enum nw_dtype d = t->dtype;
 	struct nw_rng r, rk;
 	double sigma, voff = 0.0, vscale = 1.0, dscale = 1.0;
@@ -458,11 +467,11 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_da
 		return -ENOMEM;
 
 	nw_rng_init(&rk, c->name, t->seed, STREAM_KIND);
-	sigma = sigmas[nw_rng_range(&rk, 0, 2)];
+	sigma = sigmas[nw_rng_range(&rk, 0, 1)];
 	if (t->family == MSDA_EXTREME) {
 		kind = (int)nw_rng_range(&rk, 0, EXT_KINDS - 1);
-		if (kind == EXT_PEAKED)
-			sigma = 8.0;
+		if (kind == EXT_PEAKED) /* weights from 1 down to 1e-20 */
+			sigma = 6.0;
 		else if (kind == EXT_OFFSET)
 			voff = 100.0;
 		else if (kind == EXT_LARGE)
@@ -686,7 +695,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .ref = ref,
 				       .plain = &plain,
 				       .factor = c->budget_factor,
-				       .floor_scale = scale,
+				       .floor_scale = ck_floor_scale(d, ck_max_abs(ref, m.nout), scale),
 				       .dims = dims,
 				       .ndim = 4,
 				       .tail_width = 32};
@@ -932,7 +941,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dvalue,
 					.plain = &plain[0],
 					.factor = c->budget_factor,
-					.floor_scale = r.scale[0],
+					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dvalue, m.nvalue), r.scale[0]),
 					.dims = vdims,
 					.ndim = 4,
 					.tail_width = 32};
@@ -941,7 +950,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dloc,
 					.plain = &plain[1],
 					.factor = c->budget_factor,
-					.floor_scale = r.scale[1],
+					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dloc, 2 * m.npts), r.scale[1]),
 					.exclude = r.exclude,
 					.dims = ldims,
 					.ndim = 6};
@@ -950,7 +959,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dattn,
 					.plain = &plain[2],
 					.factor = c->budget_factor,
-					.floor_scale = r.scale[2],
+					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dattn, m.npts), r.scale[2]),
 					.dims = ldims,
 					.ndim = 5};
 

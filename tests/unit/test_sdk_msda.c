@@ -142,10 +142,10 @@ static int planted_bwd(enum nw_dtype d, const struct msda_dims *s, const void *v
 
 /*
  * The demo history's msda bug: the backward skips points whose weight is under
- * 1e-6 (their dvalue and dloc contributions), as if the weight were 0. It is
+ * 1e-4 (their dvalue and dloc contributions), as if the weight were 0. It is
  * exactly the correct backward run on weights with those points zeroed.
  */
-#define SKIP_BELOW 1e-6f
+#define SKIP_BELOW 1e-4f
 
 static int skip_small_bwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
 			  const void *attn, const void *dout, void *dvalue, void *dloc, void *dattn)
@@ -339,6 +339,9 @@ static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 
 				if (t.shape[1] == 0 || t.shape[3] == 0)
 					continue; /* no queries or no channels: nothing to plant in */
+				/* Extreme cases' budgets can exceed a planted quarter: leave them to NaNs and such. */
+				if (kind == PLANT_VALUE && t.family == MSDA_EXTREME)
+					continue;
 				ran++;
 				if (!check(&t.tensors[target]))
 					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu", c.name, kind,
@@ -382,7 +385,7 @@ static void test_planted_overrun_is_caught(void **state)
 }
 
 /*
- * Skipping points of weight under 1e-6 is invisible in bf16 and f16 and
+ * Skipping points of weight under 1e-4 is invisible in bf16 and f16 and
  * fails a few percent of f32 seeds, each of them a case with such a weight.
  */
 static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
@@ -404,7 +407,7 @@ static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
 			assert_int_equal(t.family, MSDA_EXTREME);
 			assert_false(nw_tensor_failed(&t.tensors[2])); /* dattn does not depend on the weight */
 		}
-	print_message("skipping weights under 1e-6: %d, %d, %d of 280 seeds fail (f32, f16, bf16)\n", fails[0],
+	print_message("skipping weights under 1e-4: %d, %d, %d of 280 seeds fail (f32, f16, bf16)\n", fails[0],
 		      fails[1], fails[2]);
 	assert_true(fails[0] >= 3 && fails[0] <= 28);
 	assert_int_equal(fails[2], 0);

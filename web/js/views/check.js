@@ -75,7 +75,7 @@ function baseOpts(uPlot, c, d, { title, y, log, series, markers, onHover, onPick
   return {
     title,
     height: CHART_HEIGHT,
-    cursor: { sync: { key: 'nw-check' }, points: { size: 8 }, drag: { x: false, y: false } },
+    cursor: { sync: { key: 'nw-check' }, y: false, points: { size: 8 }, drag: { x: false, y: false } },
     legend: { live: true },
     scales: { x: { time: false }, y },
     axes: [
