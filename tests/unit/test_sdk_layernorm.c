@@ -46,7 +46,7 @@ static int target;
 enum { PLANT_VALUE, PLANT_NAN, PLANT_UNWRITTEN, PLANT_OVERRUN };
 static int plant;
 
-/* Applies the planted bug to buffer buf of n elements (dtype d); 'hold' keeps an element's old bits. */
+/* Applies the planted bug to buffer buf of n elements (dtype d); 'before' holds what the SDK armed. */
 static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 {
 	size_t es = nw_dtype_size(d), i;
@@ -54,14 +54,18 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 	if (n == 0)
 		return;
 	switch (plant) {
-	case PLANT_VALUE:
-		for (i = 0; i < n; i++)
-			if (isfinite(nw_load(d, buf, i))) {
-				float v = nw_load(d, buf, i);
+	case PLANT_VALUE: /* the largest element, a quarter off */
+		{
+			size_t best = 0;
+			float bv = -1.0f;
 
-				nw_store(d, buf, i, v + 0.25f + 0.25f * fabsf(v));
-				return;
-			}
+			for (i = 0; i < n; i++)
+				if (isfinite(nw_load(d, buf, i)) && fabsf(nw_load(d, buf, i)) > bv) {
+					bv = fabsf(nw_load(d, buf, i));
+					best = i;
+				}
+			nw_store(d, buf, best, nw_load(d, buf, best) * 1.25f + 0.25f);
+		}
 		break;
 	case PLANT_NAN:
 		for (i = 0; i < n; i++)
