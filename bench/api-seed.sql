@@ -9,7 +9,7 @@
 -- commit has a flaky check; the newest commit (the one bench/api.sh asks for)
 -- has 4 regressed and 2 flaky check x dtype rows, whose failing trials (two
 -- attempts of each failing seed, with tensors) are listed by the commit detail.
--- The newest 20 commits also keep their passing trials.
+-- The newest 20 commits also keep their passing trials. The regressions' bisections are done.
 \set ON_ERROR_STOP on
 BEGIN;
 
@@ -106,6 +106,14 @@ FROM plan p CROSS JOIN generate_series(0, :per_commit - 1) s(seed)
 WHERE p.position >= :commits - 20
 ON CONFLICT DO NOTHING;
 
+-- The regressions were bisected already (the daemon would queue a bisection for each, and its
+-- probes would write while the benchmark runs): culprit found, the newest commit itself.
+INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, state, outcome, culprit_id,
+	confidence, failing_seeds, finished_at)
+SELECT :repo, p.check_id, p.dtype, g.id, p.commit_id, 'done', 'culprit', p.commit_id, 0.9993, '{3,11}', now()
+FROM plan p JOIN commits g ON g.repo_id = :repo AND g.position = p.position - 1
+WHERE p.verdict = 'regressed';
+
 -- The jobs that produced it all, done.
 INSERT INTO jobs (kind, commit_id, state, owner, finished_at)
 SELECT 'build', c.id, 'done', 'gpu-box-1', c.committed_at + interval '4 minutes'
@@ -115,4 +123,6 @@ SELECT 'trials', p.commit_id, p.check_id, p.dtype, 'done', 'gpu-box-1', now()
 FROM plan p;
 
 COMMIT;
-ANALYZE;
+-- Steady state before measuring: no autovacuum or checkpoint of the seed while wrk runs.
+VACUUM (ANALYZE);
+CHECKPOINT;

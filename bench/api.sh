@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # bench/api.sh [BUILD_DIR]: GET /api/v1/commits/{sha} on numwatchd against
 # nginx serving the same JSON as a static file, both measured with
-# `wrk -t2 -c64 -d10s --latency` on this machine. Seeds a private PostgreSQL
+# `wrk -t2 -c64 -d10s --latency` on this machine, in turns. Seeds a private PostgreSQL
 # with 10,000 commits (bench/api-seed.sql: 50 checks x 3 dtypes of stats per
 # commit, failing trials on the commit asked for), prints requests/s and p99
 # latency of both and their ratio, and appends a dated section to
 # docs/benchmarks.md.
 #
 # Environment: NW_BENCH_COMMITS (10000), NW_BENCH_CHECKS (50),
-# NW_BENCH_DURATION (10s), NW_BENCH_CONNECTIONS (64), NW_BENCH_DOC (the file
+# NW_BENCH_DURATION (10s), NW_BENCH_CONNECTIONS (64), NW_BENCH_ROUNDS (3: the
+# servers take turns, and the medians are reported), NW_BENCH_DOC (the file
 # the section is appended to; docs/benchmarks.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -182,55 +183,104 @@ wait_for "$NGINX_START_TIMEOUT" "nginx to serve $static_url" nginx_ready
 cmp -s <(curl -sf --max-time "$CURL_TIMEOUT" "$static_url") "$dir/www/commit.json" || die "nginx serves other bytes"
 
 # --- wrk ---------------------------------------------------------------------
-# bench NAME URL: a short warm-up, then the measured run; sets <NAME>_rps, <NAME>_p99 (ms)
-# and <NAME>_errors (wrk's count of socket errors and non-2xx answers, if any).
-bench() {
-	local name=$1 url=$2 out rps p99 errors
-	timeout "$WRK_TIMEOUT" wrk -t2 -c"$conns" -d2s "$url" >/dev/null || die "wrk warm-up against $url failed"
+# The machine may be shared: the servers take turns, round after round, and
+# the medians are reported, with the CPU time each server used per request.
+
+# cpu_ticks PID...: clock ticks of user and system time the processes used so far.
+cpu_ticks() {
+	local t=0 p v
+	for p in "$@"; do
+		v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || continue
+		t=$((t + v))
+	done
+	echo "$t"
+}
+server_pids() {
+	if [[ $1 == nginx ]]; then
+		echo "$nginx_pid" "$(cat /proc/"$nginx_pid"/task/*/children 2>/dev/null)"
+	else
+		echo "$daemon_pid"
+	fi
+}
+median() {
+	tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+declare -A rps_of p99_of cpu_of errors_of rounds_of
+numwatchd_rps='' numwatchd_p99='' numwatchd_cpu='' nginx_rps='' nginx_p99='' nginx_cpu=''
+hz=$(getconf CLK_TCK)
+
+# measure NAME URL: one measured wrk run; appends to the NAME entries of the arrays above.
+measure() {
+	local name=$1 url=$2 out t0 t1 n rps p99 cpu errors pids
+	pids=$(server_pids "$name")
+	# shellcheck disable=SC2086 # a list of PIDs
+	t0=$(cpu_ticks $pids)
 	out=$(timeout "$WRK_TIMEOUT" wrk -t2 -c"$conns" -d"$duration" --latency "$url") || die "wrk against $url failed"
-	printf '%s\n' "$out" >"$dir/wrk-$name.txt"
+	# shellcheck disable=SC2086
+	t1=$(cpu_ticks $pids)
+	printf '%s\n' "$out" >>"$dir/wrk-$name.txt"
 	printf '%s: %s\n' "$name" "$out" >&2
-	errors=$(printf '%s\n' "$out" | grep -E 'Non-2xx|Socket errors' | xargs || true)
-	rps=$(printf '%s\n' "$out" | awk '/^Requests\/sec:/ {print $2}')
+	n=$(printf '%s\n' "$out" | awk '/ requests in / {print $1}')
+	rps=$(printf '%s\n' "$out" | awk '/^Requests\/sec:/ {printf "%.0f", $2}')
 	p99=$(printf '%s\n' "$out" | awk '$1 == "99%" {v = $2;
 		if (v ~ /us$/) printf "%.2f", v / 1000; else if (v ~ /ms$/) printf "%.2f", v + 0;
 		else if (v ~ /m$/) printf "%.2f", v * 60000; else printf "%.2f", v * 1000}')
-	[[ -n $rps && -n $p99 ]] || die "cannot read wrk's output for $name"
-	printf -v "${name}_rps" '%.0f' "$rps"
-	printf -v "${name}_p99" '%s' "$p99"
-	printf -v "${name}_errors" '%s' "${errors:-none}"
+	[[ -n $n && -n $rps && -n $p99 ]] || die "cannot read wrk's output for $name"
+	cpu=$(awk -v t=$((t1 - t0)) -v hz="$hz" -v n="$n" 'BEGIN {printf "%.0f", n ? t / hz * 1e6 / n : 0}')
+	errors=$(printf '%s\n' "$out" | grep -E 'Non-2xx|Socket errors' | xargs || true)
+	rps_of[$name]+=" $rps"
+	p99_of[$name]+=" $p99"
+	cpu_of[$name]+=" $cpu"
+	rounds_of[$name]+="${rounds_of[$name]:+, }$rps @ $p99"
+	[[ -z $errors ]] || errors_of[$name]+="${errors_of[$name]:+; }$errors"
 }
-numwatchd_rps='' numwatchd_p99='' numwatchd_errors='' nginx_rps='' nginx_p99='' nginx_errors=''
-note "wrk -t2 -c$conns -d$duration against numwatchd, then nginx"
-bench numwatchd "$api_url"
-bench nginx "$static_url"
+
+rounds=${NW_BENCH_ROUNDS:-3}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+note "warm-up, then $rounds rounds of wrk -t2 -c$conns -d$duration against numwatchd and nginx in turn (load average $load_before)"
+timeout "$WRK_TIMEOUT" wrk -t2 -c"$conns" -d2s "$api_url" >/dev/null || die "wrk warm-up against $api_url failed"
+timeout "$WRK_TIMEOUT" wrk -t2 -c"$conns" -d2s "$static_url" >/dev/null || die "wrk warm-up against $static_url failed"
+for ((round = 1; round <= rounds; round++)); do
+	measure numwatchd "$api_url"
+	measure nginx "$static_url"
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+for name in numwatchd nginx; do
+	printf -v "${name}_rps" '%.0f' "$(median <<<"${rps_of[$name]}")"
+	printf -v "${name}_p99" '%.2f' "$(median <<<"${p99_of[$name]}")"
+	printf -v "${name}_cpu" '%.0f' "$(median <<<"${cpu_of[$name]}")"
+done
 ratio=$(awk -v a="$numwatchd_rps" -v b="$nginx_rps" 'BEGIN {printf "%.2f", a / b}')
 rate_met=$(awk -v r="$ratio" 'BEGIN {print (r >= 0.5) ? "met" : "not met"}')
 p99_met=$(awk -v p="$numwatchd_p99" 'BEGIN {print (p < 20) ? "met" : "not met"}')
 
-printf 'response: %s bytes\n' "$bytes"
-printf 'numwatchd: %s requests/s, p99 %s ms\n' "$numwatchd_rps" "$numwatchd_p99"
-printf 'nginx:     %s requests/s, p99 %s ms\n' "$nginx_rps" "$nginx_p99"
-printf 'errors:    numwatchd %s; nginx %s\n' "$numwatchd_errors" "$nginx_errors"
+printf 'response:  %s bytes; load average %s before, %s after\n' "$bytes" "$load_before" "$load_after"
+printf 'numwatchd: %s requests/s, p99 %s ms, %s us CPU/request (rounds: %s)\n' "$numwatchd_rps" \
+	"$numwatchd_p99" "$numwatchd_cpu" "${rounds_of[numwatchd]}"
+printf 'nginx:     %s requests/s, p99 %s ms, %s us CPU/request (rounds: %s)\n' "$nginx_rps" "$nginx_p99" \
+	"$nginx_cpu" "${rounds_of[nginx]}"
+printf 'errors:    numwatchd %s; nginx %s\n' "${errors_of[numwatchd]:-none}" "${errors_of[nginx]:-none}"
 printf 'ratio:     %s (aim >= 0.5: %s; p99 < 20 ms: %s)\n' "$ratio" "$rate_met" "$p99_met"
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 {
 	echo
-	echo "### API: $(date -u +%Y-%m-%d), $(nproc) cores ($cpu)"
+	echo "### API: $(date -u +%Y-%m-%d), $(nproc) cores ($cpu_model)"
 	echo
-	echo "Command: \`bench/api.sh $build\`: \`wrk -t2 -c$conns -d$duration --latency\` (after a 2 s warm-up)"
-	echo "against \`GET /api/v1/commits/{sha}\` of numwatchd, then against nginx $(nginx -v 2>&1 | sed 's|.*/||')"
-	echo "(worker_processes auto, sendfile) serving the same JSON ($bytes bytes) as a static file; wrk,"
-	echo "the servers and PostgreSQL $pg_version share the machine. Database: $commits commits, $checks checks"
-	echo "x 3 dtypes of stats each, failing trials on the commit asked for (\`bench/api-seed.sql\`)."
+	echo "Command: \`bench/api.sh $build\`: after a 2 s warm-up of each, $rounds rounds of"
+	echo "\`wrk -t2 -c$conns -d$duration --latency\` against \`GET /api/v1/commits/{sha}\` of numwatchd and against"
+	echo "nginx $(nginx -v 2>&1 | sed 's|.*/||') (worker_processes auto, sendfile) serving the same JSON ($bytes bytes)"
+	echo "as a static file, in turn; medians of the rounds. wrk, both servers and PostgreSQL $pg_version share"
+	echo "the machine (load average $load_before before, $load_after after). Database: $commits commits,"
+	echo "$checks checks x 3 dtypes of stats each, failing trials on the commit asked for (\`bench/api-seed.sql\`)."
+	echo "*CPU / request*: user and system time of the server's processes over requests served."
 	echo
-	echo "| server | requests/s | p99 latency |"
-	echo "| --- | ---: | ---: |"
-	echo "| numwatchd | $numwatchd_rps | $numwatchd_p99 ms |"
-	echo "| nginx, static file | $nginx_rps | $nginx_p99 ms |"
-	echo "| ratio | $ratio | |"
+	echo "| server | requests/s | p99 latency | CPU / request | rounds (requests/s @ p99 ms) |"
+	echo "| --- | ---: | ---: | ---: | --- |"
+	echo "| numwatchd | $numwatchd_rps | $numwatchd_p99 ms | $numwatchd_cpu µs | ${rounds_of[numwatchd]} |"
+	echo "| nginx, static file | $nginx_rps | $nginx_p99 ms | $nginx_cpu µs | ${rounds_of[nginx]} |"
+	echo "| ratio | $ratio | | | |"
 	echo
-	echo "Errors reported by wrk: numwatchd $numwatchd_errors; nginx $nginx_errors."
+	echo "Errors reported by wrk: numwatchd ${errors_of[numwatchd]:-none}; nginx ${errors_of[nginx]:-none}."
 	echo "Aims: at least half of nginx's rate: $rate_met; p99 under 20 ms: $p99_met."
 } >>"$doc"

@@ -328,13 +328,16 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
  * completed since its query was sent (db_writes) and for at most
  * NW_API_CACHE_TTL_MS after that (writes by other daemons). Requests for a
  * path whose query is already in flight, sent after the last write, wait for
- * that query instead of sending one of their own. At most
+ * that query instead of sending one of their own; an entry about to expire is
+ * refreshed while it is still served. At most
  * NW_API_CACHE_ENTRIES entries and NW_API_CACHE_BYTES; the least recently
  * used goes first.
  */
 #define CACHE_KEY_MAX 96
 #define CACHE_BUCKETS 2048 /* a power of two, at least NW_API_CACHE_ENTRIES */
 #define CACHE_TTL_NS  ((uint64_t)NW_API_CACHE_TTL_MS * 1000000)
+/* An entry served in the last quarter of its life is refreshed by a query of its own. */
+#define CACHE_REFRESH_NS (CACHE_TTL_NS * 3 / 4)
 
 struct cache_entry {
 	struct cache_entry *hnext;      /* hash chain */
@@ -495,6 +498,42 @@ static void on_filled(PGresult *res, const char *error, void *data)
 	free(f);
 }
 
+/* The query in flight for 'key' that a request sent now may wait for, or NULL. */
+static struct fill *fill_find(const char *key, uint64_t writes, uint64_t now)
+{
+	for (struct fill *f = cache.fills; f; f = f->next)
+		if (f->writes == writes && now - f->sent_ns < CACHE_TTL_NS && strcmp(f->key, key) == 0)
+			return f;
+	return NULL;
+}
+
+/* Sends the query that fills 'key', for 'q' (or for the cache alone); false if it could not be queued. */
+static bool fill_start(struct nwd *d, const char *key, uint64_t writes, uint64_t now, struct fill_req *q,
+		       const char *sql, int n, const char *const *params)
+{
+	struct fill *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return false;
+	snprintf(f->key, sizeof(f->key), "%s", key);
+	f->writes = writes;
+	f->sent_ns = now;
+	f->reqs = q;
+	f->next = cache.fills;
+	cache.fills = f;
+	if (q)
+		http_set_pending(q->p.r, &q->p);
+	/* Linked first: a connection lost while sending answers at once. */
+	if (db_query(d->db_http, sql, n, params, on_filled, f) < 0) {
+		cache.fills = f->next;
+		if (q)
+			http_set_pending(q->p.r, NULL);
+		free(f);
+		return false;
+	}
+	return true;
+}
+
 /* Like ask(), for a JSON answer that may be served from the cache under 'key' (the request path). */
 static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const char *sql, int n,
 		       const char *const *params, const char *what, const char *name)
@@ -510,6 +549,8 @@ static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const
 	}
 	e = cache_get(key);
 	if (e) {
+		if (now - e->sent_ns >= CACHE_REFRESH_NS && !fill_find(key, writes, now))
+			fill_start(d, key, writes, now, NULL, sql, n, params);
 		http_reply_body(r, 200, e->body);
 		return;
 	}
@@ -522,32 +563,12 @@ static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const
 	q->p.d = d;
 	q->p.what = what;
 	snprintf(q->p.key, sizeof(q->p.key), "%s", name);
-	for (f = cache.fills; f; f = f->next) {
-		if (f->writes == writes && now - f->sent_ns < CACHE_TTL_NS && strcmp(f->key, key) == 0) {
-			q->next = f->reqs;
-			f->reqs = q;
-			http_set_pending(r, &q->p);
-			return;
-		}
-	}
-	f = calloc(1, sizeof(*f));
-	if (!f) {
-		free(q);
-		http_reply_error(r, 500, "out of memory");
-		return;
-	}
-	snprintf(f->key, sizeof(f->key), "%s", key);
-	f->writes = writes;
-	f->sent_ns = now;
-	f->reqs = q;
-	f->next = cache.fills;
-	cache.fills = f;
-	http_set_pending(r, &q->p);
-	/* Linked first: a connection lost while sending answers at once. */
-	if (db_query(d->db_http, sql, n, params, on_filled, f) < 0) {
-		cache.fills = f->next;
-		http_set_pending(r, NULL);
-		free(f);
+	f = fill_find(key, writes, now);
+	if (f) {
+		q->next = f->reqs;
+		f->reqs = q;
+		http_set_pending(r, &q->p);
+	} else if (!fill_start(d, key, writes, now, q, sql, n, params)) {
 		free(q);
 		http_reply_error(r, 503, "database unavailable");
 	}

@@ -38,7 +38,7 @@ static const char queue_sql[] =
     "  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
     "   AND m.until > now())"
     "  AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.check_id = s.check_id AND b.dtype = s.dtype"
-    "   AND b.good_commit_id = g.id)"
+    "   AND (b.good_commit_id = g.id OR b.bad_commit_id = c.id))"
     " ORDER BY s.check_id, s.dtype, g.id, c.position"
     " ON CONFLICT DO NOTHING RETURNING id";
 

@@ -137,9 +137,12 @@ static const char checks_sql[] =
     "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
     "  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
     "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
-    "  RETURNING id, dtypes)"
+    "  RETURNING id, name, dtypes)"
     " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
-    " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d ON CONFLICT DO NOTHING";
+    " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d"
+    " WHERE $4 = '' OR up.name LIKE ANY (SELECT replace(p, '*', '%') FROM regexp_split_to_table($4, '[ ,]+') AS p"
+    "  WHERE p <> '')"
+    " ON CONFLICT DO NOTHING";
 
 /* Every 'every'th seed of the plan again under each sanitizer tool, on GPU slots, behind the plan. */
 static const char sanitize_sql[] =
@@ -147,8 +150,9 @@ static const char sanitize_sql[] =
     " SELECT 'sanitize', $1, k.id, d, t, ARRAY(SELECT generate_series(0, $3::int - 1, $4::int)::bigint), 150"
     " FROM checks k, unnest(k.dtypes) AS d,"
     "  (SELECT t FROM regexp_split_to_table($2, '[ ,]+') AS t WHERE t <> '') AS tools"
-    " WHERE k.repo_id = $5 AND k.name IN (SELECT name FROM json_to_recordset($6::json) AS x(name text))"
-    "  AND (SELECT position FROM commits WHERE id = $1) % $7::int = 0"
+    " WHERE k.repo_id = $5 AND EXISTS (SELECT 1 FROM jobs j WHERE j.kind = 'trials' AND j.commit_id = $1"
+    "  AND j.check_id = k.id AND j.dtype = d)"
+    "  AND (SELECT position FROM commits WHERE id = $1) % $6::int = 0"
     " ON CONFLICT DO NOTHING";
 
 static const char failed_stats_sql[] =
@@ -170,7 +174,7 @@ static void store(struct builder *b, const char *checks_json)
 	char commit[24], started[24], duration[24], repo[16];
 	const char *bparams[7] = {commit,  b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
 				  started, duration,  b->d->cfg.node_name};
-	const char *cparams[3] = {repo, checks_json, commit};
+	const char *cparams[4] = {repo, checks_json, commit, b->d->cfg.trials_checks ? b->d->cfg.trials_checks : ""};
 	const char *fparams[2] = {commit, repo};
 	bool ok = strcmp(b->status, "ok") == 0;
 	uint64_t ms = uv_now(b->d->loop) - b->started_ms;
@@ -185,15 +189,15 @@ static void store(struct builder *b, const char *checks_json)
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
 	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
 	if (ok)
-		db_query(b->d->db, checks_sql, 3, cparams, on_query_error, NULL);
+		db_query(b->d->db, checks_sql, 4, cparams, on_query_error, NULL);
 	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_gpu_slot(&b->d->cfg)) {
 		char per[16], every[16], commits[16];
-		const char *sparams[7] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, checks_json, commits};
+		const char *sparams[6] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, commits};
 
 		snprintf(per, sizeof(per), "%u", b->d->cfg.trials_per_commit);
 		snprintf(every, sizeof(every), "%u", b->d->cfg.sanitizer_every);
 		snprintf(commits, sizeof(commits), "%u", b->d->cfg.sanitizer_commits);
-		db_query(b->d->db, sanitize_sql, 7, sparams, on_query_error, NULL);
+		db_query(b->d->db, sanitize_sql, 6, sparams, on_query_error, NULL);
 	}
 	if (!ok)
 		db_query(b->d->db, failed_stats_sql, 2, fparams, on_query_error, NULL);

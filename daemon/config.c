@@ -109,6 +109,7 @@ static const struct option options[] = {
 
     NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
     NUM("trials", "max", OPT_UINT, trials_max, 1, NW_TRIALS_MAX, 1024),
+    STR("trials", "checks", OPT_STRING, trials_checks, OPT_EMPTY_OK, ""),
 
     /* [sanitizer]: every Nth seed of a commit's plan also runs under each tool, on GPU slots. */
     STR("sanitizer", "tools", OPT_TOOLS, sanitizer_tools, OPT_EMPTY_OK, ""),
@@ -872,6 +873,7 @@ void config_release(struct config *cfg)
 	free(cfg->mail_password_file);
 	free(cfg->mail_mbox);
 	free(cfg->sanitizer_tools);
+	free(cfg->trials_checks);
 	free(cfg->sanitizer_path);
 	memset(cfg, 0, sizeof(*cfg));
 }

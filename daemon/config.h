@@ -43,6 +43,7 @@ struct config {
 
 	/* [trials] */
 	unsigned trials_per_commit; /* seeds 0..n-1 for every check x dtype */
+	char *trials_checks;        /* comma-separated globs of the checks to run ("softmax.*"); empty: all */
 	unsigned trials_max;        /* adaptive trials stop here: seeds per commit x check x dtype at most */
 	unsigned trial_timeout_s;   /* deadline for one trial response */
 	unsigned repeats;           /* "repeats" sent with every trial */

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -45,11 +44,6 @@ struct http_req {
 	size_t upload_len;
 	void *pending;
 };
-
-/* Shared bodies from this size on are sent from a memory file (sendfile) rather than from memory. */
-#ifndef HTTP_BODY_MEMFD_MIN
-#define HTTP_BODY_MEMFD_MIN (16 * 1024)
-#endif
 
 /* A reply body shared by many requests: one libmicrohttpd response, queued on each connection. */
 struct http_body {
@@ -94,45 +88,11 @@ static void add_headers(struct MHD_Response *resp, const char *content_type)
 	MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
-/*
- * A large body is kept in a memory file: libmicrohttpd then sends it with
- * sendfile(), without copying it through user space for every request.
- */
-static struct MHD_Response *memfd_response(const char *data, size_t len)
-{
-	struct MHD_Response *resp;
-	size_t done = 0;
-	int fd;
-
-	if (len < HTTP_BODY_MEMFD_MIN)
-		return NULL;
-	fd = memfd_create("numwatch-http-body", MFD_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	while (done < len) {
-		ssize_t n = write(fd, data + done, len - done);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			close(fd);
-			return NULL;
-		}
-		done += (size_t)n;
-	}
-	resp = MHD_create_response_from_fd(len, fd); /* closes fd when destroyed */
-	if (!resp)
-		close(fd);
-	return resp;
-}
-
 struct http_body *http_body_new(char *data, size_t len, const char *content_type)
 {
 	struct http_body *b = calloc(1, sizeof(*b));
 
-	if (b && (b->resp = memfd_response(data, len))) {
-		free(data);
-	} else if (!b || !(b->resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE))) {
+	if (!b || !(b->resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE))) {
 		free(b);
 		free(data);
 		return NULL;
@@ -402,9 +362,7 @@ int http_start(struct nwd *d, struct http **out)
 	    MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL, on_request, h,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	    (size_t)NW_HTTP_HEADER_MAX * 2, MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
-	    MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-	    /* main() ignores SIGPIPE: libmicrohttpd may then use sendfile() for file bodies. */
-	    MHD_OPTION_SIGPIPE_HANDLED_BY_APP, 1, MHD_OPTION_END);
+	    MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
 	if (!h->mhd) {
 		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
 			  strerror(errno));

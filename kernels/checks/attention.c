@@ -25,9 +25,9 @@
 #include "common.h"
 
 static const char *const families[ATTN_FAMILIES] = {
-    [ATTN_ALIGNED] = "aligned",         [ATTN_TAIL] = "tail", [ATTN_TILE_EDGE] = "tile_edge",
-    [ATTN_HEAD_DIM] = "head_dim",       [ATTN_CROSS] = "cross",
-    [ATTN_MASKED_ROWS] = "masked_rows", [ATTN_TINY] = "tiny", [ATTN_EXTREME] = "extreme",
+    [ATTN_ALIGNED] = "aligned",   [ATTN_TAIL] = "tail",       [ATTN_TILE_EDGE] = "tile_edge",
+    [ATTN_HEAD_DIM] = "head_dim", [ATTN_CROSS] = "cross",     [ATTN_MASKED_ROWS] = "masked_rows",
+    [ATTN_TINY] = "tiny",         [ATTN_EXTREME] = "extreme",
 };
 
 enum { STREAM_SHAPE = 0, STREAM_Q = 1, STREAM_K = 2, STREAM_V = 3, STREAM_DOUT = 4, STREAM_KIND = 5 };
@@ -70,7 +70,8 @@ void attention_case(int family, uint64_t seed, uint64_t index, struct attn_dims 
 		break;
 	case ATTN_TAIL:
 		s->seqlen_q = (int)nw_rng_range(&r, 1, 192);
-		s->seqlen_k = ATTN_TILE * (int)nw_rng_range(&r, 0, 2) + (int)nw_rng_range(&r, 1, ATTN_TILE - 1);
+		s->seqlen_k =
+		    ATTN_TILE * (int)nw_rng_range(&r, 0, 2) + (int)nw_rng_range(&r, 1, ATTN_TILE - 1);
 		break;
 	case ATTN_TILE_EDGE:
 		s->seqlen_q = (int)PICK(&r, edges);
@@ -298,8 +299,8 @@ static void mm_nt_f(const double *A, const double *B, long m, long n, long kd, f
  * C[m][n] = sum over x of A(i, x) B[x][n] in float, the x in order o; A(i, x)
  * is A[i * as + x * xs] (so A or its transpose). Rounded to the dtype into out.
  */
-static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const float *B, long m, long n, long kd,
-		       int o, float *acc, double *out)
+static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const float *B, long m, long n,
+		       long kd, int o, float *acc, double *out)
 {
 	long i, j, x;
 
@@ -327,8 +328,8 @@ static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const 
  * Float64 forward of one (batch, head): P (probabilities, 0 where masked;
  * rows that see nothing are all 0), O and LSE. S: scratch [sq][sk].
  */
-static void ref_fwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v, double *bt,
-		       double *S, double *P, double *o, double *lse)
+static void ref_fwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v,
+		       double *bt, double *S, double *P, double *o, double *lse)
 {
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
 
@@ -388,8 +389,8 @@ static void plain_fwd_bh(enum nw_dtype d, const struct attn_dims *s, const float
 }
 
 /* Scores of the plain program: round(round(Q K^T) * scale), one (batch, head). */
-static void plain_scores(enum nw_dtype d, const struct attn_dims *s, const double *q, const double *k, float *bt,
-			 float *Sf)
+static void plain_scores(enum nw_dtype d, const struct attn_dims *s, const double *q, const double *k,
+			 float *bt, float *Sf)
 {
 	long n = (long)s->seqlen_q * s->seqlen_k, i;
 
@@ -439,8 +440,8 @@ static int work_alloc(struct work *w, const struct attn_dims *s)
 	w->kf = ck_floats(sk * D);
 	w->qf = ck_floats(sq * D);
 	w->dof = ck_floats(sq * D);
-	return w->bt && w->S && w->P && w->dP && w->fbt && w->Sf && w->Pf && w->vf && w->acc && w->dSf && w->kf &&
-		       w->qf && w->dof
+	return w->bt && w->S && w->P && w->dP && w->fbt && w->Sf && w->Pf && w->vf && w->acc && w->dSf &&
+		       w->kf && w->qf && w->dof
 		   ? 0
 		   : -ENOMEM;
 }
@@ -512,7 +513,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	sk = a.s.seqlen_k;
 	ref_o = ck_doubles(a.nq);
 	ref_lse = ck_doubles(a.nlse);
-	if (!ref_o || !ref_lse || work_alloc(&w, &a.s) || ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) ||
+	if (!ref_o || !ref_lse || work_alloc(&w, &a.s) ||
+	    ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) ||
 	    ck_plain_alloc(&plain[1], (unsigned)a.orders, a.nlse)) {
 		rc = -ENOMEM;
 		goto out;
@@ -524,7 +526,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		plain_scores(d, &a.s, a.q + qo, a.k + ko, w.fbt, w.Sf);
 		to_floats(a.v + ko, sk * D, w.vf);
 		for (o = 0; o < a.orders; o++)
-			plain_fwd_bh(d, &a.s, w.Sf, w.vf, o, w.Pf, w.acc, plain[0].p[o] + qo, plain[1].p[o] + bh * sq);
+			plain_fwd_bh(d, &a.s, w.Sf, w.vf, o, w.Pf, w.acc, plain[0].p[o] + qo,
+				     plain[1].p[o] + bh * sq);
 	}
 
 	if ((rc = nw_input_upload(t, &q_dev, a.q_s, (size_t)a.nq * nw_dtype_size(d))) ||
@@ -596,12 +599,13 @@ out:
  * (the floors of their budgets).
  */
 static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v,
-		       const double *dout, const double *o, const float *lse, struct work *w, double *dq, double *dk,
-		       double *dv, double mag[3])
+		       const double *dout, const double *o, const float *lse, struct work *w, double *dq,
+		       double *dk, double *dv, double mag[3])
 {
 
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
-	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D), mdo = max_abs(dout, sq * D);
+	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D),
+	       mdo = max_abs(dout, sq * D);
 	/* bt is free after the products */
 	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk, *knorm = w->bt + 2 * sk;
 
@@ -728,15 +732,16 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	ref[2] = ck_doubles(a.nk);
 	ref_lse = ck_doubles(a.nlse);
 	if (!ref[0] || !ref[1] || !ref[2] || !ref_lse || work_alloc(&w, &a.s) ||
-	    ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) || ck_plain_alloc(&plain[1], (unsigned)a.orders, a.nk) ||
+	    ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) ||
+	    ck_plain_alloc(&plain[1], (unsigned)a.orders, a.nk) ||
 	    ck_plain_alloc(&plain[2], (unsigned)a.orders, a.nk)) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	/* The forward's O (rounded to the dtype) and LSE (float): inputs of the backward. */
 	for (bh = 0; bh < a.nbh; bh++)
-		ref_fwd_bh(&a.s, a.q + bh * sq * D, a.k + bh * sk * D, a.v + bh * sk * D, w.bt, w.S, w.P, a.o + bh * sq * D,
-			   ref_lse + bh * sq);
+		ref_fwd_bh(&a.s, a.q + bh * sq * D, a.k + bh * sk * D, a.v + bh * sk * D, w.bt, w.S, w.P,
+			   a.o + bh * sq * D, ref_lse + bh * sq);
 	ck_store_all(d, a.o_s, a.o, a.nq);
 	for (i = 0; i < a.nlse; i++)
 		a.lse[i] = (float)ref_lse[i];
@@ -746,11 +751,12 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		for (bh = 0; bh < a.nbh; bh++) {
 			long qo = bh * sq * D, ko = bh * sk * D;
 
-			ref_bwd_bh(&a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, a.o + qo, a.lse + bh * sq, &w,
-				   ref[0] + qo, ref[1] + ko, ref[2] + ko, mag);
+			ref_bwd_bh(&a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, a.o + qo, a.lse + bh * sq,
+				   &w, ref[0] + qo, ref[1] + ko, ref[2] + ko, mag);
 		}
 		/* Keep the gradients inside the dtype's range (f16 with dout 1e3). */
-		f = ck_shrink(d, fmax(ck_max_abs(ref[0], a.nq), fmax(ck_max_abs(ref[1], a.nk), ck_max_abs(ref[2], a.nk))));
+		f = ck_shrink(d, fmax(ck_max_abs(ref[0], a.nq),
+				      fmax(ck_max_abs(ref[1], a.nk), ck_max_abs(ref[2], a.nk))));
 		if (f == 1.0)
 			break;
 		for (bh = 0; bh < a.nq; bh++)
@@ -766,8 +772,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		to_floats(a.v + ko, sk * D, w.vf);
 		plain_fwd_bh(d, &a.s, w.Sf, w.vf, 0, w.Pf, w.acc, plain[0].p[0] + qo, plain[0].p[0] + qo);
 		for (o = 0; o < a.orders; o++)
-			plain_bwd_bh(d, &a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, o, &w, plain[0].p[o] + qo,
-				     plain[1].p[o] + ko, plain[2].p[o] + ko);
+			plain_bwd_bh(d, &a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, o, &w,
+				     plain[0].p[o] + qo, plain[1].p[o] + ko, plain[2].p[o] + ko);
 	}
 
 	if ((rc = nw_input_upload(t, &q_dev, a.q_s, (size_t)a.nq * nw_dtype_size(d))) ||
@@ -800,16 +806,17 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		long qdims[4] = {a.s.batch, a.s.heads, sq, D}, kdims[4] = {a.s.batch, a.s.heads, sk, D};
 
 		for (i = 0; i < 3; i++) {
-			struct ck_tensor tt = {.name = names[i],
-					       .out = &out[i],
-					       .ref = ref[i],
-					       .plain = &plain[i],
-					       .factor = c->budget_factor,
-					       .floor_scale = ck_floor_scale(d, ck_max_abs(ref[i], i ? a.nk : a.nq), mag[i]),
-					       .dims = i ? kdims : qdims,
-					       .ndim = 4,
-					       .tail_width = ATTN_TILE,
-					       .tail_axis = 1};
+			struct ck_tensor tt = {
+			    .name = names[i],
+			    .out = &out[i],
+			    .ref = ref[i],
+			    .plain = &plain[i],
+			    .factor = c->budget_factor,
+			    .floor_scale = ck_floor_scale(d, ck_max_abs(ref[i], i ? a.nk : a.nq), mag[i]),
+			    .dims = i ? kdims : qdims,
+			    .ndim = 4,
+			    .tail_width = ATTN_TILE,
+			    .tail_axis = 1};
 
 			ck_compare(t, &tt);
 		}

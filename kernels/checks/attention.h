@@ -26,8 +26,8 @@ struct attn_dims {
 struct attention_kernels {
 	const char *fwd_name;
 	const char *bwd_name;
-	int (*fwd)(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v, void *o,
-		   float *lse);
+	int (*fwd)(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
+		   void *o, float *lse);
 	int (*bwd)(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
 		   const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv);
 };

@@ -16,13 +16,14 @@ static enum dl_dtype dl_dtype_of(enum nw_dtype d)
 
 static struct dl_attn_shape shape_of(const struct attn_dims *s)
 {
-	struct dl_attn_shape x = {s->batch, s->heads, s->seqlen_q, s->seqlen_k, s->head_dim, s->causal, s->scale};
+	struct dl_attn_shape x = {s->batch,    s->heads,  s->seqlen_q, s->seqlen_k,
+				  s->head_dim, s->causal, s->scale};
 
 	return x;
 }
 
-static int fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v, void *o,
-	       float *lse)
+static int fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
+	       void *o, float *lse)
 {
 	struct dl_attn_shape x = shape_of(s);
 

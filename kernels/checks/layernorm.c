@@ -23,7 +23,7 @@
 #include "layernorm.h"
 
 static const char *const families[LN_FAMILIES] = {
-    [LN_ALIGNED] = "aligned", [LN_TAIL] = "tail", [LN_THRESHOLD] = "threshold",
+    [LN_ALIGNED] = "aligned", [LN_TAIL] = "tail",       [LN_THRESHOLD] = "threshold",
     [LN_TINY] = "tiny",       [LN_EXTREME] = "extreme",
 };
 
@@ -71,7 +71,8 @@ void layernorm_shape(int family, uint64_t seed, uint64_t index, long *rows, long
 		*rows = rows_for(&r, *cols, 1);
 		break;
 	case LN_THRESHOLD:
-		*cols = threshold_cols[nw_rng_range(&r, 0, sizeof(threshold_cols) / sizeof(threshold_cols[0]) - 1)];
+		*cols = threshold_cols[nw_rng_range(&r, 0,
+						    sizeof(threshold_cols) / sizeof(threshold_cols[0]) - 1)];
 		*rows = rows_for(&r, *cols, 1);
 		break;
 	case LN_TINY:
@@ -545,19 +546,21 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	ref_bwd(b.x, b.gamma, b.mean, b.rstd, b.dy, rows, cols, b.ref[0], b.ref[1], b.ref[2], scale);
 	{
 		/* Keep the gradients inside the dtype's range (f16 with dy 1e3 on a constant row). */
-		double m = fmax(ck_max_abs(b.ref[0], n), fmax(ck_max_abs(b.ref[1], cols), ck_max_abs(b.ref[2], cols)));
+		double m = fmax(ck_max_abs(b.ref[0], n),
+				fmax(ck_max_abs(b.ref[1], cols), ck_max_abs(b.ref[2], cols)));
 		double f = ck_shrink(d, m);
 
 		if (f < 1.0) {
 			for (i = 0; i < n; i++)
 				b.dy[i] *= f;
 			ck_store_all(d, b.dys, b.dy, n);
-			ref_bwd(b.x, b.gamma, b.mean, b.rstd, b.dy, rows, cols, b.ref[0], b.ref[1], b.ref[2], scale);
+			ref_bwd(b.x, b.gamma, b.mean, b.rstd, b.dy, rows, cols, b.ref[0], b.ref[1], b.ref[2],
+				scale);
 		}
 	}
 	for (o = 0; o < NW_ORDERS; o++)
-		plain_bwd(d, o, b.x, b.gamma, b.meanf, b.rstdf, b.dy, rows, cols, b.plain[0].p[o], b.plain[1].p[o],
-			  b.plain[2].p[o]);
+		plain_bwd(d, o, b.x, b.gamma, b.meanf, b.rstdf, b.dy, rows, cols, b.plain[0].p[o],
+			  b.plain[1].p[o], b.plain[2].p[o]);
 
 	if ((rc = nw_input_upload(t, &b.x_dev, b.xs, (size_t)n * nw_dtype_size(d))) ||
 	    (rc = nw_input_upload(t, &b.g_dev, b.gs, (size_t)cols * nw_dtype_size(d))) ||

@@ -23,7 +23,8 @@ static int fwd(enum nw_dtype d, const void *x, const void *gamma, const void *be
 static int bwd(enum nw_dtype d, const void *x, const void *gamma, const float *mean, const float *rstd,
 	       const void *dy, void *dx, void *dgamma, void *dbeta, int rows, int cols)
 {
-	return dl_cuda_layernorm_bwd(dl_dtype_of(d), x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols, NULL);
+	return dl_cuda_layernorm_bwd(dl_dtype_of(d), x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols,
+				     NULL);
 }
 
 const struct layernorm_kernels layernorm_kernels = {

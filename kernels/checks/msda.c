@@ -38,12 +38,19 @@
 #include "msda.h"
 
 static const char *const families[MSDA_FAMILIES] = {
-    [MSDA_UNIFORM] = "uniform", [MSDA_BOUNDARY] = "boundary", [MSDA_OUTSIDE] = "outside",
-    [MSDA_CHANNELS] = "channels", [MSDA_LEVELS] = "levels",   [MSDA_TINY] = "tiny",
+    [MSDA_UNIFORM] = "uniform",   [MSDA_BOUNDARY] = "boundary", [MSDA_OUTSIDE] = "outside",
+    [MSDA_CHANNELS] = "channels", [MSDA_LEVELS] = "levels",     [MSDA_TINY] = "tiny",
     [MSDA_EXTREME] = "extreme",
 };
 
-enum { STREAM_SHAPE = 0, STREAM_VALUE = 1, STREAM_LOC = 2, STREAM_ATTN = 3, STREAM_DOUT = 4, STREAM_KIND = 5 };
+enum {
+	STREAM_SHAPE = 0,
+	STREAM_VALUE = 1,
+	STREAM_LOC = 2,
+	STREAM_ATTN = 3,
+	STREAM_DOUT = 4,
+	STREAM_KIND = 5
+};
 
 /* Caps that keep a host trial within a few milliseconds. */
 #define WORK_MAX  49152 /* sampling points x channels */
@@ -71,7 +78,8 @@ static long points_of(const struct msda_dims *s)
 static void fit(struct msda_dims *s, int family)
 {
 	for (;;) {
-		long work = points_of(s) * s->channels, nvalue = (long)s->batch * level_pixels(s) * s->heads * s->channels;
+		long work = points_of(s) * s->channels,
+		     nvalue = (long)s->batch * level_pixels(s) * s->heads * s->channels;
 		int l, big = 0;
 
 		if (work <= WORK_MAX && nvalue <= VALUE_MAX)
@@ -86,7 +94,8 @@ static void fit(struct msda_dims *s, int family)
 			s->channels = (s->channels + 1) / 2;
 		} else if (nvalue > VALUE_MAX) {
 			for (l = 1; l < s->levels; l++)
-				if ((long)s->level_h[l] * s->level_w[l] > (long)s->level_h[big] * s->level_w[big])
+				if ((long)s->level_h[l] * s->level_w[l] >
+				    (long)s->level_h[big] * s->level_w[big])
 					big = l;
 			if (s->level_h[big] >= s->level_w[big])
 				s->level_h[big] = (s->level_h[big] + 1) / 2;
@@ -125,7 +134,8 @@ void msda_case(int family, uint64_t seed, uint64_t index, struct msda_dims *s)
 		s->queries = (int)nw_rng_range(&r, 1, 24);
 		break;
 	case MSDA_CHANNELS:
-		s->channels = channel_counts[nw_rng_range(&r, 0, sizeof(channel_counts) / sizeof(channel_counts[0]) - 1)];
+		s->channels = channel_counts[nw_rng_range(
+		    &r, 0, sizeof(channel_counts) / sizeof(channel_counts[0]) - 1)];
 		s->queries = (int)nw_rng_range(&r, 1, 16);
 		s->levels = (int)nw_rng_range(&r, 1, 2);
 		s->points = (int)nw_rng_range(&r, 1, 2);
@@ -212,7 +222,8 @@ static double gen_loc(struct nw_rng *r, int family, enum nw_dtype d, int n, int 
 			return 2.2 * nw_rng_uniform(r) - 0.6;
 		default:
 			/* Just outside: within a tenth of the image of an edge. */
-			return nw_rng_range(r, 0, 1) ? 1.0 + 0.1 * nw_rng_uniform(r) : -0.1 * nw_rng_uniform(r);
+			return nw_rng_range(r, 0, 1) ? 1.0 + 0.1 * nw_rng_uniform(r)
+						     : -0.1 * nw_rng_uniform(r);
 		}
 	case MSDA_BOUNDARY:
 		switch (nw_rng_range(r, 0, 3)) {
@@ -222,7 +233,11 @@ static double gen_loc(struct nw_rng *r, int family, enum nw_dtype d, int n, int 
 			return loc_of_pixel((double)nw_rng_range(r, 0, n - 1), n, align);
 		case 2: /* where padding starts: -1, 0, n - 1, n */
 			k = nw_rng_range(r, 0, 3);
-			return loc_of_pixel(k == 0 ? -1.0 : k == 1 ? 0.0 : k == 2 ? n - 1.0 : (double)n, n, align);
+			return loc_of_pixel(k == 0   ? -1.0
+					    : k == 1 ? 0.0
+					    : k == 2 ? n - 1.0
+						     : (double)n,
+					    n, align);
 		default: /* a few ULP of the dtype from a centre or an edge */
 			k = nw_rng_range(r, -1, n);
 			return nudge(d, loc_of_pixel((double)k, n, align),
@@ -354,7 +369,8 @@ static void fsetup(enum nw_dtype d, double locx, double locy, int W, int H, int 
 	for (k = 0; k < 4; k++) {
 		long xx = (long)p->x0 + (k & 1), yy = (long)p->y0 + (k >> 1);
 
-		p->in[k] = xx >= 0 && xx < W && yy >= 0 && yy < H && fabsf(p->ix) < 1e9f && fabsf(p->iy) < 1e9f;
+		p->in[k] =
+		    xx >= 0 && xx < W && yy >= 0 && yy < H && fabsf(p->ix) < 1e9f && fabsf(p->iy) < 1e9f;
 		p->pix[k] = p->in[k] ? yy * W + xx : 0;
 	}
 }
@@ -462,8 +478,8 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_da
 	m->dout_s = ck_buffer(d, m->nout);
 	m->dp = malloc((size_t)(m->npts > 0 ? m->npts : 1) * sizeof(*m->dp));
 	m->fp = malloc((size_t)(m->npts > 0 ? m->npts : 1) * sizeof(*m->fp));
-	if (!m->value || !m->loc || !m->attn || !m->dout || !m->value_s || !m->loc_s || !m->attn_s || !m->dout_s ||
-	    !m->dp || !m->fp)
+	if (!m->value || !m->loc || !m->attn || !m->dout || !m->value_s || !m->loc_s || !m->attn_s ||
+	    !m->dout_s || !m->dp || !m->fp)
 		return -ENOMEM;
 
 	nw_rng_init(&rk, c->name, t->seed, STREAM_KIND);
@@ -747,8 +763,10 @@ static void ref_bwd(const struct msda_data *m, struct bwd_ref *r)
 				ma += fabs(go * smp);
 				gx += go * (p->hy * (v[1] - v[0]) + p->ly * (v[3] - v[2]));
 				gy += go * (p->hx * (v[2] - v[0]) + p->lx * (v[3] - v[1]));
-				mx += fabs(go) * (p->hy * (fabs(v[1]) + fabs(v[0])) + p->ly * (fabs(v[3]) + fabs(v[2])));
-				my += fabs(go) * (p->hx * (fabs(v[2]) + fabs(v[0])) + p->lx * (fabs(v[3]) + fabs(v[1])));
+				mx += fabs(go) *
+				      (p->hy * (fabs(v[1]) + fabs(v[0])) + p->ly * (fabs(v[3]) + fabs(v[2])));
+				my += fabs(go) *
+				      (p->hx * (fabs(v[2]) + fabs(v[0])) + p->lx * (fabs(v[3]) + fabs(v[1])));
 				for (k = 0; k < 4; k++)
 					if (p->in[k]) {
 						long vi = vidx(m, pi, p->pix[k], ch);
@@ -772,11 +790,11 @@ static void ref_bwd(const struct msda_data *m, struct bwd_ref *r)
 
 /* What the plain backward reads per point and channel, computed once for all orders. */
 struct plain_pre {
-	float *v;     /* [npts][D][4] corner values, 0 outside */
-	float *smp;   /* [npts][D] grid_sample's output, rounded */
-	float *gout;  /* [npts][D] incoming gradient dout * attn, rounded */
-	long *base;   /* [npts][4] value index of channel 0 of each corner, -1 outside */
-	float *acc;   /* [nvalue] dvalue accumulator */
+	float *v;    /* [npts][D][4] corner values, 0 outside */
+	float *smp;  /* [npts][D] grid_sample's output, rounded */
+	float *gout; /* [npts][D] incoming gradient dout * attn, rounded */
+	long *base;  /* [npts][4] value index of channel 0 of each corner, -1 outside */
+	float *acc;  /* [nvalue] dvalue accumulator */
 };
 
 static int pre_alloc(struct plain_pre *q, const struct msda_data *m)
@@ -893,7 +911,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	r.dattn = ck_doubles(m.npts);
 	r.exclude = malloc((size_t)(2 * m.npts > 0 ? 2 * m.npts : 1));
 	if (!r.dvalue || !r.vmag || !r.dloc || !r.dattn || !r.exclude || pre_alloc(&pre, &m) ||
-	    ck_plain_alloc(&plain[0], NW_ORDERS, m.nvalue) || ck_plain_alloc(&plain[1], NW_ORDERS, 2 * m.npts) ||
+	    ck_plain_alloc(&plain[0], NW_ORDERS, m.nvalue) ||
+	    ck_plain_alloc(&plain[1], NW_ORDERS, 2 * m.npts) ||
 	    ck_plain_alloc(&plain[2], NW_ORDERS, m.npts)) {
 		rc = -ENOMEM;
 		goto out;
@@ -901,7 +920,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	ref_bwd(&m, &r);
 	{
 		/* Keep the gradients inside the dtype's range (f16 with values or dout of 1e3). */
-		double mx = fmax(ck_max_abs(r.dvalue, m.nvalue), fmax(ck_max_abs(r.dloc, 2 * m.npts), ck_max_abs(r.dattn, m.npts)));
+		double mx = fmax(ck_max_abs(r.dvalue, m.nvalue),
+				 fmax(ck_max_abs(r.dloc, 2 * m.npts), ck_max_abs(r.dattn, m.npts)));
 		double f = ck_shrink(d, mx);
 		long j;
 
@@ -916,7 +936,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	for (o = 0; o < NW_ORDERS; o++)
 		plain_bwd(d, &m, &pre, o, plain[0].p[o], plain[1].p[o], plain[2].p[o]);
 
-	if ((rc = upload(t, &m, &dv, true)) || (rc = nw_output_init(t, &out[0], "dvalue", d, (size_t)m.nvalue)) ||
+	if ((rc = upload(t, &m, &dv, true)) ||
+	    (rc = nw_output_init(t, &out[0], "dvalue", d, (size_t)m.nvalue)) ||
 	    (rc = nw_output_init(t, &out[1], "dloc", d, (size_t)(2 * m.npts))) ||
 	    (rc = nw_output_init(t, &out[2], "dattn", d, (size_t)m.npts)))
 		goto out;
@@ -941,7 +962,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dvalue,
 					.plain = &plain[0],
 					.factor = c->budget_factor,
-					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dvalue, m.nvalue), r.scale[0]),
+					.floor_scale =
+					    ck_floor_scale(d, ck_max_abs(r.dvalue, m.nvalue), r.scale[0]),
 					.dims = vdims,
 					.ndim = 4,
 					.tail_width = 32};
@@ -950,7 +972,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dloc,
 					.plain = &plain[1],
 					.factor = c->budget_factor,
-					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dloc, 2 * m.npts), r.scale[1]),
+					.floor_scale =
+					    ck_floor_scale(d, ck_max_abs(r.dloc, 2 * m.npts), r.scale[1]),
 					.exclude = r.exclude,
 					.dims = ldims,
 					.ndim = 6};
@@ -959,7 +982,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 					.ref = r.dattn,
 					.plain = &plain[2],
 					.factor = c->budget_factor,
-					.floor_scale = ck_floor_scale(d, ck_max_abs(r.dattn, m.npts), r.scale[2]),
+					.floor_scale =
+					    ck_floor_scale(d, ck_max_abs(r.dattn, m.npts), r.scale[2]),
 					.dims = ldims,
 					.ndim = 5};
 

@@ -29,10 +29,10 @@ struct msda_dims {
 struct msda_kernels {
 	const char *fwd_name;
 	const char *bwd_name;
-	int (*fwd)(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-		   void *out);
-	int (*bwd)(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-		   const void *dout, void *dvalue, void *dloc, void *dattn);
+	int (*fwd)(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+		   const void *attn, void *out);
+	int (*bwd)(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+		   const void *attn, const void *dout, void *dvalue, void *dloc, void *dattn);
 };
 
 extern const struct msda_kernels msda_kernels;

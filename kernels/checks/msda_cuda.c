@@ -34,16 +34,16 @@ static struct dl_msda_shape shape_of(const struct msda_dims *s)
 	return x;
 }
 
-static int fwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-	       void *out)
+static int fwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+	       const void *attn, void *out)
 {
 	struct dl_msda_shape x = shape_of(s);
 
 	return dl_cuda_msda_fwd(dl_dtype_of(d), &x, value, loc, attn, out, NULL);
 }
 
-static int bwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-	       const void *dout, void *dvalue, void *dloc, void *dattn)
+static int bwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+	       const void *attn, const void *dout, void *dvalue, void *dloc, void *dattn)
 {
 	struct dl_msda_shape x = shape_of(s);
 

@@ -21,19 +21,15 @@
 #define NW_STR(x)  NW_XSTR(x)
 
 static const struct nw_check *const all_checks[] = {
-    &softmax_fwd_check,
-    &softmax_bwd_check,
+    &softmax_fwd_check,   &softmax_bwd_check,
 #ifdef DL_HAS_LAYERNORM
-    &layernorm_fwd_check,
-    &layernorm_bwd_check,
+    &layernorm_fwd_check, &layernorm_bwd_check,
 #endif
 #ifdef DL_HAS_MSDA
-    &msda_fwd_check,
-    &msda_bwd_check,
+    &msda_fwd_check,      &msda_bwd_check,
 #endif
 #ifdef DL_HAS_ATTENTION
-    &attention_fwd_check,
-    &attention_bwd_check,
+    &attention_fwd_check, &attention_bwd_check,
 #endif
 };
 

@@ -64,7 +64,8 @@ int dl_layernorm_fwd(enum dl_dtype dtype, const void *x, const void *gamma, cons
  * dx (as x), dgamma and dbeta (cols elements, summed over rows).
  */
 int dl_layernorm_bwd(enum dl_dtype dtype, const void *x, const void *gamma, const float *mean,
-		     const float *rstd, const void *dy, void *dx, void *dgamma, void *dbeta, int rows, int cols);
+		     const float *rstd, const void *dy, void *dx, void *dgamma, void *dbeta, int rows,
+		     int cols);
 int dl_cuda_layernorm_fwd(enum dl_dtype dtype, const void *x, const void *gamma, const void *beta, void *y,
 			  float *mean, float *rstd, int rows, int cols, float eps, void *stream);
 int dl_cuda_layernorm_bwd(enum dl_dtype dtype, const void *x, const void *gamma, const float *mean,
@@ -73,7 +74,7 @@ int dl_cuda_layernorm_bwd(enum dl_dtype dtype, const void *x, const void *gamma,
 
 /* ---- multi-scale deformable attention ------------------------------------------ */
 
-#define DL_HAS_MSDA 1
+#define DL_HAS_MSDA        1
 #define DL_MSDA_MAX_LEVELS 4
 
 enum dl_msda_padding {
@@ -115,7 +116,7 @@ int dl_cuda_msda_bwd(enum dl_dtype dtype, const struct dl_msda_shape *s, const v
 
 #define DL_HAS_ATTENTION 1
 /* Keys (and queries) are processed in tiles of this many rows. */
-#define DL_ATTN_TILE 64
+#define DL_ATTN_TILE         64
 #define DL_ATTN_MAX_HEAD_DIM 128
 
 /*
@@ -143,8 +144,8 @@ int dl_attention_bwd(enum dl_dtype dtype, const struct dl_attn_shape *s, const v
 int dl_cuda_attention_fwd(enum dl_dtype dtype, const struct dl_attn_shape *s, const void *q, const void *k,
 			  const void *v, void *o, float *lse, void *stream);
 int dl_cuda_attention_bwd(enum dl_dtype dtype, const struct dl_attn_shape *s, const void *q, const void *k,
-			  const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
-			  void *dv, void *stream);
+			  const void *v, const void *o, const float *lse, const void *dout, void *dq,
+			  void *dk, void *dv, void *stream);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
 . "$here/../lib/daemon.sh"
 src=$NW_SOURCE_DIR
-per_commit=${NW_DEMO_TRIALS:-64}
+per_commit=${NW_DEMO_TRIALS:-32}
 
 work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-demo.XXXXXX")
 nw_atexit rm -rf "$work"
@@ -31,6 +31,7 @@ command = cmake -S "$src/kernels" -B "\$NUMWATCH_BUILD_DIR" -DNW_LIBRARY_DIR="\$
 timeout = 600
 [trials]
 per_commit = $per_commit
+checks = softmax.*
 timeout = 30
 [slots]
 slots = host, host

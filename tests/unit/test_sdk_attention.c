@@ -30,13 +30,14 @@ static enum dl_dtype dl_of(enum nw_dtype d)
 
 static struct dl_attn_shape shape_of(const struct attn_dims *s)
 {
-	struct dl_attn_shape x = {s->batch, s->heads, s->seqlen_q, s->seqlen_k, s->head_dim, s->causal, s->scale};
+	struct dl_attn_shape x = {s->batch,    s->heads,  s->seqlen_q, s->seqlen_k,
+				  s->head_dim, s->causal, s->scale};
 
 	return x;
 }
 
-static int real_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v, void *o,
-		    float *lse)
+static int real_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
+		    void *o, float *lse)
 {
 	struct dl_attn_shape x = shape_of(s);
 
@@ -55,6 +56,12 @@ static int real_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q, c
 
 enum { PLANT_VALUE, PLANT_NAN, PLANT_UNWRITTEN, PLANT_OVERRUN };
 static int plant, target; /* fwd: 0 o, 1 lse; bwd: 0 dq, 1 dk, 2 dv */
+
+/* v moved away from 0 by a quarter of itself and a quarter. */
+static float off_by_a_quarter(float v)
+{
+	return v + copysignf(0.25f * fabsf(v) + 0.25f, v);
+}
 
 static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 {
@@ -81,7 +88,7 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 			if (plant == PLANT_NAN)
 				nw_store(d, buf, best, NAN);
 			else
-				nw_store(d, buf, best, nw_load(d, buf, best) * 1.25f + 0.25f);
+				nw_store(d, buf, best, off_by_a_quarter(nw_load(d, buf, best)));
 		}
 		break;
 	case PLANT_UNWRITTEN:
@@ -93,8 +100,8 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 	}
 }
 
-static int planted_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
-		       void *o, float *lse)
+static int planted_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k,
+		       const void *v, void *o, float *lse)
 {
 	size_t nlse = (size_t)s->batch * s->heads * s->seqlen_q, n = nlse * (size_t)s->head_dim;
 	void *before = malloc(n * 4 + 4);
@@ -112,8 +119,9 @@ static int planted_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q
 	return rc;
 }
 
-static int planted_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
-		       const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv)
+static int planted_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k,
+		       const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
+		       void *dv)
 {
 	size_t bh = (size_t)s->batch * s->heads, n = bh * (target ? s->seqlen_k : s->seqlen_q) * s->head_dim;
 	void *out = target == 0 ? dq : target == 1 ? dk : dv, *before = malloc(n * 4 + 4);
@@ -129,8 +137,9 @@ static int planted_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q
 }
 
 /* flash-dmattn: in bf16, the dV accumulator of a partial last key tile is never cleared (NaN garbage). */
-static int dv_tail_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
-		       const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv)
+static int dv_tail_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k,
+		       const void *v, const void *o, const float *lse, const void *dout, void *dq, void *dk,
+		       void *dv)
 {
 	int rc = real_bwd(d, s, q, k, v, o, lse, dout, dq, dk, dv);
 	long bh, j, x, first = s->seqlen_k - s->seqlen_k % ATTN_TILE;
@@ -145,8 +154,8 @@ static int dv_tail_bwd(enum nw_dtype d, const struct attn_dims *s, const void *q
 }
 
 /* A plain softmax on a row that sees no key: NaN for O (0/0) instead of the defined 0. */
-static int nan_rows_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
-			void *o, float *lse)
+static int nan_rows_fwd(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k,
+			const void *v, void *o, float *lse)
 {
 	int rc = real_fwd(d, s, q, k, v, o, lse);
 	size_t i, n = (size_t)s->batch * s->heads * s->seqlen_q;
@@ -167,8 +176,8 @@ static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t s
 
 	nw_trial_run(c, &t);
 	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d), (unsigned long long)seed,
-			 t.errmsg);
+		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
+			 (unsigned long long)seed, t.errmsg);
 	return t;
 }
 
@@ -204,7 +213,8 @@ static void test_seeds_cover_every_family(void **state)
 		assert_true(s.head_dim >= 1 && s.head_dim <= DL_ATTN_MAX_HEAD_DIM);
 		switch (fam) {
 		case ATTN_ALIGNED:
-			assert_true(s.seqlen_q % ATTN_TILE == 0 && s.seqlen_k % ATTN_TILE == 0 && s.seqlen_q > 0);
+			assert_true(s.seqlen_q % ATTN_TILE == 0 && s.seqlen_k % ATTN_TILE == 0 &&
+				    s.seqlen_q > 0);
 			break;
 		case ATTN_TAIL:
 			assert_true(s.seqlen_k % ATTN_TILE != 0);
@@ -266,12 +276,14 @@ static void expect_all_pass(const struct nw_check *c, uint64_t first, uint64_t c
 
 			for (k = 0; k < t.ntensors; k++)
 				if (nw_tensor_failed(&t.tensors[k]))
-					fail_msg("%s %s seed %llu shape [%ld,%ld,%ld,%ld,%ld] (%s): %s ratio %g, "
-						 "mismatch %ld, unwritten %ld, canary %ld",
-						 c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
-						 t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4],
-						 c->families[t.family], t.tensors[k].name, t.tensors[k].ratio,
-						 t.tensors[k].mismatch, t.tensors[k].unwritten, t.tensors[k].canary);
+					fail_msg(
+					    "%s %s seed %llu shape [%ld,%ld,%ld,%ld,%ld] (%s): %s ratio %g, "
+					    "mismatch %ld, unwritten %ld, canary %ld",
+					    c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+					    t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4],
+					    c->families[t.family], t.tensors[k].name, t.tensors[k].ratio,
+					    t.tensors[k].mismatch, t.tensors[k].unwritten,
+					    t.tensors[k].canary);
 		}
 }
 
@@ -355,22 +367,25 @@ static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 				unsigned k;
 
 				/* Outputs that are empty, or all 0 or -inf by definition, have nothing to plant in. */
-				if (t.tensors[target].ref_nonfinite || t.shape[0] * t.shape[1] * t.shape[2] *
-									       t.shape[3] * t.shape[4] ==
-									   0)
+				if (t.tensors[target].ref_nonfinite ||
+				    t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3] * t.shape[4] == 0)
 					continue;
 				/* Extreme cases' budgets can exceed a planted quarter: leave them to NaNs and such. */
 				if (kind == PLANT_VALUE && t.family == ATTN_EXTREME)
 					continue;
 				ran++;
 				if (!check(&t.tensors[target]))
-					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu", c.name, kind,
-						 t.tensors[target].name, nw_dtype_name(all_dtypes[i]),
-						 (unsigned long long)seed);
+					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu (ratio "
+						 "%g, mismatch "
+						 "%ld, unwritten %ld, canary %ld)",
+						 c.name, kind, t.tensors[target].name,
+						 nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+						 t.tensors[target].ratio, t.tensors[target].mismatch,
+						 t.tensors[target].unwritten, t.tensors[target].canary);
 				for (k = 0; k < t.ntensors; k++)
 					if ((int)k != target && nw_tensor_failed(&t.tensors[k]))
-						fail_msg("%s: a bug in %s blamed on %s", c.name, t.tensors[target].name,
-							 t.tensors[k].name);
+						fail_msg("%s: a bug in %s blamed on %s", c.name,
+							 t.tensors[target].name, t.tensors[k].name);
 			}
 		}
 }
@@ -420,7 +435,8 @@ static void test_dv_tail_tile_bug_is_found_in_dv_only(void **state)
 	for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++)
 		for (seed = 0; seed < 32; seed++) {
 			struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
-			bool bug = all_dtypes[i] == NW_BF16 && t.shape[3] % ATTN_TILE != 0 && t.shape[0] * t.shape[1] > 0;
+			bool bug = all_dtypes[i] == NW_BF16 && t.shape[3] % ATTN_TILE != 0 &&
+				   t.shape[0] * t.shape[1] > 0;
 
 			if (nw_trial_failed(&t) != bug)
 				fail_msg("%s seed %llu seqlen_k %ld: %s", nw_dtype_name(all_dtypes[i]),

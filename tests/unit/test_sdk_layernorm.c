@@ -47,6 +47,12 @@ enum { PLANT_VALUE, PLANT_NAN, PLANT_UNWRITTEN, PLANT_OVERRUN };
 static int plant;
 
 /* Applies the planted bug to buffer buf of n elements (dtype d); 'before' holds what the SDK armed. */
+/* v moved away from 0 by a quarter of itself and a quarter. */
+static float off_by_a_quarter(float v)
+{
+	return v + copysignf(0.25f * fabsf(v) + 0.25f, v);
+}
+
 static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 {
 	size_t es = nw_dtype_size(d), i;
@@ -55,18 +61,17 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 		return;
 	switch (plant) {
 	case PLANT_VALUE: /* the largest element, a quarter off */
-		{
-			size_t best = 0;
-			float bv = -1.0f;
+	{
+		size_t best = 0;
+		float bv = -1.0f;
 
-			for (i = 0; i < n; i++)
-				if (isfinite(nw_load(d, buf, i)) && fabsf(nw_load(d, buf, i)) > bv) {
-					bv = fabsf(nw_load(d, buf, i));
-					best = i;
-				}
-			nw_store(d, buf, best, nw_load(d, buf, best) * 1.25f + 0.25f);
-		}
-		break;
+		for (i = 0; i < n; i++)
+			if (isfinite(nw_load(d, buf, i)) && fabsf(nw_load(d, buf, i)) > bv) {
+				bv = fabsf(nw_load(d, buf, i));
+				best = i;
+			}
+		nw_store(d, buf, best, off_by_a_quarter(nw_load(d, buf, best)));
+	} break;
 	case PLANT_NAN:
 		for (i = 0; i < n; i++)
 			if (isfinite(nw_load(d, buf, i))) {
@@ -83,8 +88,8 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 	}
 }
 
-static int planted_fwd(enum nw_dtype d, const void *x, const void *gamma, const void *beta, void *y, float *mean,
-		       float *rstd, int rows, int cols, float eps)
+static int planted_fwd(enum nw_dtype d, const void *x, const void *gamma, const void *beta, void *y,
+		       float *mean, float *rstd, int rows, int cols, float eps)
 {
 	size_t n = (size_t)rows * (size_t)cols;
 	void *before = malloc(n * 4 + 4);
@@ -106,8 +111,9 @@ static int planted_fwd(enum nw_dtype d, const void *x, const void *gamma, const 
 	return rc;
 }
 
-static int planted_bwd(enum nw_dtype d, const void *x, const void *gamma, const float *mean, const float *rstd,
-		       const void *dy, void *dx, void *dgamma, void *dbeta, int rows, int cols)
+static int planted_bwd(enum nw_dtype d, const void *x, const void *gamma, const float *mean,
+		       const float *rstd, const void *dy, void *dx, void *dgamma, void *dbeta, int rows,
+		       int cols)
 {
 	size_t n = target == 0 ? (size_t)rows * (size_t)cols : (size_t)cols;
 	void *out = target == 0 ? dx : target == 1 ? dgamma : dbeta;
@@ -124,8 +130,8 @@ static int planted_bwd(enum nw_dtype d, const void *x, const void *gamma, const 
 }
 
 /* A one-pass variance: mean(x^2) - mean(x)^2, which cancels catastrophically on offset rows. */
-static int one_pass_fwd(enum nw_dtype d, const void *x, const void *gamma, const void *beta, void *y, float *mean,
-			float *rstd, int rows, int cols, float eps)
+static int one_pass_fwd(enum nw_dtype d, const void *x, const void *gamma, const void *beta, void *y,
+			float *mean, float *rstd, int rows, int cols, float eps)
 {
 	int r, j;
 
@@ -162,8 +168,8 @@ static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t s
 
 	nw_trial_run(c, &t);
 	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d), (unsigned long long)seed,
-			 t.errmsg);
+		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
+			 (unsigned long long)seed, t.errmsg);
 	return t;
 }
 
@@ -253,11 +259,13 @@ static void expect_all_pass(const struct nw_check *c, uint64_t count)
 
 			for (k = 0; k < t.ntensors; k++)
 				if (nw_tensor_failed(&t.tensors[k]))
-					fail_msg("%s %s seed %llu shape [%ld,%ld] (%s): %s ratio %g, mismatch %ld, "
+					fail_msg("%s %s seed %llu shape [%ld,%ld] (%s): %s ratio %g, "
+						 "mismatch %ld, "
 						 "unwritten %ld, canary %ld",
-						 c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
-						 t.shape[0], t.shape[1], c->families[t.family], t.tensors[k].name,
-						 t.tensors[k].ratio, t.tensors[k].mismatch, t.tensors[k].unwritten,
+						 c->name, nw_dtype_name(all_dtypes[i]),
+						 (unsigned long long)seed, t.shape[0], t.shape[1],
+						 c->families[t.family], t.tensors[k].name, t.tensors[k].ratio,
+						 t.tensors[k].mismatch, t.tensors[k].unwritten,
 						 t.tensors[k].canary);
 		}
 }
@@ -305,7 +313,8 @@ static bool canary_broken(const struct nw_tensor_result *r)
 }
 
 /* Each planted bug, in each tensor, is caught in that tensor and no other. */
-static void expect_caught(const struct nw_check *base, int kind, bool (*check)(const struct nw_tensor_result *))
+static void expect_caught(const struct nw_check *base, int kind,
+			  bool (*check)(const struct nw_tensor_result *))
 {
 	struct nw_check c = with_kernels(base, &planted);
 	size_t i;
@@ -328,13 +337,17 @@ static void expect_caught(const struct nw_check *base, int kind, bool (*check)(c
 					continue;
 				ran++;
 				if (!check(&t.tensors[target]))
-					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu", c.name, kind,
-						 t.tensors[target].name, nw_dtype_name(all_dtypes[i]),
-						 (unsigned long long)seed);
+					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu (ratio "
+						 "%g, mismatch "
+						 "%ld, unwritten %ld, canary %ld)",
+						 c.name, kind, t.tensors[target].name,
+						 nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+						 t.tensors[target].ratio, t.tensors[target].mismatch,
+						 t.tensors[target].unwritten, t.tensors[target].canary);
 				for (k = 0; k < t.ntensors; k++)
 					if ((int)k != target && nw_tensor_failed(&t.tensors[k]))
-						fail_msg("%s: a bug in %s blamed on %s", c.name, t.tensors[target].name,
-							 t.tensors[k].name);
+						fail_msg("%s: a bug in %s blamed on %s", c.name,
+							 t.tensors[target].name, t.tensors[k].name);
 			}
 		}
 }

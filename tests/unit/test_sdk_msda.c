@@ -57,16 +57,16 @@ static long pixels(const struct msda_dims *s)
 	return S;
 }
 
-static int real_fwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-		    void *out)
+static int real_fwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+		    const void *attn, void *out)
 {
 	struct dl_msda_shape x = shape_of(s);
 
 	return dl_msda_fwd(dl_of(d), &x, value, loc, attn, out);
 }
 
-static int real_bwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc, const void *attn,
-		    const void *dout, void *dvalue, void *dloc, void *dattn)
+static int real_bwd(enum nw_dtype d, const struct msda_dims *s, const void *value, const void *loc,
+		    const void *attn, const void *dout, void *dvalue, void *dloc, void *dattn)
 {
 	struct dl_msda_shape x = shape_of(s);
 
@@ -78,6 +78,12 @@ static int real_bwd(enum nw_dtype d, const struct msda_dims *s, const void *valu
 enum { PLANT_VALUE, PLANT_NAN, PLANT_UNWRITTEN, PLANT_OVERRUN };
 static int plant, target; /* fwd: 0 out; bwd: 0 dvalue, 1 dloc, 2 dattn */
 
+/* v moved away from 0 by a quarter of itself and a quarter. */
+static float off_by_a_quarter(float v)
+{
+	return v + copysignf(0.25f * fabsf(v) + 0.25f, v);
+}
+
 static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 {
 	size_t es = nw_dtype_size(d), i, best = 0;
@@ -88,7 +94,7 @@ static void apply(enum nw_dtype d, void *buf, size_t n, const void *before)
 	switch (plant) {
 	case PLANT_VALUE: /* every element off by a quarter (some may be excluded as kinks) */
 		for (i = 0; i < n; i++)
-			nw_store(d, buf, i, nw_load(d, buf, i) * 1.25f + 0.25f);
+			nw_store(d, buf, i, off_by_a_quarter(nw_load(d, buf, i)));
 		break;
 	case PLANT_NAN:
 		for (i = 0; i < n; i++)
@@ -127,7 +133,9 @@ static int planted_bwd(enum nw_dtype d, const struct msda_dims *s, const void *v
 		       const void *attn, const void *dout, void *dvalue, void *dloc, void *dattn)
 {
 	size_t npts = (size_t)s->batch * s->queries * s->heads * s->levels * s->points;
-	size_t n = target == 0 ? (size_t)s->batch * pixels(s) * s->heads * s->channels : target == 1 ? 2 * npts : npts;
+	size_t n = target == 0   ? (size_t)s->batch * pixels(s) * s->heads * s->channels
+		   : target == 1 ? 2 * npts
+				 : npts;
 	void *out = target == 0 ? dvalue : target == 1 ? dloc : dattn, *before = malloc(n * 4 + 4);
 	int rc;
 
@@ -174,8 +182,8 @@ static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t s
 
 	nw_trial_run(c, &t);
 	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d), (unsigned long long)seed,
-			 t.errmsg);
+		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
+			 (unsigned long long)seed, t.errmsg);
 	return t;
 }
 
@@ -208,7 +216,8 @@ static void test_seeds_cover_every_family(void **state)
 		msda_case(fam, seed, seed / MSDA_FAMILIES, &s2);
 		assert_memory_equal(&s, &s2, sizeof(s));
 		count[fam]++;
-		assert_true(s.levels >= 1 && s.levels <= MSDA_MAX_LEVELS && s.channels >= 1 && s.channels <= 128);
+		assert_true(s.levels >= 1 && s.levels <= MSDA_MAX_LEVELS && s.channels >= 1 &&
+			    s.channels <= 128);
 		for (l = 0; l < s.levels; l++)
 			assert_true(s.level_h[l] >= 1 && s.level_w[l] >= 1);
 		options[s.padding][s.align_corners] = true;
@@ -253,20 +262,22 @@ static void expect_all_pass(const struct nw_check *c, uint64_t count)
 
 			for (k = 0; k < t.ntensors; k++)
 				if (nw_tensor_failed(&t.tensors[k]))
-					fail_msg("%s %s seed %llu (%s): %s ratio %g, mismatch %ld, unwritten %ld, "
-						 "canary %ld",
-						 c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
-						 c->families[t.family], t.tensors[k].name, t.tensors[k].ratio,
-						 t.tensors[k].mismatch, t.tensors[k].unwritten, t.tensors[k].canary);
+					fail_msg(
+					    "%s %s seed %llu (%s): %s ratio %g, mismatch %ld, unwritten %ld, "
+					    "canary %ld",
+					    c->name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+					    c->families[t.family], t.tensors[k].name, t.tensors[k].ratio,
+					    t.tensors[k].mismatch, t.tensors[k].unwritten,
+					    t.tensors[k].canary);
 		}
 }
 
 static void test_correct_library_passes_every_family(void **state)
 {
 	(void)state;
-	/* 10 trials of each family, per dtype. */
-	expect_all_pass(&msda_fwd_check, 70);
-	expect_all_pass(&msda_bwd_check, 70);
+	/* 8 trials of each family, per dtype. */
+	expect_all_pass(&msda_fwd_check, 56);
+	expect_all_pass(&msda_bwd_check, 56);
 }
 
 /* Points on pixel centres and edges: their dloc is excluded (a kink), counted, and the rest compared. */
@@ -284,8 +295,8 @@ static void test_boundary_points_are_excluded_and_counted(void **state)
 			assert_int_equal(t.tensors[0].excluded, 0); /* dvalue */
 			assert_int_equal(t.tensors[2].excluded, 0); /* dattn */
 			excluded += t.tensors[1].excluded;
-			compared_trials += t.tensors[1].excluded < 2 * t.shape[0] * t.shape[1] * t.shape[2] *
-									 t.shape[4] * t.shape[5];
+			compared_trials += t.tensors[1].excluded <
+					   2 * t.shape[0] * t.shape[1] * t.shape[2] * t.shape[4] * t.shape[5];
 			assert_false(nw_trial_failed(&t));
 		}
 	print_message("boundary family: %ld dloc elements excluded in 60 trials\n", excluded);
@@ -344,13 +355,17 @@ static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 					continue;
 				ran++;
 				if (!check(&t.tensors[target]))
-					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu", c.name, kind,
-						 t.tensors[target].name, nw_dtype_name(all_dtypes[i]),
-						 (unsigned long long)seed);
+					fail_msg("%s: planted bug %d in %s not caught: %s seed %llu (ratio "
+						 "%g, mismatch "
+						 "%ld, unwritten %ld, canary %ld)",
+						 c.name, kind, t.tensors[target].name,
+						 nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+						 t.tensors[target].ratio, t.tensors[target].mismatch,
+						 t.tensors[target].unwritten, t.tensors[target].canary);
 				for (k = 0; k < t.ntensors; k++)
 					if ((int)k != target && nw_tensor_failed(&t.tensors[k]))
-						fail_msg("%s: a bug in %s blamed on %s", c.name, t.tensors[target].name,
-							 t.tensors[k].name);
+						fail_msg("%s: a bug in %s blamed on %s", c.name,
+							 t.tensors[target].name, t.tensors[k].name);
 			}
 		}
 }
@@ -397,7 +412,7 @@ static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++)
-		for (seed = 0; seed < 280; seed++) {
+		for (seed = 0; seed < (i ? 70u : 280u); seed++) {
 			struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
 
 			if (!nw_trial_failed(&t))
@@ -405,10 +420,11 @@ static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
 			fails[i]++;
 			/* Only cases with tiny weights can fail: the peaked kind of the extreme family. */
 			assert_int_equal(t.family, MSDA_EXTREME);
-			assert_false(nw_tensor_failed(&t.tensors[2])); /* dattn does not depend on the weight */
+			assert_false(
+			    nw_tensor_failed(&t.tensors[2])); /* dattn does not depend on the weight */
 		}
-	print_message("skipping weights under 1e-4: %d, %d, %d of 280 seeds fail (f32, f16, bf16)\n", fails[0],
-		      fails[1], fails[2]);
+	print_message("skipping weights under 1e-4: %d of 280 f32 seeds fail; %d, %d of 70 f16, bf16\n",
+		      fails[0], fails[1], fails[2]);
 	assert_true(fails[0] >= 3 && fails[0] <= 28);
 	assert_int_equal(fails[2], 0);
 }

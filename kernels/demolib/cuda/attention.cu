@@ -70,8 +70,8 @@ static size_t fwd_smem(int D)
 }
 
 template <typename E>
-__global__ void __launch_bounds__(T) fwd_kernel(const E *q, const E *k, const E *v, E *o, float *lse,
-						dl_attn_shape s)
+__global__ void __launch_bounds__(T)
+    fwd_kernel(const E *q, const E *k, const E *v, E *o, float *lse, dl_attn_shape s)
 {
 	extern __shared__ float sm[];
 	int D = s.head_dim, L = stride_of(D), r = threadIdx.x;
@@ -153,8 +153,8 @@ static size_t dq_smem(int D)
 }
 
 template <typename E>
-__global__ void __launch_bounds__(T) dq_kernel(const E *q, const E *k, const E *v, const E *o, const float *lse,
-					       const E *dout, E *dq, dl_attn_shape s)
+__global__ void __launch_bounds__(T) dq_kernel(const E *q, const E *k, const E *v, const E *o,
+					       const float *lse, const E *dout, E *dq, dl_attn_shape s)
 {
 	extern __shared__ float sm[];
 	int D = s.head_dim, L = stride_of(D), r = threadIdx.x;
@@ -228,8 +228,8 @@ __device__ static void load_kv(const E *k, const E *v, long kbase, int k0, int S
 }
 
 /* bf16: a full tile is loaded without bounds checks; the last, partial one with them. */
-__device__ static void load_kv(const __nv_bfloat16 *k, const __nv_bfloat16 *v, long kbase, int k0, int Sk, int D,
-			       int L, float *sK, float *sV, float *sdK, float *sdV)
+__device__ static void load_kv(const __nv_bfloat16 *k, const __nv_bfloat16 *v, long kbase, int k0, int Sk,
+			       int D, int L, float *sK, float *sV, float *sdK, float *sdV)
 {
 	if (k0 + T <= Sk) {
 		for (int idx = threadIdx.x; idx < T * D; idx += blockDim.x) {
@@ -256,8 +256,9 @@ __device__ static void load_kv(const __nv_bfloat16 *k, const __nv_bfloat16 *v, l
 }
 
 template <typename E>
-__global__ void __launch_bounds__(T) dkdv_kernel(const E *q, const E *k, const E *v, const E *o, const float *lse,
-						 const E *dout, E *dk, E *dv, dl_attn_shape s)
+__global__ void __launch_bounds__(T)
+    dkdv_kernel(const E *q, const E *k, const E *v, const E *o, const float *lse, const E *dout, E *dk, E *dv,
+		dl_attn_shape s)
 {
 	extern __shared__ float sm[];
 	int D = s.head_dim, L = stride_of(D), c = threadIdx.x;
@@ -325,8 +326,8 @@ static int check_args(enum dl_dtype dtype, const struct dl_attn_shape *s)
 }
 
 template <typename E>
-static int launch_fwd(const dl_attn_shape &s, const void *q, const void *k, const void *v, void *o, float *lse,
-		      cudaStream_t cs)
+static int launch_fwd(const dl_attn_shape &s, const void *q, const void *k, const void *v, void *o,
+		      float *lse, cudaStream_t cs)
 {
 	size_t bytes = fwd_smem(s.head_dim);
 	dim3 grid((s.seqlen_q + T - 1) / T, s.batch * s.heads);
@@ -355,8 +356,8 @@ static int launch_bwd(const dl_attn_shape &s, const void *q, const void *k, cons
 		    (const E *)q, (const E *)k, (const E *)v, (const E *)o, lse, (const E *)dout, (E *)dq, s);
 	if (s.seqlen_k > 0)
 		dkdv_kernel<E><<<dim3((s.seqlen_k + T - 1) / T, nbh), T, kbytes, cs>>>(
-		    (const E *)q, (const E *)k, (const E *)v, (const E *)o, lse, (const E *)dout, (E *)dk, (E *)dv,
-		    s);
+		    (const E *)q, (const E *)k, (const E *)v, (const E *)o, lse, (const E *)dout, (E *)dk,
+		    (E *)dv, s);
 	return dl::launched();
 }
 

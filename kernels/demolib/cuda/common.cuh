@@ -13,7 +13,8 @@
 
 #include "../demolib.h"
 
-namespace dl {
+namespace dl
+{
 
 __device__ __forceinline__ float ld(const float *p, long i)
 {

@@ -34,8 +34,8 @@ static __device__ float block_sum(float v)
 }
 
 template <typename T>
-__global__ void fwd_kernel(const T *x, const T *gamma, const T *beta, T *y, float *mean, float *rstd, int cols,
-			   float eps)
+__global__ void fwd_kernel(const T *x, const T *gamma, const T *beta, T *y, float *mean, float *rstd,
+			   int cols, float eps)
 {
 	long off = (long)blockIdx.x * cols;
 	float s = 0.0f, m, var, rs;
@@ -120,8 +120,8 @@ template <typename T>
 static void launch_fwd(const void *x, const void *gamma, const void *beta, void *y, float *mean, float *rstd,
 		       int rows, int cols, float eps, cudaStream_t cs)
 {
-	fwd_kernel<T><<<rows, THREADS, 0, cs>>>((const T *)x, (const T *)gamma, (const T *)beta, (T *)y, mean, rstd,
-						cols, eps);
+	fwd_kernel<T><<<rows, THREADS, 0, cs>>>((const T *)x, (const T *)gamma, (const T *)beta, (T *)y, mean,
+						rstd, cols, eps);
 }
 
 template <typename T>
@@ -136,7 +136,8 @@ static void launch_bwd(const void *x, const void *gamma, const float *mean, cons
 }
 
 extern "C" int dl_cuda_layernorm_fwd(enum dl_dtype dtype, const void *x, const void *gamma, const void *beta,
-				     void *y, float *mean, float *rstd, int rows, int cols, float eps, void *stream)
+				     void *y, float *mean, float *rstd, int rows, int cols, float eps,
+				     void *stream)
 {
 	cudaStream_t cs = (cudaStream_t)stream;
 

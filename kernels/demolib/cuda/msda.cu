@@ -70,8 +70,8 @@ __device__ static void setup_point(float locx, float locy, int W, int H, int pad
 }
 
 template <typename E>
-__device__ static inline float corner(const E *value, const point &p, int k, long vrow, int heads, long h, int D,
-				      int c)
+__device__ static inline float corner(const E *value, const point &p, int k, long vrow, int heads, long h,
+				      int D, int c)
 {
 	return p.in[k] ? ld(value, ((vrow + p.pix[k]) * heads + h) * D + c) : 0.0f;
 }
@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(THREADS)
 			float a = ld(attn, pi);
 			point pt;
 
-			setup_point(ld(loc, 2 * pi), ld(loc, 2 * pi + 1), s.level_w[l], s.level_h[l], s.padding,
-				    s.align_corners, pt);
+			setup_point(ld(loc, 2 * pi), ld(loc, 2 * pi + 1), s.level_w[l], s.level_h[l],
+				    s.padding, s.align_corners, pt);
 			if (!pt.any)
 				continue;
 #pragma unroll
@@ -149,23 +149,25 @@ __global__ void __launch_bounds__(THREADS)
 			bool skip = a == 0.0f;
 			point pt;
 
-			setup_point(ld(loc, 2 * pi), ld(loc, 2 * pi + 1), s.level_w[l], s.level_h[l], s.padding,
-				    s.align_corners, pt);
+			setup_point(ld(loc, 2 * pi), ld(loc, 2 * pi + 1), s.level_w[l], s.level_h[l],
+				    s.padding, s.align_corners, pt);
 			if (pt.any)
 				for (int c = lane; c < D; c += WARP) {
 					float go = ld(dout, g * D + c), v[4];
 
 					for (int k = 0; k < 4; k++)
 						v[k] = corner(value, pt, k, vrow, s.heads, h, D, c);
-					pd += go * (((pt.w[0] * v[0] + pt.w[1] * v[1]) + pt.w[2] * v[2]) + pt.w[3] * v[3]);
+					pd += go * (((pt.w[0] * v[0] + pt.w[1] * v[1]) + pt.w[2] * v[2]) +
+						    pt.w[3] * v[3]);
 					px += go * (pt.hy * (v[1] - v[0]) + pt.ly * (v[3] - v[2]));
 					py += go * (pt.hx * (v[2] - v[0]) + pt.lx * (v[3] - v[1]));
 					if (skip)
 						continue;
 					for (int k = 0; k < 4; k++)
 						if (pt.in[k])
-							atomicAdd(ws + ((vrow + pt.pix[k]) * s.heads + h) * D + c,
-								  a * go * pt.w[k]);
+							atomicAdd(
+							    ws + ((vrow + pt.pix[k]) * s.heads + h) * D + c,
+							    a * go * pt.w[k]);
 				}
 			pd = warp_sum(pd);
 			px = warp_sum(px);
@@ -213,8 +215,8 @@ static levels levels_of(const struct dl_msda_shape *s)
 }
 
 template <typename E>
-static void launch_fwd(const dl_msda_shape &s, const void *value, const void *loc, const void *attn, void *out,
-		       long ngroups, cudaStream_t cs)
+static void launch_fwd(const dl_msda_shape &s, const void *value, const void *loc, const void *attn,
+		       void *out, long ngroups, cudaStream_t cs)
 {
 	long blocks = (ngroups * WARP + THREADS - 1) / THREADS;
 
@@ -224,13 +226,13 @@ static void launch_fwd(const dl_msda_shape &s, const void *value, const void *lo
 
 template <typename E>
 static void launch_bwd(const dl_msda_shape &s, const void *value, const void *loc, const void *attn,
-		       const void *dout, float *ws, void *dvalue, void *dloc, void *dattn, long ngroups, long nvalue,
-		       cudaStream_t cs)
+		       const void *dout, float *ws, void *dvalue, void *dloc, void *dattn, long ngroups,
+		       long nvalue, cudaStream_t cs)
 {
 	if (ngroups > 0)
 		bwd_kernel<E><<<(unsigned)((ngroups * WARP + THREADS - 1) / THREADS), THREADS, 0, cs>>>(
-		    (const E *)value, (const E *)loc, (const E *)attn, (const E *)dout, ws, (E *)dloc, (E *)dattn, s,
-		    levels_of(&s), ngroups);
+		    (const E *)value, (const E *)loc, (const E *)attn, (const E *)dout, ws, (E *)dloc,
+		    (E *)dattn, s, levels_of(&s), ngroups);
 	if (nvalue > 0)
 		convert_kernel<E><<<(unsigned)((nvalue + 255) / 256), 256, 0, cs>>>(ws, (E *)dvalue, nvalue);
 }
@@ -280,7 +282,8 @@ extern "C" int dl_cuda_msda_bwd(enum dl_dtype dtype, const struct dl_msda_shape 
 	if (dtype == DL_F16)
 		launch_bwd<__half>(*s, value, loc, attn, dout, ws, dvalue, dloc, dattn, ngroups, nvalue, cs);
 	else if (dtype == DL_BF16)
-		launch_bwd<__nv_bfloat16>(*s, value, loc, attn, dout, ws, dvalue, dloc, dattn, ngroups, nvalue, cs);
+		launch_bwd<__nv_bfloat16>(*s, value, loc, attn, dout, ws, dvalue, dloc, dattn, ngroups,
+					  nvalue, cs);
 	else
 		launch_bwd<float>(*s, value, loc, attn, dout, ws, dvalue, dloc, dattn, ngroups, nvalue, cs);
 	rc = dl::launched();

@@ -159,7 +159,8 @@ static void fwd_block(enum dl_dtype t, const struct dl_attn_shape *s, struct scr
 
 			dots(w->q + r * D, w->kt, D, w->s);
 			for (c = 0; c < T; c++) {
-				w->s[c] = k0 + c < s->seqlen_k && k0 + c <= lim ? w->s[c] * s->scale : -INFINITY;
+				w->s[c] =
+				    k0 + c < s->seqlen_k && k0 + c <= lim ? w->s[c] * s->scale : -INFINITY;
 				mt = fmaxf(mt, w->s[c]);
 			}
 			mnew = fmaxf(w->m[r], mt);

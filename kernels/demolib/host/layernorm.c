@@ -151,7 +151,8 @@ static void bwd_col(enum dl_dtype t, const void *x, const float *mean, const flo
 }
 
 int dl_layernorm_bwd(enum dl_dtype dtype, const void *x, const void *gamma, const float *mean,
-		     const float *rstd, const void *dy, void *dx, void *dgamma, void *dbeta, int rows, int cols)
+		     const float *rstd, const void *dy, void *dx, void *dgamma, void *dbeta, int rows,
+		     int cols)
 {
 	int r, j, rc;
 

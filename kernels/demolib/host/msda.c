@@ -19,10 +19,10 @@
 
 /* One sampling point at one level: corners, bilinear weights, coordinate gradients. */
 struct point {
-	bool any;      /* some corner can be inside */
+	bool any; /* some corner can be inside */
 	float lx, ly, hx, hy;
-	float gx, gy;  /* d(pixel coordinate)/d(loc), 0 where border padding clamped it */
-	long pix[4];   /* corner pixels (y0,x0), (y0,x0+1), (y0+1,x0), (y0+1,x0+1) in the level */
+	float gx, gy; /* d(pixel coordinate)/d(loc), 0 where border padding clamped it */
+	long pix[4];  /* corner pixels (y0,x0), (y0,x0+1), (y0+1,x0), (y0+1,x0+1) in the level */
 	bool in[4];
 	float w[4];
 };
@@ -126,17 +126,21 @@ int dl_msda_fwd(enum dl_dtype dtype, const struct dl_msda_shape *s, const void *
 				float a = load(dtype, attn, pi);
 				struct point pt;
 
-				setup_point(load(dtype, loc, 2 * pi), load(dtype, loc, 2 * pi + 1), s->level_w[l],
-					    s->level_h[l], s->padding, s->align_corners, &pt);
+				setup_point(load(dtype, loc, 2 * pi), load(dtype, loc, 2 * pi + 1),
+					    s->level_w[l], s->level_h[l], s->padding, s->align_corners, &pt);
 				if (!pt.any)
 					continue;
 				/* Lane c % 32 handles channel c; the order per channel is the CUDA lane's. */
 				for (c = 0; c < D; c++) {
-					float smp = pt.w[0] * corner(dtype, value, &pt, 0, vrow, s->heads, h, D, c);
+					float smp =
+					    pt.w[0] * corner(dtype, value, &pt, 0, vrow, s->heads, h, D, c);
 
-					smp += pt.w[1] * corner(dtype, value, &pt, 1, vrow, s->heads, h, D, c);
-					smp += pt.w[2] * corner(dtype, value, &pt, 2, vrow, s->heads, h, D, c);
-					smp += pt.w[3] * corner(dtype, value, &pt, 3, vrow, s->heads, h, D, c);
+					smp +=
+					    pt.w[1] * corner(dtype, value, &pt, 1, vrow, s->heads, h, D, c);
+					smp +=
+					    pt.w[2] * corner(dtype, value, &pt, 2, vrow, s->heads, h, D, c);
+					smp +=
+					    pt.w[3] * corner(dtype, value, &pt, 3, vrow, s->heads, h, D, c);
 					acc[c] += a * smp;
 				}
 			}
@@ -183,30 +187,36 @@ int dl_msda_bwd(enum dl_dtype dtype, const struct dl_msda_shape *s, const void *
 		for (l = 0; l < s->levels; l++)
 			for (p = 0; p < s->points; p++) {
 				long pi = (g * s->levels + l) * s->points + p, vrow = b * S + start[l];
-				float a = load(dtype, attn, pi), pd[WARP] = {0}, px[WARP] = {0}, py[WARP] = {0};
+				float a = load(dtype, attn, pi), pd[WARP] = {0}, px[WARP] = {0},
+				      py[WARP] = {0};
 				/* A point without weight adds nothing to dvalue or dloc. */
 				bool skip = a == 0.0f;
 				struct point pt;
 				int k;
 
-				setup_point(load(dtype, loc, 2 * pi), load(dtype, loc, 2 * pi + 1), s->level_w[l],
-					    s->level_h[l], s->padding, s->align_corners, &pt);
+				setup_point(load(dtype, loc, 2 * pi), load(dtype, loc, 2 * pi + 1),
+					    s->level_w[l], s->level_h[l], s->padding, s->align_corners, &pt);
 				if (pt.any)
 					for (c = 0; c < D; c++) {
 						float go = load(dtype, dout, g * D + c), v[4];
 
 						for (k = 0; k < 4; k++)
-							v[k] = corner(dtype, value, &pt, k, vrow, s->heads, h, D, c);
-						pd[c % WARP] += go * (((pt.w[0] * v[0] + pt.w[1] * v[1]) + pt.w[2] * v[2]) +
-								      pt.w[3] * v[3]);
-						px[c % WARP] += go * (pt.hy * (v[1] - v[0]) + pt.ly * (v[3] - v[2]));
-						py[c % WARP] += go * (pt.hx * (v[2] - v[0]) + pt.lx * (v[3] - v[1]));
+							v[k] = corner(dtype, value, &pt, k, vrow, s->heads, h,
+								      D, c);
+						pd[c % WARP] +=
+						    go *
+						    (((pt.w[0] * v[0] + pt.w[1] * v[1]) + pt.w[2] * v[2]) +
+						     pt.w[3] * v[3]);
+						px[c % WARP] +=
+						    go * (pt.hy * (v[1] - v[0]) + pt.ly * (v[3] - v[2]));
+						py[c % WARP] +=
+						    go * (pt.hx * (v[2] - v[0]) + pt.lx * (v[3] - v[1]));
 						if (skip)
 							continue;
 						for (k = 0; k < 4; k++)
 							if (pt.in[k])
-								ws[((vrow + pt.pix[k]) * s->heads + h) * D + c] +=
-								    a * go * pt.w[k];
+								ws[((vrow + pt.pix[k]) * s->heads + h) * D +
+								   c] += a * go * pt.w[k];
 					}
 				store(dtype, dattn, pi, warp_sum(pd));
 				store(dtype, dloc, 2 * pi, skip ? 0.0f : a * pt.gx * warp_sum(px));
