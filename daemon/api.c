@@ -247,8 +247,8 @@ static void reply_answer(struct pending *p, PGresult *res, const char *error)
 
 	switch (classify(res, error, &value)) {
 	case ANSWER_VALUE:
-		http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json", strdup(value),
-			   strlen(value));
+		http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json",
+			   strdup(value), strlen(value));
 		break;
 	case ANSWER_DB_ERROR:
 		reply_db_error(p->r, res, error);
@@ -285,8 +285,8 @@ out:
 }
 
 static struct pending *send_ask(struct nwd *d, struct http_req *r, const char *sql, int n,
-				 const char *const *params, const char *what, const char *key, api_then_fn then,
-				 bool text)
+				const char *const *params, const char *what, const char *key,
+				api_then_fn then, bool text)
 {
 	struct pending *p = calloc(1, sizeof(*p));
 
@@ -340,7 +340,7 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
 #define CACHE_REFRESH_NS (CACHE_TTL_NS * 3 / 4)
 
 struct cache_entry {
-	struct cache_entry *hnext;      /* hash chain */
+	struct cache_entry *hnext;       /* hash chain */
 	struct cache_entry *prev, *next; /* recency list, most recent first */
 	char key[CACHE_KEY_MAX];
 	uint64_t writes, sent_ns; /* db_writes() and the time when its query was sent */
@@ -446,7 +446,8 @@ static void cache_put(const struct fill *f, struct http_body *body)
 	e = cache_get(f->key);
 	if (e)
 		cache_drop(e); /* the newer answer lives longer */
-	while (cache.tail && (cache.entries >= NW_API_CACHE_ENTRIES || cache.bytes + len > NW_API_CACHE_BYTES))
+	while (cache.tail &&
+	       (cache.entries >= NW_API_CACHE_ENTRIES || cache.bytes + len > NW_API_CACHE_BYTES))
 		cache_drop(cache.tail);
 	e = calloc(1, sizeof(*e));
 	if (!e)

@@ -302,13 +302,13 @@ static void mm_nt_f(const double *A, const double *B, long m, long n, long kd, f
 static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const float *B, long m, long n,
 		       long kd, int o, float *acc, double *out)
 {
-	long i, j, x;
+	long i, j, x, *perm = ck_perm(o, kd);
 
 	for (i = 0; i < m; i++) {
 		for (j = 0; j < n; j++)
 			acc[j] = 0.0f;
 		for (x = 0; x < kd; x++) {
-			long xo = nw_order_index(o, x, kd);
+			long xo = ck_at(perm, o, x, kd);
 			float av = A[i * as + xo * xs];
 			const float *b = B + xo * n;
 
@@ -320,6 +320,7 @@ static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const 
 		for (j = 0; j < n; j++)
 			out[i * n + j] = nw_round(d, acc[j]);
 	}
+	free(perm);
 }
 
 /* ---- the forward: reference and plain ------------------------------------------------------- */

@@ -117,3 +117,12 @@ double ck_floor_scale(enum nw_dtype d, double maxref, double terms)
 {
 	return maxref + nw_dtype_eps(NW_F32) / nw_dtype_eps(d) * terms;
 }
+
+long *ck_perm(int order, long n)
+{
+	long *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(long));
+
+	if (p)
+		nw_order_fill(order, n, p);
+	return p;
+}

@@ -76,6 +76,17 @@ struct ck_tensor {
 /* nw_compare() into t->tensors[t->ntensors++]. */
 void ck_compare(struct nw_trial *t, const struct ck_tensor *c);
 
+/*
+ * The permutation of reduction order o over n elements (nw_order_index for
+ * j = 0..n-1), malloc'd; NULL when out of memory, where ck_at() falls back
+ * to computing each index.
+ */
+long *ck_perm(int order, long n);
+static inline long ck_at(const long *perm, int order, long j, long n)
+{
+	return perm ? perm[j] : nw_order_index(order, j, n);
+}
+
 /* Sets t->shape from n dims. */
 void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n);
 

@@ -173,19 +173,19 @@ static void plain_fwd(enum nw_dtype d, int o, const double *x, const double *gam
 		      long rows, long cols, float *xc, double *y, double *mean, double *rstd)
 {
 	float n = (float)cols;
-	long i, j;
+	long i, j, *perm = ck_perm(o, cols);
 
 	for (i = 0; i < rows; i++) {
 		const double *row = x + i * cols;
 		float s = 0.0f, v = 0.0f, m, var, rs;
 
 		for (j = 0; j < cols; j++)
-			s += (float)row[nw_order_index(o, j, cols)];
+			s += (float)row[ck_at(perm, o, j, cols)];
 		m = nw_round(d, s / n);
 		for (j = 0; j < cols; j++)
 			xc[j] = nw_round(d, (float)row[j] - m);
 		for (j = 0; j < cols; j++) {
-			long k = nw_order_index(o, j, cols);
+			long k = ck_at(perm, o, j, cols);
 
 			v += nw_round(d, xc[k] * xc[k]);
 		}
@@ -200,6 +200,7 @@ static void plain_fwd(enum nw_dtype d, int o, const double *x, const double *gam
 		mean[i] = m;
 		rstd[i] = rs;
 	}
+	free(perm);
 }
 
 struct launch_ctx {
@@ -459,13 +460,13 @@ static void plain_bwd(enum nw_dtype d, int o, const double *x, const double *gam
 		      double *dbeta)
 {
 	float n = (float)cols;
-	long i, j;
+	long i, j, *pc = ck_perm(o, cols), *pr = ck_perm(o, rows);
 
 	for (i = 0; i < rows; i++) {
 		float m = nw_round(d, meanf[i]), rs = nw_round(d, rstdf[i]), c1 = 0.0f, c2 = 0.0f;
 
 		for (j = 0; j < cols; j++) {
-			long k = i * cols + nw_order_index(o, j, cols);
+			long k = i * cols + ck_at(pc, o, j, cols);
 			float xhat = nw_round(d, nw_round(d, (float)x[k] - m) * rs);
 			float g = nw_round(d, (float)dy[k] * (float)gamma[k - i * cols]);
 
@@ -487,7 +488,7 @@ static void plain_bwd(enum nw_dtype d, int o, const double *x, const double *gam
 		float sg = 0.0f, sb = 0.0f;
 
 		for (i = 0; i < rows; i++) {
-			long r = nw_order_index(o, i, rows), k = r * cols + j;
+			long r = ck_at(pr, o, i, rows), k = r * cols + j;
 			float m = nw_round(d, meanf[r]), rs = nw_round(d, rstdf[r]);
 			float xhat = nw_round(d, nw_round(d, (float)x[k] - m) * rs);
 
@@ -497,6 +498,8 @@ static void plain_bwd(enum nw_dtype d, int o, const double *x, const double *gam
 		dgamma[j] = nw_round(d, sg);
 		dbeta[j] = nw_round(d, sb);
 	}
+	free(pc);
+	free(pr);
 }
 
 static int bwd_run(const struct nw_check *c, struct nw_trial *t)

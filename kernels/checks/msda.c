@@ -849,7 +849,7 @@ static void plain_bwd(enum nw_dtype d, const struct msda_data *m, const struct p
 		      double *dvalue, double *dloc, double *dattn)
 {
 	int D = m->s.channels, LP = m->s.levels * m->s.points, ch, k;
-	long pi, j, i;
+	long pi, j, i, *pp = ck_perm(o, m->npts), *pc = ck_perm(o, D);
 
 	for (i = 0; i < m->nvalue; i++)
 		q->acc[i] = 0.0f;
@@ -858,11 +858,11 @@ static void plain_bwd(enum nw_dtype d, const struct msda_data *m, const struct p
 		long g;
 		float da = 0.0f, gix = 0.0f, giy = 0.0f;
 
-		pi = nw_order_index(o, j, m->npts);
+		pi = ck_at(pp, o, j, m->npts);
 		p = &m->fp[pi];
 		g = pi / LP;
 		for (ch = 0; ch < D; ch++) {
-			long c2 = nw_order_index(o, ch, D), n = pi * D + c2;
+			long c2 = ck_at(pc, o, ch, D), n = pi * D + c2;
 			const float *v = q->v + 4 * n;
 			float go = q->gout[n];
 
@@ -886,6 +886,8 @@ static void plain_bwd(enum nw_dtype d, const struct msda_data *m, const struct p
 	}
 	for (i = 0; i < m->nvalue; i++)
 		dvalue[i] = nw_round(d, q->acc[i]);
+	free(pp);
+	free(pc);
 }
 
 static int bwd_run(const struct nw_check *c, struct nw_trial *t)

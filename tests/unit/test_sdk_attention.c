@@ -290,9 +290,9 @@ static void expect_all_pass(const struct nw_check *c, uint64_t first, uint64_t c
 static void test_correct_library_passes_every_family(void **state)
 {
 	(void)state;
-	/* 6 trials of each family, per dtype. */
-	expect_all_pass(&attention_fwd_check, 0, 48);
-	expect_all_pass(&attention_bwd_check, 0, 48);
+	/* 2 trials of each family, per dtype (the false-alarm sweep in README.md runs 2000). */
+	expect_all_pass(&attention_fwd_check, 0, 16);
+	expect_all_pass(&attention_bwd_check, 0, 16);
 }
 
 /* Rows that see no key: O = 0 and LSE = -inf in reference and kernel alike; gradients 0. */
@@ -349,6 +349,15 @@ static bool canary_broken(const struct nw_tensor_result *r)
 	return r->canary >= 1 && r->unwritten == 0 && r->mismatch == 0;
 }
 
+/* Whether a seed's case is small (the planted bugs need no large case, and the tests run under ASan too). */
+static bool cheap(uint64_t seed)
+{
+	struct attn_dims s;
+
+	attention_case((int)(seed % ATTN_FAMILIES), seed, seed / ATTN_FAMILIES, &s);
+	return (long)s.batch * s.heads * s.seqlen_q * s.seqlen_k * s.head_dim <= (1L << 17);
+}
+
 /* Each planted bug, in each output, is caught there and nowhere else. */
 static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 			  bool (*check)(const struct nw_tensor_result *))
@@ -362,9 +371,13 @@ static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 			uint64_t seed;
 			int ran = 0;
 
-			for (seed = 0; ran < 5; seed++) {
-				struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
+			for (seed = 0; ran < 2; seed++) {
+				struct nw_trial t;
 				unsigned k;
+
+				if (!cheap(seed))
+					continue;
+				t = run(&c, all_dtypes[i], seed, -1);
 
 				/* Outputs that are empty, or all 0 or -inf by definition, have nothing to plant in. */
 				if (t.tensors[target].ref_nonfinite ||
@@ -433,7 +446,7 @@ static void test_dv_tail_tile_bug_is_found_in_dv_only(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++)
-		for (seed = 0; seed < 32; seed++) {
+		for (seed = 0; seed < 16; seed++) {
 			struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
 			bool bug = all_dtypes[i] == NW_BF16 && t.shape[3] % ATTN_TILE != 0 &&
 				   t.shape[0] * t.shape[1] > 0;
@@ -452,7 +465,7 @@ static void test_dv_tail_tile_bug_is_found_in_dv_only(void **state)
 			assert_true(t.tensors[2].mismatch > 0);        /* dv */
 			assert_true(t.tensors[2].tail);
 		}
-	print_message("dV tail-tile bug: first seen at seed %llu, %d of 32 bf16 seeds fail\n",
+	print_message("dV tail-tile bug: first seen at seed %llu, %d of 16 bf16 seeds fail\n",
 		      (unsigned long long)first, fails);
 	assert_true(first <= ATTN_TAIL);
 }

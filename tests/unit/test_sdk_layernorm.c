@@ -92,9 +92,13 @@ static int planted_fwd(enum nw_dtype d, const void *x, const void *gamma, const 
 		       float *mean, float *rstd, int rows, int cols, float eps)
 {
 	size_t n = (size_t)rows * (size_t)cols;
-	void *before = malloc(n * 4 + 4);
+	void *before;
 	int rc;
 
+	/* Invalid shapes go straight to the library, which must refuse them. */
+	if (rows < 0 || cols < 0)
+		return real_fwd(d, x, gamma, beta, y, mean, rstd, rows, cols, eps);
+	before = malloc((n + (size_t)rows) * 4 + 4);
 	if (!before)
 		return -12;
 	/* The poison the SDK armed, to put back where the kernel "forgot" to write. */
@@ -273,9 +277,9 @@ static void expect_all_pass(const struct nw_check *c, uint64_t count)
 static void test_correct_library_passes_every_family(void **state)
 {
 	(void)state;
-	/* 30 trials of each family, per dtype. */
-	expect_all_pass(&layernorm_fwd_check, 150);
-	expect_all_pass(&layernorm_bwd_check, 150);
+	/* 5 trials of each family, per dtype (the false-alarm sweep in README.md runs 2000). */
+	expect_all_pass(&layernorm_fwd_check, 25);
+	expect_all_pass(&layernorm_bwd_check, 25);
 }
 
 static void test_empty_rows_give_nan_statistics(void **state)
@@ -325,7 +329,7 @@ static void expect_caught(const struct nw_check *base, int kind,
 			uint64_t seed;
 			int ran = 0;
 
-			for (seed = 0; ran < 12; seed++) {
+			for (seed = 0; ran < 3; seed++) {
 				struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
 				unsigned k;
 

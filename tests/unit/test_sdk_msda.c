@@ -275,9 +275,9 @@ static void expect_all_pass(const struct nw_check *c, uint64_t count)
 static void test_correct_library_passes_every_family(void **state)
 {
 	(void)state;
-	/* 8 trials of each family, per dtype. */
-	expect_all_pass(&msda_fwd_check, 56);
-	expect_all_pass(&msda_bwd_check, 56);
+	/* 3 trials of each family, per dtype (the false-alarm sweep in README.md runs 2000). */
+	expect_all_pass(&msda_fwd_check, 21);
+	expect_all_pass(&msda_bwd_check, 21);
 }
 
 /* Points on pixel centres and edges: their dloc is excluded (a kink), counted, and the rest compared. */
@@ -289,7 +289,7 @@ static void test_boundary_points_are_excluded_and_counted(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++)
-		for (seed = MSDA_BOUNDARY; seed < 20 * MSDA_FAMILIES; seed += MSDA_FAMILIES) {
+		for (seed = MSDA_BOUNDARY; seed < 8 * MSDA_FAMILIES; seed += MSDA_FAMILIES) {
 			struct nw_trial t = run(&msda_bwd_check, all_dtypes[i], seed, -1);
 
 			assert_int_equal(t.tensors[0].excluded, 0); /* dvalue */
@@ -299,9 +299,9 @@ static void test_boundary_points_are_excluded_and_counted(void **state)
 					   2 * t.shape[0] * t.shape[1] * t.shape[2] * t.shape[4] * t.shape[5];
 			assert_false(nw_trial_failed(&t));
 		}
-	print_message("boundary family: %ld dloc elements excluded in 60 trials\n", excluded);
-	assert_true(excluded > 60);
-	assert_true(compared_trials == 60);
+	print_message("boundary family: %ld dloc elements excluded in 24 trials\n", excluded);
+	assert_true(excluded > 24);
+	assert_true(compared_trials == 24);
 	/* Uniform points are almost never on a kink. */
 	{
 		struct nw_trial t = run(&msda_bwd_check, NW_F32, MSDA_UNIFORM, -1);
@@ -344,7 +344,7 @@ static void expect_caught(const struct nw_check *base, int ntargets, int kind,
 			uint64_t seed;
 			int ran = 0;
 
-			for (seed = 0; ran < 7; seed++) {
+			for (seed = 0; ran < 3; seed++) {
 				struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
 				unsigned k;
 
@@ -400,8 +400,10 @@ static void test_planted_overrun_is_caught(void **state)
 }
 
 /*
- * Skipping points of weight under 1e-4 is invisible in bf16 and f16 and
- * fails a few percent of f32 seeds, each of them a case with such a weight.
+ * Skipping points of weight under 1e-4 is invisible in bf16 and f16 and fails
+ * f32 on the cases with such weights: the peaked kind of the extreme family,
+ * a few percent of all seeds. Other families' weights stay above 1e-3, so
+ * only extreme seeds are run.
  */
 static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
 {
@@ -412,21 +414,31 @@ static void test_skipping_small_weights_fails_a_few_percent_in_f32(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++)
-		for (seed = 0; seed < (i ? 70u : 280u); seed++) {
+		for (seed = MSDA_EXTREME; seed < 40 * MSDA_FAMILIES; seed += MSDA_FAMILIES) {
 			struct nw_trial t = run(&c, all_dtypes[i], seed, -1);
 
 			if (!nw_trial_failed(&t))
 				continue;
 			fails[i]++;
-			/* Only cases with tiny weights can fail: the peaked kind of the extreme family. */
-			assert_int_equal(t.family, MSDA_EXTREME);
 			assert_false(
 			    nw_tensor_failed(&t.tensors[2])); /* dattn does not depend on the weight */
 		}
-	print_message("skipping weights under 1e-4: %d of 280 f32 seeds fail; %d, %d of 70 f16, bf16\n",
-		      fails[0], fails[1], fails[2]);
+	print_message(
+	    "skipping weights under 1e-4: %d, %d, %d of 40 extreme seeds (of 280) fail in f32, f16, "
+	    "bf16\n",
+	    fails[0], fails[1], fails[2]);
 	assert_true(fails[0] >= 3 && fails[0] <= 28);
+	assert_int_equal(fails[1], 0);
 	assert_int_equal(fails[2], 0);
+	/* The other families' weights stay clear of the threshold: a sample of them passes. */
+	for (seed = 0; seed < 2 * MSDA_FAMILIES; seed++) {
+		struct nw_trial t;
+
+		if (seed % MSDA_FAMILIES == MSDA_EXTREME)
+			continue;
+		t = run(&c, NW_F32, seed, -1);
+		assert_false(nw_trial_failed(&t));
+	}
 }
 
 int main(void)
