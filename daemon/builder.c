@@ -140,7 +140,8 @@ static const char checks_sql[] =
     "  RETURNING id, name, dtypes)"
     " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
     " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d"
-    " WHERE $4 = '' OR up.name LIKE ANY (SELECT replace(p, '*', '%') FROM regexp_split_to_table($4, '[ ,]+') AS p"
+    " WHERE $4 = '' OR up.name LIKE ANY (SELECT replace(p, '*', '%') FROM regexp_split_to_table($4, '[ ,]+') "
+    "AS p"
     "  WHERE p <> '')"
     " ON CONFLICT DO NOTHING";
 
@@ -174,7 +175,8 @@ static void store(struct builder *b, const char *checks_json)
 	char commit[24], started[24], duration[24], repo[16];
 	const char *bparams[7] = {commit,  b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
 				  started, duration,  b->d->cfg.node_name};
-	const char *cparams[4] = {repo, checks_json, commit, b->d->cfg.trials_checks ? b->d->cfg.trials_checks : ""};
+	const char *cparams[4] = {repo, checks_json, commit,
+				  b->d->cfg.trials_checks ? b->d->cfg.trials_checks : ""};
 	const char *fparams[2] = {commit, repo};
 	bool ok = strcmp(b->status, "ok") == 0;
 	uint64_t ms = uv_now(b->d->loop) - b->started_ms;

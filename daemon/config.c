@@ -143,7 +143,8 @@ static const struct option options[] = {
     NUM("mail", "retry", OPT_DURATION, mail_retry_s, 1, 3600, 60),
 };
 
-static const char *const sections[] = {"daemon", "repository", "build", "trials", "sanitizer", "slots", "http", "mail"};
+static const char *const sections[] = {"daemon",    "repository", "build", "trials",
+				       "sanitizer", "slots",      "http",  "mail"};
 
 struct parser {
 	struct config cfg; /* filled here, moved to the caller's only on success */
