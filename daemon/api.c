@@ -324,26 +324,36 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
 
 /*
  * The response cache: answers that PostgreSQL built for GET requests, by
- * request path. An entry is served only while no write of this daemon
- * completed since its query was sent (db_writes) and for at most
- * NW_API_CACHE_TTL_MS after that (writes by other daemons). Requests for a
- * path whose query is already in flight, sent after the last write, wait for
- * that query instead of sending one of their own; an entry about to expire is
- * refreshed while it is still served. At most
- * NW_API_CACHE_ENTRIES entries and NW_API_CACHE_BYTES; the least recently
- * used goes first.
+ * request path, each with the snapshot it was read under
+ * (pg_current_snapshot(), see CACHED_SQL). An entry is served without asking
+ * the database while no write of this daemon completed since its query (or
+ * its last check) was sent (db_writes) and for NW_API_CACHE_TTL_MS after
+ * that. Past either, a check asks for the current snapshot: if no
+ * transaction completed since the entry's, the database is as the entry saw
+ * it (an idle claim that changed nothing takes no transaction id) and the
+ * entry is served again as if just read; otherwise it is read again. An entry
+ * in the last quarter of its life is checked while it is still served.
+ * Requests that find the entry's query or check in flight, sent after the
+ * last write, wait for it. At most NW_API_CACHE_ENTRIES entries and
+ * NW_API_CACHE_BYTES; the least recently used goes first.
  */
-#define CACHE_KEY_MAX 96
-#define CACHE_BUCKETS 2048 /* a power of two, at least NW_API_CACHE_ENTRIES */
-#define CACHE_TTL_NS  ((uint64_t)NW_API_CACHE_TTL_MS * 1000000)
-/* An entry served in the last quarter of its life is refreshed by a query of its own. */
-#define CACHE_REFRESH_NS (CACHE_TTL_NS * 3 / 4)
+#define CACHE_KEY_MAX      96
+#define CACHE_SNAPSHOT_MAX 128 /* a longer snapshot (many transactions open) is never checked */
+#define CACHE_PARAMS_MAX   4
+#define CACHE_BUCKETS      2048 /* a power of two, at least NW_API_CACHE_ENTRIES */
+#define CACHE_TTL_NS       ((uint64_t)NW_API_CACHE_TTL_MS * 1000000)
+#define CACHE_CHECK_NS     (CACHE_TTL_NS * 3 / 4)
+/* A cached query: its answer's columns follow the snapshot it was read under. */
+#define CACHED_SQL(sql) "SELECT pg_current_snapshot()::text, q.* FROM (" sql ") q"
+
+static const char snapshot_sql[] = "SELECT pg_current_snapshot()::text";
 
 struct cache_entry {
 	struct cache_entry *hnext;       /* hash chain */
 	struct cache_entry *prev, *next; /* recency list, most recent first */
 	char key[CACHE_KEY_MAX];
-	uint64_t writes, sent_ns; /* db_writes() and the time when its query was sent */
+	char snapshot[CACHE_SNAPSHOT_MAX];
+	uint64_t writes, sent_ns; /* db_writes() and the time when its query or last check was sent */
 	struct http_body *body;
 };
 
@@ -353,12 +363,18 @@ struct fill_req {
 	struct fill_req *next;
 };
 
-/* A query in flight whose answer fills an entry. */
+/* A query (or a check of an entry's snapshot) in flight for a key, and the requests waiting for it. */
 struct fill {
 	struct fill *next;
+	struct nwd *d;
+	bool check;
 	char key[CACHE_KEY_MAX];
+	char snapshot[CACHE_SNAPSHOT_MAX]; /* a check: the entry's snapshot */
 	uint64_t writes, sent_ns;
 	struct fill_req *reqs;
+	const char *sql; /* the cached query, to read again after a failed check */
+	int n;
+	char params[CACHE_PARAMS_MAX][CACHE_KEY_MAX];
 };
 
 static struct {
@@ -415,37 +431,31 @@ static void cache_drop(struct cache_entry *e)
 	free(e);
 }
 
-/* The fresh entry for 'key', or NULL (a stale one is dropped). */
-static struct cache_entry *cache_get(const char *key)
+static struct cache_entry *cache_find(const char *key)
 {
 	struct cache_entry *e = *cache_slot(key);
 
 	while (e && strcmp(e->key, key) != 0)
 		e = e->hnext;
-	if (!e)
-		return NULL;
-	if (e->writes != db_writes() || uv_hrtime() - e->sent_ns >= CACHE_TTL_NS) {
-		cache_drop(e);
-		return NULL;
-	}
-	if (e != cache.head) {
-		cache_unlink_recency(e);
-		cache_push_recency(e);
-	}
 	return e;
 }
 
-/* Keeps 'body' (a reference of its own) as the answer for a fill's key. */
-static void cache_put(const struct fill *f, struct http_body *body)
+/* Whether 'e' may be served without asking the database. */
+static bool cache_fresh(const struct cache_entry *e, uint64_t writes, uint64_t now)
+{
+	return e && e->writes == writes && now - e->sent_ns < CACHE_TTL_NS;
+}
+
+/* Keeps 'body' (a reference of its own) as the answer for a fill's key, replacing any older one. */
+static void cache_put(const struct fill *f, const char *snapshot, struct http_body *body)
 {
 	size_t len = http_body_len(body);
-	struct cache_entry *e, **slot;
+	struct cache_entry *e = cache_find(f->key), **slot;
 
+	if (e)
+		cache_drop(e);
 	if (len > NW_API_CACHE_BYTES / 16)
 		return;
-	e = cache_get(f->key);
-	if (e)
-		cache_drop(e); /* the newer answer lives longer */
 	while (cache.tail &&
 	       (cache.entries >= NW_API_CACHE_ENTRIES || cache.bytes + len > NW_API_CACHE_BYTES))
 		cache_drop(cache.tail);
@@ -453,6 +463,8 @@ static void cache_put(const struct fill *f, struct http_body *body)
 	if (!e)
 		return;
 	snprintf(e->key, sizeof(e->key), "%s", f->key);
+	if (snapshot && strlen(snapshot) < sizeof(e->snapshot))
+		snprintf(e->snapshot, sizeof(e->snapshot), "%s", snapshot);
 	e->writes = f->writes;
 	e->sent_ns = f->sent_ns;
 	http_body_ref(body);
@@ -465,41 +477,7 @@ static void cache_put(const struct fill *f, struct http_body *body)
 	cache.bytes += len;
 }
 
-static void on_filled(PGresult *res, const char *error, void *data)
-{
-	struct fill *f = data, **at = &cache.fills;
-	struct http_body *body = NULL;
-	const char *value = NULL;
-
-	while (*at != f)
-		at = &(*at)->next;
-	*at = f->next;
-	if (classify(res, error, &value) == ANSWER_VALUE) {
-		char *copy = strdup(value);
-
-		body = copy ? http_body_new(copy, strlen(value), "application/json") : NULL;
-		/* Read before any write that completed meanwhile? Then it may be stale already. */
-		if (body && f->writes == db_writes())
-			cache_put(f, body);
-	}
-	while (f->reqs) {
-		struct fill_req *q = f->reqs;
-
-		f->reqs = q->next;
-		if (q->p.r) {
-			http_set_pending(q->p.r, NULL);
-			if (body)
-				http_reply_body(q->p.r, 200, body);
-			else
-				reply_answer(&q->p, res, error);
-		}
-		free(q);
-	}
-	http_body_unref(body);
-	free(f);
-}
-
-/* The query in flight for 'key' that a request sent now may wait for, or NULL. */
+/* The query or check in flight for 'key' that a request sent now may wait for, or NULL. */
 static struct fill *fill_find(const char *key, uint64_t writes, uint64_t now)
 {
 	for (struct fill *f = cache.fills; f; f = f->next)
@@ -508,70 +486,178 @@ static struct fill *fill_find(const char *key, uint64_t writes, uint64_t now)
 	return NULL;
 }
 
-/* Sends the query that fills 'key', for 'q' (or for the cache alone); false if it could not be queued. */
-static bool fill_start(struct nwd *d, const char *key, uint64_t writes, uint64_t now, struct fill_req *q,
-		       const char *sql, int n, const char *const *params)
+static void fill_unlink(struct fill *f)
 {
-	struct fill *f = calloc(1, sizeof(*f));
+	struct fill **at = &cache.fills;
 
-	if (!f)
-		return false;
-	snprintf(f->key, sizeof(f->key), "%s", key);
-	f->writes = writes;
-	f->sent_ns = now;
-	f->reqs = q;
+	while (*at != f)
+		at = &(*at)->next;
+	*at = f->next;
+}
+
+/* Answers the requests of 'f' with 'body', or else from the query's result. */
+static void fill_answer(struct fill *f, struct http_body *body, PGresult *res, const char *error)
+{
+	while (f->reqs) {
+		struct fill_req *q = f->reqs;
+
+		f->reqs = q->next;
+		if (q->p.r) {
+			http_set_pending(q->p.r, NULL);
+			if (body)
+				http_reply_body(q->p.r, 200, body);
+			else if (res || error)
+				reply_answer(&q->p, res, error);
+			else
+				http_reply_error(q->p.r, 503, "database unavailable");
+		}
+		free(q);
+	}
+}
+
+static void on_filled(PGresult *res, const char *error, void *data);
+static void on_checked(PGresult *res, const char *error, void *data);
+
+/*
+ * Sends the query for f->key (or, with 'e', a check of e's snapshot) for the
+ * requests in f->reqs; false, with 'f' freed and its requests not answered,
+ * if it could not be queued.
+ */
+static bool fill_send(struct fill *f, const struct cache_entry *e)
+{
+	const char *params[CACHE_PARAMS_MAX];
+
+	f->check = e != NULL;
+	if (e)
+		snprintf(f->snapshot, sizeof(f->snapshot), "%s", e->snapshot);
+	f->writes = db_writes();
+	f->sent_ns = uv_hrtime();
+	for (int i = 0; i < f->n; i++)
+		params[i] = f->params[i];
 	f->next = cache.fills;
 	cache.fills = f;
-	if (q)
+	for (struct fill_req *q = f->reqs; q; q = q->next)
 		http_set_pending(q->p.r, &q->p);
 	/* Linked first: a connection lost while sending answers at once. */
-	if (db_query(d->db_http, sql, n, params, on_filled, f) < 0) {
-		cache.fills = f->next;
-		if (q)
+	if (f->check ? db_query(f->d->db_http, snapshot_sql, 0, NULL, on_checked, f) < 0
+		     : db_query(f->d->db_http, f->sql, f->n, params, on_filled, f) < 0) {
+		fill_unlink(f);
+		for (struct fill_req *q = f->reqs; q; q = q->next)
 			http_set_pending(q->p.r, NULL);
-		free(f);
 		return false;
 	}
 	return true;
 }
 
+static void on_filled(PGresult *res, const char *error, void *data)
+{
+	struct fill *f = data;
+	struct http_body *body = NULL;
+	const char *value = NULL;
+
+	fill_unlink(f);
+	if (classify(res, error, 1, &value) == ANSWER_VALUE) {
+		char *copy = strdup(value);
+
+		body = copy ? http_body_new(copy, strlen(value), "application/json") : NULL;
+		if (body)
+			cache_put(f, db_get(res, 0, 0), body);
+	}
+	fill_answer(f, body, res, error);
+	http_body_unref(body);
+	free(f);
+}
+
+static void on_checked(PGresult *res, const char *error, void *data)
+{
+	struct fill *f = data;
+	struct cache_entry *e;
+
+	fill_unlink(f);
+	e = cache_find(f->key);
+	if (e && !error && PQntuples(res) == 1 && f->snapshot[0] && strcmp(e->snapshot, f->snapshot) == 0 &&
+	    strcmp(PQgetvalue(res, 0, 0), f->snapshot) == 0) {
+		/* Nothing completed since the entry was read: it is as good as read when the check was sent. */
+		e->writes = f->writes;
+		e->sent_ns = f->sent_ns;
+		fill_answer(f, e->body, NULL, NULL);
+		free(f);
+		return;
+	}
+	if (e && cache_fresh(e, db_writes(), uv_hrtime()) && (strcmp(e->snapshot, f->snapshot) != 0 || !f->reqs)) {
+		/* Replaced meanwhile by a fresh answer, or checked ahead of time: serve it till it expires. */
+		fill_answer(f, e->body, NULL, NULL);
+		if (!f->reqs && strcmp(e->snapshot, f->snapshot) == 0 && fill_send(f, NULL))
+			return; /* read again in the background */
+		free(f);
+		return;
+	}
+	if (!fill_send(f, NULL)) {
+		fill_answer(f, NULL, NULL, NULL);
+		free(f);
+	}
+}
+
 /* Like ask(), for a JSON answer that may be served from the cache under 'key' (the request path). */
-static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const char *sql, int n,
+static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const char *cached_sql, int n,
 		       const char *const *params, const char *what, const char *name)
 {
-	struct cache_entry *e;
+	uint64_t writes = db_writes(), now = uv_hrtime();
+	struct cache_entry *e = cache_find(key);
 	struct fill *f;
 	struct fill_req *q;
-	uint64_t writes = db_writes(), now = uv_hrtime();
 
-	if (strlen(key) >= CACHE_KEY_MAX) {
-		ask(d, r, sql, n, params, what, name, false);
-		return;
-	}
-	e = cache_get(key);
-	if (e) {
-		if (now - e->sent_ns >= CACHE_REFRESH_NS && !fill_find(key, writes, now))
-			fill_start(d, key, writes, now, NULL, sql, n, params);
+	if (cache_fresh(e, writes, now)) {
+		if (e != cache.head) {
+			cache_unlink_recency(e);
+			cache_push_recency(e);
+		}
 		http_reply_body(r, 200, e->body);
-		return;
-	}
-	q = calloc(1, sizeof(*q));
-	if (!q) {
-		http_reply_error(r, 500, "out of memory");
-		return;
-	}
-	q->p.r = r;
-	q->p.d = d;
-	q->p.what = what;
-	snprintf(q->p.key, sizeof(q->p.key), "%s", name);
-	f = fill_find(key, writes, now);
-	if (f) {
+		if (now - e->sent_ns < CACHE_CHECK_NS || fill_find(key, writes, now))
+			return;
+		r = NULL; /* checked ahead of time, for no request */
+	} else if ((f = fill_find(key, writes, now))) {
+		q = calloc(1, sizeof(*q));
+		if (!q) {
+			http_reply_error(r, 500, "out of memory");
+			return;
+		}
+		q->p.r = r;
+		q->p.d = d;
+		q->p.what = what;
+		snprintf(q->p.key, sizeof(q->p.key), "%s", name);
 		q->next = f->reqs;
 		f->reqs = q;
 		http_set_pending(r, &q->p);
-	} else if (!fill_start(d, key, writes, now, q, sql, n, params)) {
+		return;
+	}
+	f = calloc(1, sizeof(*f));
+	q = r ? calloc(1, sizeof(*q)) : NULL;
+	if (!f || (r && !q)) {
+		free(f);
 		free(q);
-		http_reply_error(r, 503, "database unavailable");
+		if (r)
+			http_reply_error(r, 500, "out of memory");
+		return;
+	}
+	f->d = d;
+	snprintf(f->key, sizeof(f->key), "%s", key);
+	f->sql = cached_sql;
+	f->n = n;
+	for (int i = 0; i < n; i++)
+		snprintf(f->params[i], sizeof(f->params[i]), "%s", params[i]);
+	if (q) {
+		q->p.r = r;
+		q->p.d = d;
+		q->p.what = what;
+		snprintf(q->p.key, sizeof(q->p.key), "%s", name);
+		f->reqs = q;
+	}
+	if (!fill_send(f, e && e->snapshot[0] ? e : NULL)) {
+		free(f);
+		free(q);
+		if (r)
+			http_reply_error(r, 503, "database unavailable");
 	}
 }
 

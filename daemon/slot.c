@@ -959,6 +959,9 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		}
 		if (o == OUTCOME_INFRA_ERROR || o == OUTCOME_NONE)
 			continue;
+		/* A sanitizer job runs its seeds again under its tool: only that tool's results count. */
+		if (s->job.tool[0] && strcmp(PQgetvalue(res, i, 4), s->job.tool) != 0)
+			continue;
 		if (rec->v.first == OUTCOME_NONE) {
 			rec->v.first = o;
 			rec->first_ratio = db_get_double(res, i, 3, NAN);
@@ -1016,7 +1019,7 @@ static void on_claimed(struct job *job, void *data)
 	snprintf(check, sizeof(check), "%d", job->check_id);
 	params[2] = s->job.dtype;
 	db_query(s->d->db,
-		 "SELECT seed, attempt, outcome, ratio FROM trials"
+		 "SELECT seed, attempt, outcome, ratio, coalesce(sanitizer, '') FROM trials"
 		 " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3 ORDER BY seed, attempt",
 		 3, params, on_loaded, s);
 }

@@ -608,38 +608,31 @@ static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double 
 	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D),
 	       mdo = max_abs(dout, sq * D);
 	/* bt is free after the products */
-	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk, *knorm = w->bt + 2 * sk;
+	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk;
 
 	mm_nt_d(q, k, sq, sk, D, w->bt, S);
 	mm_nt_d(dout, v, sq, sk, D, w->bt, dP);
 	for (x = 0; x < sk * D; x++)
 		dk[x] = dv[x] = 0.0;
-	for (j = 0; j < sk; j++) {
+	for (j = 0; j < sk; j++)
 		colabs[j] = colp[j] = 0.0;
-		knorm[j] = 0.0;
-		for (x = 0; x < D; x++)
-			knorm[j] += k[j * D + x] * k[j * D + x];
-		knorm[j] = sqrt(knorm[j]);
-	}
 	for (i = 0; i < sq; i++) {
 		const double *dpr = dP + i * sk;
 		long nv = visible(s, i);
-		double delta = 0.0, rowabs = 0.0, qnorm = 0.0;
+		double delta = 0.0, rowabs = 0.0;
 
 		for (x = 0; x < D; x++) {
 			delta += dout[i * D + x] * o[i * D + x];
-			qnorm += q[i * D + x] * q[i * D + x];
 			dq[i * D + x] = 0.0;
 		}
-		qnorm = sqrt(qnorm);
 		for (j = 0; j < nv; j++) {
 			double p = exp(sc * S[i * sk + j] - (double)lse[i]), ds = p * (dpr[j] - delta);
 			/*
 			 * A kernel recomputes p = exp(scale * s - LSE) from a float score
-			 * and the float LSE: its rounding grows with the size of the two
-			 * (|q| |k| bounds the terms of s), not with p.
+			 * and the float LSE: its rounding grows with the size of the two,
+			 * not with p.
 			 */
-			double grow = 1.0 + sc * qnorm * knorm[j] + fabs((double)lse[i]);
+			double grow = 1.0 + fabs(sc * S[i * sk + j]) + fabs((double)lse[i]);
 			double dsa = p * (fabs(dpr[j]) + fabs(delta)) * grow;
 
 			rowabs += dsa;

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# compute-sanitizer runs are scheduled on GPU slots; where the tool cannot run
+# (here: no GPU and no compute-sanitizer, as in CI) each scheduled run is
+# stored as skipped (an infra_error, never a pass), the job ends, and the
+# commit's verdict is decided by its plan alone. On a GPU host the same path
+# stores the tool's reports (bench/gpu-suite.sh).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-san.XXXXXX")
+nw_atexit rm -rf "$work"
+pg_start
+git init -q -b main "$work/repo"
+echo good >"$work/repo/mode"
+git -C "$work/repo" add mode
+git -C "$work/repo" -c user.name=A -c user.email=a@example.com commit -qm "one"
+NW_PORT=$(nw_free_port)
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+[repository]
+url = $work/repo
+poll_interval = 1
+[build]
+command = for r in host cuda; do cp "$here/fake-runner" "\$NUMWATCH_BUILD_DIR/numwatch-runner-\$r"; done && cp mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 8
+[sanitizer]
+tools = memcheck, racecheck
+every = 4
+path = $work/no-such-compute-sanitizer
+[slots]
+slots = 0
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+done_all() { [[ $(pg_psql "SELECT count(*) FROM jobs WHERE state IN ('queued', 'running')") == 0 &&
+	$(pg_psql "SELECT count(*) FROM jobs WHERE kind = 'sanitize'") == 2 ]]; }
+nw_wait 60 "the plan and both sanitizer jobs done" done_all
+rows=$(pg_psql "SELECT string_agg(sanitizer || ':' || outcome || ':' || sanitizer_status, ',' ORDER BY sanitizer)
+	FROM trials WHERE sanitizer IS NOT NULL")
+[[ $rows == "memcheck:infra_error:skipped,racecheck:infra_error:skipped" ]] || fail "sanitizer runs stored as '$rows'"
+[[ $(pg_psql "SELECT count(*) FROM trials WHERE sanitizer IS NOT NULL AND outcome = 'pass'") == 0 ]] ||
+	fail "a sanitizer run that could not happen was stored as a pass"
+[[ $(pg_psql "SELECT commit_verdict(id) FROM commits") == clean ]] || fail "the plan's verdict changed"
+echo "ok: sanitizer runs that cannot happen are stored as skipped ($rows), never as passes"
