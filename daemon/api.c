@@ -38,10 +38,11 @@ static const char commits_sql[] =
     "   FROM commits c LEFT JOIN builds b ON b.commit_id = c.id"
     "   WHERE c.repo_id = $1 AND c.reachable ORDER BY c.position DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
 
+/* Cached (see cached_ask): the snapshot it read under comes first. */
 static const char commit_sql[] =
     "WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
     "LIMIT 2)"
-    " SELECT (SELECT count(*) FROM c), (SELECT json_build_object("
+    " SELECT pg_current_snapshot()::text, (SELECT count(*) FROM c), (SELECT json_build_object("
     "  'sha', c.sha, 'parent', c.parent_sha, 'title', c.title, 'author', c.author, 'email', c.email,"
     "  'committed_at', c.committed_at, 'position', c.position, 'reachable', c.reachable,"
     "  'verdict', commit_verdict(c.id),"
@@ -222,30 +223,35 @@ static void reply_db_error(struct http_req *r, PGresult *res, const char *error)
 		http_reply_error(r, 503, "database unavailable: %s", error);
 }
 
-/* What a lookup answered: lookups answer (matches, value); lists answer (value). */
+/*
+ * What a lookup answered, from column 'first' on (a cached query's answer
+ * starts with its snapshot): lookups answer (matches, value); lists answer
+ * (value).
+ */
 enum answer { ANSWER_VALUE, ANSWER_DB_ERROR, ANSWER_UNKNOWN, ANSWER_AMBIGUOUS, ANSWER_NO_VALUE };
 
-static enum answer classify(PGresult *res, const char *error, const char **value)
+static enum answer classify(PGresult *res, const char *error, int first, const char **value)
 {
 	int col;
 
 	if (error)
 		return ANSWER_DB_ERROR;
 	col = PQnfields(res) - 1;
-	if (PQntuples(res) != 1 || (col == 1 && strcmp(PQgetvalue(res, 0, 0), "0") == 0))
+	if (PQntuples(res) != 1 || col < first ||
+	    (col == first + 1 && strcmp(PQgetvalue(res, 0, first), "0") == 0))
 		return ANSWER_UNKNOWN;
-	if (col == 1 && strcmp(PQgetvalue(res, 0, 0), "1") != 0)
+	if (col == first + 1 && strcmp(PQgetvalue(res, 0, first), "1") != 0)
 		return ANSWER_AMBIGUOUS;
 	*value = db_get(res, 0, col);
 	return *value ? ANSWER_VALUE : ANSWER_NO_VALUE;
 }
 
 /* The default reply: the value PostgreSQL built, passed through, or the error. */
-static void reply_answer(struct pending *p, PGresult *res, const char *error)
+static void reply_answer(struct pending *p, PGresult *res, const char *error, int first)
 {
 	const char *value = NULL;
 
-	switch (classify(res, error, &value)) {
+	switch (classify(res, error, first, &value)) {
 	case ANSWER_VALUE:
 		http_reply(p->r, 200, p->text ? "text/plain; charset=utf-8" : "application/json",
 			   strdup(value), strlen(value));
@@ -278,7 +284,7 @@ static void on_answer(PGresult *res, const char *error, void *data)
 	if (p->then)
 		p->then(p, res, error);
 	else
-		reply_answer(p, res, error);
+		reply_answer(p, res, error, 0);
 out:
 	free(p->body);
 	free(p);
@@ -324,8 +330,8 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
 
 /*
  * The response cache: answers that PostgreSQL built for GET requests, by
- * request path, each with the snapshot it was read under
- * (pg_current_snapshot(), see CACHED_SQL). An entry is served without asking
+ * request path, each with the snapshot it was read under (a cached query
+ * answers pg_current_snapshot() first, then as ask() expects). An entry is served without asking
  * the database while no write of this daemon completed since its query (or
  * its last check) was sent (db_writes) and for NW_API_CACHE_TTL_MS after
  * that. Past either, a check asks for the current snapshot: if no
@@ -343,9 +349,6 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
 #define CACHE_BUCKETS      2048 /* a power of two, at least NW_API_CACHE_ENTRIES */
 #define CACHE_TTL_NS       ((uint64_t)NW_API_CACHE_TTL_MS * 1000000)
 #define CACHE_CHECK_NS     (CACHE_TTL_NS * 3 / 4)
-/* A cached query: its answer's columns follow the snapshot it was read under. */
-#define CACHED_SQL(sql) "SELECT pg_current_snapshot()::text, q.* FROM (" sql ") q"
-
 static const char snapshot_sql[] = "SELECT pg_current_snapshot()::text";
 
 struct cache_entry {
@@ -507,7 +510,7 @@ static void fill_answer(struct fill *f, struct http_body *body, PGresult *res, c
 			if (body)
 				http_reply_body(q->p.r, 200, body);
 			else if (res || error)
-				reply_answer(&q->p, res, error);
+				reply_answer(&q->p, res, error, 1);
 			else
 				http_reply_error(q->p.r, 503, "database unavailable");
 		}
@@ -520,8 +523,8 @@ static void on_checked(PGresult *res, const char *error, void *data);
 
 /*
  * Sends the query for f->key (or, with 'e', a check of e's snapshot) for the
- * requests in f->reqs; false, with 'f' freed and its requests not answered,
- * if it could not be queued.
+ * requests in f->reqs; false, with its requests not answered yet, if it
+ * could not be queued.
  */
 static bool fill_send(struct fill *f, const struct cache_entry *e)
 {
@@ -537,13 +540,15 @@ static bool fill_send(struct fill *f, const struct cache_entry *e)
 	f->next = cache.fills;
 	cache.fills = f;
 	for (struct fill_req *q = f->reqs; q; q = q->next)
-		http_set_pending(q->p.r, &q->p);
+		if (q->p.r)
+			http_set_pending(q->p.r, &q->p);
 	/* Linked first: a connection lost while sending answers at once. */
 	if (f->check ? db_query(f->d->db_http, snapshot_sql, 0, NULL, on_checked, f) < 0
 		     : db_query(f->d->db_http, f->sql, f->n, params, on_filled, f) < 0) {
 		fill_unlink(f);
 		for (struct fill_req *q = f->reqs; q; q = q->next)
-			http_set_pending(q->p.r, NULL);
+			if (q->p.r)
+				http_set_pending(q->p.r, NULL);
 		return false;
 	}
 	return true;
@@ -571,6 +576,7 @@ static void on_filled(PGresult *res, const char *error, void *data)
 static void on_checked(PGresult *res, const char *error, void *data)
 {
 	struct fill *f = data;
+	bool ahead = !f->reqs; /* checked ahead of time, for no request */
 	struct cache_entry *e;
 
 	fill_unlink(f);
@@ -578,17 +584,20 @@ static void on_checked(PGresult *res, const char *error, void *data)
 	if (e && !error && PQntuples(res) == 1 && f->snapshot[0] && strcmp(e->snapshot, f->snapshot) == 0 &&
 	    strcmp(PQgetvalue(res, 0, 0), f->snapshot) == 0) {
 		/* Nothing completed since the entry was read: it is as good as read when the check was sent. */
-		e->writes = f->writes;
-		e->sent_ns = f->sent_ns;
+		if (f->sent_ns > e->sent_ns) {
+			e->writes = f->writes;
+			e->sent_ns = f->sent_ns;
+		}
 		fill_answer(f, e->body, NULL, NULL);
 		free(f);
 		return;
 	}
-	if (e && cache_fresh(e, db_writes(), uv_hrtime()) && (strcmp(e->snapshot, f->snapshot) != 0 || !f->reqs)) {
-		/* Replaced meanwhile by a fresh answer, or checked ahead of time: serve it till it expires. */
+	if (e && cache_fresh(e, db_writes(), uv_hrtime()) &&
+	    (strcmp(e->snapshot, f->snapshot) != 0 || ahead)) {
+		/* Replaced meanwhile by a fresh answer, or checked ahead of time: served till it expires. */
 		fill_answer(f, e->body, NULL, NULL);
-		if (!f->reqs && strcmp(e->snapshot, f->snapshot) == 0 && fill_send(f, NULL))
-			return; /* read again in the background */
+		if (ahead && strcmp(e->snapshot, f->snapshot) == 0 && fill_send(f, NULL))
+			return; /* read again meanwhile */
 		free(f);
 		return;
 	}
@@ -603,10 +612,18 @@ static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const
 		       const char *const *params, const char *what, const char *name)
 {
 	uint64_t writes = db_writes(), now = uv_hrtime();
-	struct cache_entry *e = cache_find(key);
+	struct cache_entry *e;
 	struct fill *f;
 	struct fill_req *q;
+	bool fits = strlen(key) < CACHE_KEY_MAX && n <= CACHE_PARAMS_MAX;
 
+	for (int i = 0; fits && i < n; i++)
+		fits = params[i] && strlen(params[i]) < CACHE_KEY_MAX;
+	if (!fits) {
+		http_reply_error(r, 414, "request path too long");
+		return;
+	}
+	e = cache_find(key);
 	if (cache_fresh(e, writes, now)) {
 		if (e != cache.head) {
 			cache_unlink_recency(e);
