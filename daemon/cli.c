@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "protocol.h"
 
 #define RESPONSE_MAX      (16 * 1024 * 1024)
 #define REQUEST_TIMEOUT_S 30L
@@ -464,6 +466,104 @@ static int run_child(const char *const *argv, const char *cwd, const char *const
 	return WIFEXITED(status) && !termed ? WEXITSTATUS(status) : -1;
 }
 
+/* Reads one '\n'-terminated line from fd into buf before 'end'; returns its length or -1. */
+static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
+{
+	size_t n = 0;
+
+	while (n + 1 < cap) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int left = (int)(end - time(NULL));
+		ssize_t r;
+
+		if (left <= 0 || poll(&p, 1, left * 1000) <= 0)
+			return -1;
+		r = read(fd, buf + n, 1);
+		if (r <= 0)
+			return -1;
+		if (buf[n] == '\n') {
+			buf[n] = '\0';
+			return (ssize_t)n;
+		}
+		n++;
+	}
+	return -1;
+}
+
+/*
+ * Runs one trial through protocol v1 (hello, trial, bye), so that any runner
+ * works, ours or a third party's. Prints the answer; returns 0 when the trial
+ * passed, EXIT_REGRESSED when it failed, EXIT_ERROR when it could not run.
+ */
+static int repro_trial(const char *runner, const char *cwd, const char *check, const char *dtype,
+		       unsigned long long seed, int timeout_s)
+{
+	int in[2], out[2], status, rc = EXIT_ERROR;
+	char *hello = proto_hello_request(), *trial = proto_trial_request(1, check, dtype, seed, 1, NULL);
+	char *bye = proto_bye_request(), *line = malloc(NW_PROTO_LINE_MAX + 1), err[256];
+	time_t end = time(NULL) + timeout_s;
+	struct proto_trial t = {0};
+	ssize_t n;
+	pid_t pid;
+
+	if (!hello || !trial || !bye || !line || pipe(in) < 0 || pipe(out) < 0)
+		goto out;
+	pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		if (chdir(cwd) < 0)
+			_exit(126);
+		setenv("NUMWATCH_PROTOCOL", "1", 1);
+		execl(runner, runner, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	if (pid < 0)
+		goto out;
+	signal(SIGPIPE, SIG_IGN);
+	if (write(in[1], hello, strlen(hello)) < 0 ||
+	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
+		fprintf(stderr, "numwatch: runner '%s' did not answer hello\n", runner);
+		goto stop;
+	}
+	if (write(in[1], trial, strlen(trial)) < 0 ||
+	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
+		fprintf(stderr, "numwatch: runner '%s' gave no answer to the trial within %d s\n", runner,
+			timeout_s);
+		goto stop;
+	}
+	if (proto_parse_trial(line, (size_t)n, 1, &t, err, sizeof(err)) < 0) {
+		fprintf(stderr, "numwatch: runner '%s' answered badly: %s\n", runner, err);
+		goto stop;
+	}
+	printf("%s\n", line);
+	rc = t.verdict == OUTCOME_PASS ? 0 : t.verdict == OUTCOME_FAIL ? EXIT_REGRESSED : EXIT_ERROR;
+	/* A runner that is gone already cannot read its bye: nothing is lost. */
+	(void)!write(in[1], bye, strlen(bye));
+stop:
+	close(in[1]);
+	close(out[0]);
+	/* The runner leaves after bye; one that does not gets its group killed. */
+	for (int i = 0; i < 40 && waitpid(pid, &status, WNOHANG) == 0; i++)
+		usleep(50 * 1000);
+	if (waitpid(pid, &status, WNOHANG) == 0) {
+		kill(-pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+out:
+	proto_trial_release(&t);
+	free(hello);
+	free(trial);
+	free(bye);
+	free(line);
+	return rc;
+}
+
 /* Builds the commit (or reuses the daemon's build of it) and runs one trial locally. */
 static int cmd_repro(const char *sha, const char *check, const char *dtype, const char *seed,
 		     const char *config_path, bool cuda)
@@ -514,10 +614,8 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 		snprintf(runner, sizeof(runner), "%s/%s", build, cuda ? cfg.runner_cuda : cfg.runner_host);
 	}
 	{
-		const char *argv[] = {runner, "--check", check, "--dtype", dtype, "--seed", seed, NULL};
-		int st2 = run_child(argv, build, NULL, (int)cfg.trial_timeout_s, false);
-
-		rc = st2 == 0 ? 0 : EXIT_REGRESSED;
+		rc = repro_trial(runner, build, check, dtype, strtoull(seed, NULL, 10),
+				 (int)(cfg.hello_timeout_s + cfg.trial_timeout_s));
 	}
 out:
 	config_release(&cfg);

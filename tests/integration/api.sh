@@ -140,3 +140,14 @@ rc=0; "$NUMWATCH" ci-wait 0123456789abcdef0123456789abcdef01234567 --timeout 3 >
 rc=0; NUMWATCH_URL=http://127.0.0.1:1 "$NUMWATCH" ci-wait "$good" --timeout 1 >/dev/null 2>&1 || rc=$?
 [[ $rc == 3 ]] || fail "ci-wait against no daemon: exit $rc, expected 3"
 echo "ok: ci-wait exit codes 1, 0, 2, 3"
+
+# repro: runs one trial of a commit locally, reusing the daemon's build, or building it from the mirror.
+rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 3 --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
+[[ $rc == 1 ]] || fail "repro of a failing seed exited $rc: $(cat "$work/repro.out")"
+grep -q '"verdict": *"fail"' "$work/repro.out" || fail "repro did not print the failing trial: $(cat "$work/repro.out")"
+"$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 0 --config "$work/nw.conf" >/dev/null 2>&1 ||
+	fail "repro of a passing seed did not exit 0"
+rm -rf "$work/state/builds/$bad"
+rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 3 --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "building ${bad:0:12}" "$work/repro.out" || fail "repro without a build did not build: $(cat "$work/repro.out")"
+echo "ok: numwatch repro reuses the daemon's build or builds the commit, and exits 1 on the failing seed"
