@@ -9,19 +9,18 @@
 #include <string.h>
 #include <uv.h>
 
+#include "api_internal.h"
 #include "builder.h"
 #include "caps.h"
 #include "db.h"
 #include "http.h"
 #include "nwd.h"
+#include "outcome.h"
 #include "poller.h"
 #include "slot.h"
 #include "store.h"
-#include "api_internal.h"
-#include "outcome.h"
 
 #define API "/api/v1"
-
 
 static const char commits_sql[] =
     "SELECT json_build_object("
@@ -80,75 +79,81 @@ static const char health_sql[] =
     " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1))::text";
 
 static const char checks_sql[] =
-	"SELECT json_build_object('checks', coalesce(json_agg(json_build_object("
-	"  'check', k.name, 'op', k.op, 'pass', k.pass, 'dtypes', k.dtypes, 'families', k.families,"
-	"  'deterministic', k.deterministic,"
-	"  'muted', (SELECT coalesce(json_agg(json_build_object('dtype', m.dtype, 'until', m.until,"
-	"    'reason', m.reason)), '[]') FROM mutes m WHERE m.check_id = k.id AND m.until > now()),"
-	"  'latest', (SELECT coalesce(json_object_agg(s.dtype, s.verdict), '{}') FROM stats s"
-	"    WHERE s.check_id = k.id AND s.commit_id = (SELECT c.id FROM commits c JOIN stats s2"
-	"     ON s2.commit_id = c.id AND s2.check_id = k.id WHERE c.reachable ORDER BY c.position DESC LIMIT 1))"
-	" ) ORDER BY k.name), '[]'))::text FROM checks k WHERE k.repo_id = $1";
+    "SELECT json_build_object('checks', coalesce(json_agg(json_build_object("
+    "  'check', k.name, 'op', k.op, 'pass', k.pass, 'dtypes', k.dtypes, 'families', k.families,"
+    "  'deterministic', k.deterministic,"
+    "  'muted', (SELECT coalesce(json_agg(json_build_object('dtype', m.dtype, 'until', m.until,"
+    "    'reason', m.reason)), '[]') FROM mutes m WHERE m.check_id = k.id AND m.until > now()),"
+    "  'latest', (SELECT coalesce(json_object_agg(s.dtype, s.verdict), '{}') FROM stats s"
+    "    WHERE s.check_id = k.id AND s.commit_id = (SELECT c.id FROM commits c JOIN stats s2"
+    "     ON s2.commit_id = c.id AND s2.check_id = k.id WHERE c.reachable ORDER BY c.position DESC LIMIT 1))"
+    " ) ORDER BY k.name), '[]'))::text FROM checks k WHERE k.repo_id = $1";
 
 /* A check's history: per commit x dtype, its verdict and figures; regressions and culprits to mark. */
 static const char check_sql[] =
-	"WITH k AS (SELECT * FROM checks WHERE repo_id = $1 AND name = $2)"
-	" SELECT (SELECT count(*) FROM k), (SELECT json_build_object('check', k.name, 'op', k.op, 'pass', k.pass,"
-	"  'dtypes', k.dtypes, 'families', k.families, 'deterministic', k.deterministic,"
-	"  'total', (SELECT count(*) FROM commits c WHERE c.repo_id = $1 AND c.reachable),"
-	"  'limit', $4::int, 'offset', $5::int,"
-	"  'series', coalesce((SELECT json_agg(x ORDER BY x.position, x.dtype) FROM ("
-	"    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict, s.trials, s.failures,"
-	"     s.worst_ratio, CASE WHEN s.trials > 0 THEN s.failures::float8 / s.trials END AS failure_rate,"
-	"     (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY t.ratio) FROM trials t WHERE t.commit_id = c.id"
-	"      AND t.check_id = k.id AND t.dtype = s.dtype AND t.attempt = 0) AS median_ratio"
-	"    FROM (SELECT * FROM commits WHERE repo_id = $1 AND reachable ORDER BY position DESC"
-	"     LIMIT $4 OFFSET $5) c JOIN stats s ON s.commit_id = c.id AND s.check_id = k.id"
-	"    WHERE $3 = '' OR s.dtype = $3) x), '[]'),"
-	"  'bisections', coalesce((SELECT json_agg(json_build_object('id', b.id, 'dtype', b.dtype,"
-	"    'bad', bd.sha, 'culprit', cu.sha, 'outcome', b.outcome, 'state', b.state, 'confidence', b.confidence)"
-	"    ORDER BY b.id) FROM bisections b JOIN commits bd ON bd.id = b.bad_commit_id"
-	"    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]')"
-	" )::text FROM k)";
+    "WITH k AS (SELECT * FROM checks WHERE repo_id = $1 AND name = $2)"
+    " SELECT (SELECT count(*) FROM k), (SELECT json_build_object('check', k.name, 'op', k.op, 'pass', k.pass,"
+    "  'dtypes', k.dtypes, 'families', k.families, 'deterministic', k.deterministic,"
+    "  'total', (SELECT count(*) FROM commits c WHERE c.repo_id = $1 AND c.reachable),"
+    "  'limit', $4::int, 'offset', $5::int,"
+    "  'series', coalesce((SELECT json_agg(x ORDER BY x.position, x.dtype) FROM ("
+    "    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict, s.trials, s.failures,"
+    "     s.worst_ratio, CASE WHEN s.trials > 0 THEN s.failures::float8 / s.trials END AS failure_rate,"
+    "     (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY t.ratio) FROM trials t WHERE t.commit_id = c.id"
+    "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.attempt = 0) AS median_ratio"
+    "    FROM (SELECT * FROM commits WHERE repo_id = $1 AND reachable ORDER BY position DESC"
+    "     LIMIT $4 OFFSET $5) c JOIN stats s ON s.commit_id = c.id AND s.check_id = k.id"
+    "    WHERE $3 = '' OR s.dtype = $3) x), '[]'),"
+    "  'bisections', coalesce((SELECT json_agg(json_build_object('id', b.id, 'dtype', b.dtype,"
+    "    'bad', bd.sha, 'culprit', cu.sha, 'outcome', b.outcome, 'state', b.state, 'confidence', "
+    "b.confidence)"
+    "    ORDER BY b.id) FROM bisections b JOIN commits bd ON bd.id = b.bad_commit_id"
+    "    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]')"
+    " )::text FROM k)";
 
 static const char trials_sql[] =
-	"WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC LIMIT 2)"
-	" SELECT (SELECT count(*) FROM c), (SELECT json_build_object('trials', coalesce(json_agg(x ORDER BY"
-	"  x.dtype, x.seed, x.attempt), '[]'))::text FROM (SELECT t.dtype, t.seed, t.attempt, t.outcome, t.ratio,"
-	"  t.family, t.shape, t.gen, t.tensors, t.digest, t.digests_differ, t.kernel_us, t.error, t.slot, t.host,"
-	"  t.finished_at FROM trials t JOIN checks k ON k.id = t.check_id"
-	"  WHERE t.commit_id = (SELECT id FROM c LIMIT 1) AND k.name = $3 AND ($4 = '' OR t.dtype = $4)"
-	"  AND ($5 = '' OR t.seed = $5::bigint) AND ($6 = '' OR t.outcome = $6)"
-	"  ORDER BY t.dtype, t.seed, t.attempt LIMIT $7 OFFSET $8) x)";
+    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
+    "LIMIT 2)"
+    " SELECT (SELECT count(*) FROM c), (SELECT json_build_object('trials', coalesce(json_agg(x ORDER BY"
+    "  x.dtype, x.seed, x.attempt), '[]'))::text FROM (SELECT t.dtype, t.seed, t.attempt, t.outcome, t.ratio,"
+    "  t.family, t.shape, t.gen, t.tensors, t.digest, t.digests_differ, t.kernel_us, t.error, t.slot, t.host,"
+    "  t.finished_at FROM trials t JOIN checks k ON k.id = t.check_id"
+    "  WHERE t.commit_id = (SELECT id FROM c LIMIT 1) AND k.name = $3 AND ($4 = '' OR t.dtype = $4)"
+    "  AND ($5 = '' OR t.seed = $5::bigint) AND ($6 = '' OR t.outcome = $6)"
+    "  ORDER BY t.dtype, t.seed, t.attempt LIMIT $7 OFFSET $8) x)";
 
 static const char bisections_sql[] =
-	"SELECT json_build_object('total', (SELECT count(*) FROM bisections WHERE repo_id = $1),"
-	" 'limit', $2::int, 'offset', $3::int,"
-	" 'bisections', coalesce((SELECT json_agg(x ORDER BY x.id DESC) FROM ("
-	"  SELECT b.id, k.name AS check, b.dtype, g.sha AS good, bd.sha AS bad, b.state, b.outcome,"
-	"   cu.sha AS culprit, cu.title AS culprit_title, b.confidence, b.requested_by, b.created_at,"
-	"   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes"
-	"  FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-	"  JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id"
-	"  WHERE b.repo_id = $1 ORDER BY b.id DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
+    "SELECT json_build_object('total', (SELECT count(*) FROM bisections WHERE repo_id = $1),"
+    " 'limit', $2::int, 'offset', $3::int,"
+    " 'bisections', coalesce((SELECT json_agg(x ORDER BY x.id DESC) FROM ("
+    "  SELECT b.id, k.name AS check, b.dtype, g.sha AS good, bd.sha AS bad, b.state, b.outcome,"
+    "   cu.sha AS culprit, cu.title AS culprit_title, b.confidence, b.requested_by, b.created_at,"
+    "   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes"
+    "  FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+    "  JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id"
+    "  WHERE b.repo_id = $1 ORDER BY b.id DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
 
 static const char bisection_sql[] =
-	"WITH b AS (SELECT * FROM bisections WHERE repo_id = $1 AND id = $2::bigint)"
-	" SELECT (SELECT count(*) FROM b), (SELECT json_build_object('id', b.id, 'check', k.name, 'dtype', b.dtype,"
-	"  'good', g.sha, 'bad', bd.sha, 'state', b.state, 'outcome', b.outcome, 'culprit', cu.sha,"
-	"  'culprit_title', cu.title, 'culprit_author', cu.author, 'confidence', b.confidence,"
-	"  'failing_seeds', b.failing_seeds, 'requested_by', b.requested_by, 'created_at', b.created_at,"
-	"  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log,"
-	"  'range', (SELECT coalesce(json_agg(json_build_object('sha', c.sha, 'title', c.title, 'author', c.author,"
-	"    'position', c.position, 'build', bu.status, 'runner_hash', bu.runner_hash) ORDER BY c.position), '[]')"
-	"    FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id WHERE c.repo_id = b.repo_id AND c.reachable"
-	"    AND c.position > g.position AND c.position <= bd.position),"
-	"  'probes', (SELECT coalesce(json_agg(json_build_object('id', p.id, 'commit', pc.sha, 'round', p.round,"
-	"    'purpose', p.purpose, 'seeds', cardinality(p.seeds), 'trials', p.trials, 'failures', p.failures,"
-	"    'created_at', p.created_at, 'finished_at', p.finished_at) ORDER BY p.id), '[]')"
-	"    FROM probes p JOIN commits pc ON pc.id = p.commit_id WHERE p.bisection_id = b.id)"
-	" )::text FROM b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-	" JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id)";
+    "WITH b AS (SELECT * FROM bisections WHERE repo_id = $1 AND id = $2::bigint)"
+    " SELECT (SELECT count(*) FROM b), (SELECT json_build_object('id', b.id, 'check', k.name, 'dtype', "
+    "b.dtype,"
+    "  'good', g.sha, 'bad', bd.sha, 'state', b.state, 'outcome', b.outcome, 'culprit', cu.sha,"
+    "  'culprit_title', cu.title, 'culprit_author', cu.author, 'confidence', b.confidence,"
+    "  'failing_seeds', b.failing_seeds, 'requested_by', b.requested_by, 'created_at', b.created_at,"
+    "  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log,"
+    "  'range', (SELECT coalesce(json_agg(json_build_object('sha', c.sha, 'title', c.title, 'author', "
+    "c.author,"
+    "    'position', c.position, 'build', bu.status, 'runner_hash', bu.runner_hash) ORDER BY c.position), "
+    "'[]')"
+    "    FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id WHERE c.repo_id = b.repo_id AND "
+    "c.reachable"
+    "    AND c.position > g.position AND c.position <= bd.position),"
+    "  'probes', (SELECT coalesce(json_agg(json_build_object('id', p.id, 'commit', pc.sha, 'round', p.round,"
+    "    'purpose', p.purpose, 'seeds', cardinality(p.seeds), 'trials', p.trials, 'failures', p.failures,"
+    "    'created_at', p.created_at, 'finished_at', p.finished_at) ORDER BY p.id), '[]')"
+    "    FROM probes p JOIN commits pc ON pc.id = p.commit_id WHERE p.bisection_id = b.id)"
+    " )::text FROM b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
+    " JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id)";
 
 bool api_valid_sha(const char *s)
 {
@@ -178,11 +183,11 @@ static json_t *live_state(struct nwd *d)
 		struct slot_status st;
 
 		slot_status(d->slots[i], &st);
-		json_array_append_new(
-			slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}", "name", st.name, "gpu",
-					 st.gpu, "state", st.state, "commit", st.commit, "check", st.check, "dtype",
-					 st.dtype, "runner_pid", st.runner_pid, "restarts", st.restarts, "trials",
-					 (json_int_t)st.trials));
+		json_array_append_new(slots, json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:I}",
+						       "name", st.name, "gpu", st.gpu, "state", st.state,
+						       "commit", st.commit, "check", st.check, "dtype",
+						       st.dtype, "runner_pid", st.runner_pid, "restarts",
+						       st.restarts, "trials", (json_int_t)st.trials));
 	}
 	return json_pack("{s:s, s:s, s:I, s:o, s:s, s:i, s:I, s:i, s:b}", "version", NW_VERSION, "node",
 			 d->cfg.node_name, "uptime_s", (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
@@ -292,14 +297,16 @@ out:
 
 static struct pending *send_ask(struct nwd *d, struct http_req *r, const char *sql, int n,
 				const char *const *params, const char *what, const char *key,
-				api_then_fn then, bool text)
+				api_then_fn then, bool text, char *body)
 {
 	struct pending *p = calloc(1, sizeof(*p));
 
 	if (!p) {
+		free(body);
 		http_reply_error(r, 500, "out of memory");
 		return NULL;
 	}
+	p->body = body;
 	p->r = r;
 	p->d = d;
 	p->what = what;
@@ -309,6 +316,7 @@ static struct pending *send_ask(struct nwd *d, struct http_req *r, const char *s
 	http_set_pending(r, p);
 	if (db_query(d->db_http, sql, n, params, on_answer, p) < 0) {
 		http_set_pending(r, NULL);
+		free(p->body);
 		free(p);
 		http_reply_error(r, 503, "database unavailable");
 		return NULL;
@@ -316,16 +324,21 @@ static struct pending *send_ask(struct nwd *d, struct http_req *r, const char *s
 	return p;
 }
 
-struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
-			const char *what, const char *key, api_then_fn then)
+/*
+ * The pending request may be answered (and freed) before this returns, when
+ * the connection drops while sending: callers never touch it afterwards, so
+ * everything it needs (key, body) goes in here.
+ */
+void api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
+	     const char *what, const char *key, char *body, api_then_fn then)
 {
-	return send_ask(d, r, sql, n, params, what, key, then, false);
+	send_ask(d, r, sql, n, params, what, key, then, false, body);
 }
 
 static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
 		const char *what, const char *key, bool text)
 {
-	send_ask(d, r, sql, n, params, what, key, NULL, text);
+	send_ask(d, r, sql, n, params, what, key, NULL, text, NULL);
 }
 
 /*
@@ -791,9 +804,10 @@ static void get_trials(struct nwd *d, struct http_req *r)
 {
 	char repo[16], lim[16], off[16];
 	const char *commit = http_arg(r, "commit"), *check = http_arg(r, "check");
-	const char *dtype = http_arg(r, "dtype"), *seed = http_arg(r, "seed"), *outcome = http_arg(r, "outcome");
-	const char *params[8] = {repo, commit, check, dtype ? dtype : "", seed ? seed : "", outcome ? outcome : "",
-				 lim, off};
+	const char *dtype = http_arg(r, "dtype"), *seed = http_arg(r, "seed"),
+		   *outcome = http_arg(r, "outcome");
+	const char *params[8] = {
+	    repo, commit, check, dtype ? dtype : "", seed ? seed : "", outcome ? outcome : "", lim, off};
 	unsigned seed_n;
 
 	if (!commit || !api_valid_sha(commit)) {
@@ -804,7 +818,8 @@ static void get_trials(struct nwd *d, struct http_req *r)
 		http_reply_error(r, 400, "'check' is required");
 		return;
 	}
-	if ((dtype && *dtype && !valid_name(dtype)) || (outcome && *outcome && outcome_parse(outcome) == OUTCOME_NONE)) {
+	if ((dtype && *dtype && !valid_name(dtype)) ||
+	    (outcome && *outcome && outcome_parse(outcome) == OUTCOME_NONE)) {
 		http_reply_error(r, 400, "malformed 'dtype' or 'outcome'");
 		return;
 	}
@@ -848,9 +863,7 @@ static void route_get(struct nwd *d, struct http_req *r, const char *path)
 
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
 	if (strcmp(path, "/health") == 0) {
-		struct pending *p = api_ask(d, r, health_sql, 1, params, NULL, NULL, reply_health);
-
-		(void)p;
+		api_ask(d, r, health_sql, 1, params, NULL, NULL, NULL, reply_health);
 	} else if (strcmp(path, "/commits") == 0) {
 		get_commits(d, r);
 	} else if (strncmp(path, "/commits/", 9) == 0) {

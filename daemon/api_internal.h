@@ -28,9 +28,13 @@ struct pending {
 	char *body; /* a copy of the request body for writes */
 };
 
-/* Runs 'sql' on the read connection for request 'r'; NULL (with a reply sent) on failure. */
-struct pending *api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
-			const char *what, const char *key, api_then_fn then);
+/*
+ * Runs 'sql' on the read connections for request 'r' and continues with
+ * 'then' (NULL: pass the JSON through). 'key' is copied; 'body' (may be NULL)
+ * is taken. The request may be answered before this returns.
+ */
+void api_ask(struct nwd *d, struct http_req *r, const char *sql, int n, const char *const *params,
+	     const char *what, const char *key, char *body, api_then_fn then);
 bool api_arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigned max, unsigned *out);
 
 /* POST and DELETE routes: bearer-token authentication, then the write. */

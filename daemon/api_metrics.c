@@ -126,5 +126,5 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 
 void api_metrics(struct nwd *d, struct http_req *r)
 {
-	api_ask(d, r, metrics_sql, 0, NULL, NULL, NULL, on_metrics);
+	api_ask(d, r, metrics_sql, 0, NULL, NULL, NULL, NULL, on_metrics);
 }

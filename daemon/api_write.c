@@ -97,7 +97,7 @@ static void on_written(struct pending *p, PGresult *res, const char *error)
 	    [W_MUTE] = {"unknown check", "", ""},
 	    [W_UNMUTE] = {"unknown check", "", ""},
 	};
-	enum write_kind kind = (enum write_kind)p->key[0];
+	enum write_kind kind = (enum write_kind)(p->key[0] - 'a');
 	const char *result;
 	char body[256];
 
@@ -152,12 +152,11 @@ static void on_written(struct pending *p, PGresult *res, const char *error)
 /* Authenticated: parse again what api_write validated, and write. */
 static void on_authenticated(struct pending *p, PGresult *res, const char *error)
 {
-	enum write_kind kind = (enum write_kind)p->key[0];
+	enum write_kind kind = (enum write_kind)(p->key[0] - 'a');
 	json_t *o = p->body ? json_loads(p->body, 0, NULL) : json_object();
 	char repo[16], who[96], trials[16];
 	const char *params[6] = {repo};
 	const char *sql = NULL;
-	struct pending *next;
 	int n = 0;
 
 	if (error) {
@@ -212,9 +211,12 @@ static void on_authenticated(struct pending *p, PGresult *res, const char *error
 		n = 3;
 		break;
 	}
-	next = api_ask(p->d, p->r, sql, n, params, "write", NULL, on_written);
-	if (next)
-		next->key[0] = (char)kind;
+	{
+		/* The kind travels in the key, as a letter: the request may be answered before api_ask returns. */
+		char key[2] = {(char)('a' + kind), '\0'};
+
+		api_ask(p->d, p->r, sql, n, params, "write", key, NULL, on_written);
+	}
 out:
 	json_decref(o);
 }
@@ -277,7 +279,7 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 	enum write_kind kind;
 	const char *body, *rest;
 	const char *params[1];
-	struct pending *p;
+	char *copy = NULL;
 	json_error_t jerr;
 	json_t *o = NULL;
 	size_t len;
@@ -332,16 +334,13 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 		return;
 	}
 	params[0] = auth + 7;
-	p = api_ask(d, r, auth_sql, 1, params, "token", NULL, on_authenticated);
-	if (!p)
-		return;
-	key[0] = (char)kind;
-	memcpy(p->key, key, sizeof(p->key));
+	key[0] = (char)('a' + kind);
 	if (kind == W_UNMUTE) {
 		const char *dt = http_arg(r, "dtype");
 
-		p->body = strdup(dt && *dt ? dt : "*");
+		copy = strdup(dt && *dt ? dt : "*");
 	} else if (len > 0) {
-		p->body = strndup(body, len);
+		copy = strndup(body, len);
 	}
+	api_ask(d, r, auth_sql, 1, params, "token", key, copy, on_authenticated);
 }
