@@ -92,6 +92,10 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	    "# HELP numwatch_store_pending_batches Trial batches not yet written.\n"
 	    "# TYPE numwatch_store_pending_batches gauge\nnumwatch_store_pending_batches %u\n",
 	    store_pending(p->d->store));
+	add(&t,
+	    "# HELP numwatch_db_backlog Queries queued or running on the daemon's write connection.\n"
+	    "# TYPE numwatch_db_backlog gauge\nnumwatch_db_backlog %u\n",
+	    db_backlog(p->d->db));
 	if (!error && PQntuples(res) == 1) {
 		json_t *q = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
 		const char *key;

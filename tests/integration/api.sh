@@ -78,6 +78,7 @@ curl -sf "$NUMWATCH_URL/metrics" >"$work/metrics" || fail "/metrics did not answ
 grep -q '^numwatch_trials_total{outcome="fail"} [1-9]' "$work/metrics" || fail "/metrics lacks failed trials"
 grep -q '^numwatch_build_duration_seconds_count 3' "$work/metrics" || fail "/metrics lacks build durations"
 grep -q '^numwatch_runner_restarts_total{slot="host"}' "$work/metrics" || fail "/metrics lacks runner restarts"
+grep -q "^numwatch_db_backlog [0-9]" "$work/metrics" || fail "/metrics lacks the database backlog"
 grep -q '^numwatch_queue_depth\|^numwatch_bisections_active' "$work/metrics" || fail "/metrics lacks queue depth"
 echo "ok: every read endpoint and /metrics answer"
 
