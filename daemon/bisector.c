@@ -23,8 +23,9 @@
 
 /*
  * A regression with a clean commit before it and no bisection yet gets one:
- * from the last clean commit to the first regressed commit after it. Muted
- * checks are left alone.
+ * from the last clean commit to the first regressed commit after it. Only a
+ * decisive clean counts as the good end: a clean verdict whose test ran out of
+ * trials undecided may sit after a rare culprit. Muted checks are left alone.
  */
 static const char queue_sql[] =
     "INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
@@ -33,7 +34,8 @@ static const char queue_sql[] =
     " FROM stats s JOIN commits c ON c.id = s.commit_id"
     " CROSS JOIN LATERAL (SELECT c2.id FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
     "  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
-    "  AND c2.position < c.position AND s2.verdict = 'clean' ORDER BY c2.position DESC LIMIT 1) g"
+    "  AND c2.position < c.position AND s2.verdict = 'clean'"
+    "  AND coalesce(s2.evidence->>'test', '') <> 'truncated' ORDER BY c2.position DESC LIMIT 1) g"
     " WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
     "  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
     "   AND m.until > now())"

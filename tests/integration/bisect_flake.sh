@@ -35,7 +35,7 @@ poll_interval = 2
 command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s, %s\n' "\$(cat version)" "\$(cat bwd_mode)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
 [trials]
 per_commit = 16
-max = 64
+max = 400
 [slots]
 slots = host, host
 [http]
