@@ -289,8 +289,12 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	return 0;
 }
 
-/* Probes of 'purpose' still running, and the highest round so far. */
-static unsigned open_probes(struct ctx *c, const char *purpose, int *round)
+/*
+ * Probes still running (any purpose: fresh seeds are numbered from what is
+ * stored, so a new probe at a commit waits for every probe there), and the
+ * highest round so far.
+ */
+static unsigned open_probes(struct ctx *c, int *round)
 {
 	json_t *p;
 	size_t i;
@@ -301,7 +305,7 @@ static unsigned open_probes(struct ctx *c, const char *purpose, int *round)
 	{
 		if ((int)jint(p, "round", 0) > *round)
 			*round = (int)jint(p, "round", 0);
-		if (strcmp(jstr(p, "purpose"), purpose) == 0 && !json_is_true(json_object_get(p, "done")))
+		if (!json_is_true(json_object_get(p, "done")))
 			open++;
 	}
 	return open;
@@ -364,7 +368,7 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, bisect_status_name(st)));
 		return;
 	}
-	if (open_probes(c, "search", &round) > 0)
+	if (open_probes(c, &round) > 0)
 		return; /* a round is in flight */
 	if (bisect_next_probes(m, k, plan, &nplan) < 0 || nplan == 0) {
 		log_event(c, "nothing left to probe: nobody is blamed");
@@ -452,7 +456,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 		bisector_kick(c->b);
 		return;
 	}
-	if (open_probes(c, "confirm", &round) > 0)
+	if (open_probes(c, &round) > 0)
 		return;
 	if (r.more_culprit)
 		queue_probe(c, cc, r.more_culprit, false, false, round + 1, "confirm", 0);
