@@ -409,6 +409,9 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 		return;
 	}
 	parent = bisect_confirm_parent(m, (unsigned)culprit);
+	/* A commit whose binary equals its parent's is never probed: the same experiment runs further back. */
+	while (parent >= 0 && (m->flags[parent] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
+		parent--;
 	cc = json_array_get(range, (size_t)culprit);
 	culprit_id = jint(cc, "id", 0);
 	if (parent >= 0) {
