@@ -584,31 +584,46 @@ static const char done_sql[] =
 
 static void write_verdict(struct slot *s, bool infra_failed);
 
+static void write_probe(struct slot *s, bool infra_failed);
+
+/* The job's end is retried the way it was first written (verdict or probe, failed or done). */
 static void on_finish_retry(uv_timer_t *t)
 {
 	struct slot *s = t->data;
 
-	write_verdict(s, false);
+	if (s->plan)
+		write_verdict(s, s->infra_failed);
+	else
+		write_probe(s, s->infra_failed);
 }
 
-static void on_job_written(PGresult *res, const char *error, void *data)
+/*
+ * The job's end was written, or not yet: its statement only marks it done once
+ * every seed's result is stored, and the last batch may still be on its way.
+ */
+static void job_written(struct slot *s, bool written, const char *error)
 {
-	struct slot *s = data;
-
-	if (!error && atoi(PQcmdTuples(res)) == 1) {
+	if (written) {
 		nwd_kick_bisector(s->d);
 		job_done(s);
 		return;
 	}
 	if (++s->finish_tries >= FINISH_RETRIES) {
-		log_warn("slot %s: %.12s %s %s: results not all stored yet (%s); giving the job back",
-			 s->cfg.name, s->job.sha, s->job.check, s->job.dtype, error ? error : "rows missing");
+		log_warn(
+		    "slot %s: job %lld (%.12s %s %s): results not all stored yet (%s); giving the job back",
+		    s->cfg.name, s->job.id, s->job.sha, s->job.check, s->job.dtype,
+		    error ? error : "rows missing");
 		jobs_release(s->d, s->job.id);
 		job_done(s);
 		return;
 	}
 	store_flush(s->d->store);
 	uv_timer_start(&s->wake, on_finish_retry, FINISH_RETRY_MS, 0);
+}
+
+static void on_job_written(PGresult *res, const char *error, void *data)
+{
+	job_written(data, !error && atoi(PQcmdTuples(res)) == 1, error);
 }
 
 static void on_baseline(PGresult *res, const char *error, void *data);
@@ -845,31 +860,9 @@ static const char probe_done_sql[] =
     "  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
     " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
 
-static void write_probe(struct slot *s, bool infra_failed);
-
-static void on_probe_retry(uv_timer_t *t)
-{
-	write_probe(t->data, false);
-}
-
 static void on_probe_written(PGresult *res, const char *error, void *data)
 {
-	struct slot *s = data;
-
-	if (!error && strcmp(PQgetvalue(res, 0, 0), "1") == 0) {
-		nwd_kick_bisector(s->d);
-		job_done(s);
-		return;
-	}
-	if (++s->finish_tries >= FINISH_RETRIES) {
-		log_warn("slot %s: probe job %lld: results not all stored yet (%s); giving the job back",
-			 s->cfg.name, s->job.id, error ? error : "rows missing");
-		jobs_release(s->d, s->job.id);
-		job_done(s);
-		return;
-	}
-	store_flush(s->d->store);
-	uv_timer_start(&s->wake, on_probe_retry, FINISH_RETRY_MS, 0);
+	job_written(data, !error && strcmp(PQgetvalue(res, 0, 0), "1") == 0, error);
 }
 
 static void write_probe(struct slot *s, bool infra_failed)
@@ -879,8 +872,11 @@ static void write_probe(struct slot *s, bool infra_failed)
 	char id[24], commit[24], check[16], trials[16], failures[16];
 	unsigned ran = 0, failed = 0;
 
+	s->infra_failed = infra_failed;
 	if (!seeds) {
 		log_error("slot %s: out of memory writing a probe", s->cfg.name);
+		jobs_release(s->d, s->job.id);
+		job_done(s);
 		return;
 	}
 	seeds[len++] = '{';
