@@ -2,10 +2,8 @@
  * softmax.fwd and softmax.bwd.
  *
  * Inputs are stored in the trial's dtype. The reference is computed in
- * float64 from the stored inputs. The plain program is what a framework would
- * run op by op: every intermediate tensor rounded to the dtype, reductions
- * accumulated in float (as torch.sum does for half types) and rounded once.
- * The kernel passes when its largest error is within twice the plain
+ * float64 from the stored inputs, with the plain same-dtype programs, on the
+ * host or the GPU (softmax_ref.c, softmax_ref.cu). The kernel passes when its largest error is within twice the plain
  * program's plus a floor of 4 eps at the tensor's scale (sdk/metrics.c).
  *
  * A row of -inf only has no softmax: exp(-inf - -inf) is NaN, and the
@@ -145,89 +143,16 @@ static void gen_logits(struct nw_rng *r, int family, bool allow_nan_rows, long r
 	}
 }
 
-/* Float64 softmax of stored values, row by row. An all -inf row comes out NaN. */
-static void ref_softmax(enum nw_dtype d, const void *x, long rows, long cols, double *y)
+/* The backend's references (softmax.h); tests with their own kernel tables get the host's. */
+static const struct softmax_refs *refs_of(const struct softmax_kernels *k)
 {
-	long i, j;
-
-	for (i = 0; i < rows; i++) {
-		double m = -INFINITY, s = 0.0;
-		long off = i * cols;
-
-		for (j = 0; j < cols; j++)
-			m = fmax(m, (double)nw_load(d, x, off + j));
-		for (j = 0; j < cols; j++)
-			s += exp((double)nw_load(d, x, off + j) - m);
-		for (j = 0; j < cols; j++)
-			y[off + j] = exp((double)nw_load(d, x, off + j) - m) / s;
-	}
+	return k->refs ? k->refs : &softmax_refs_host;
 }
 
-/*
- * Orders in which the plain programs sum a row: first to last, last to first,
- * and interleaved with strides 2, 3, 5, 7, 11 and 13 (every stride-th element,
- * starting from each residue in turn). Each is a correct float program; on a
- * given row one of them can be exact by luck, and in f32, where kernel and
- * plain round alike, one lucky plain program would make a correct kernel fail.
- * The budget takes the largest error of all (sdk/metrics.c).
- */
-#define ORDERS 8
-
-static long order_index(int order, long j, long cols)
+/* A reference that failed: out of memory, or a device error already recorded. */
+static int refs_failed(struct nw_trial *t, int rc)
 {
-	static const long strides[ORDERS] = {1, -1, 2, 3, 5, 7, 11, 13};
-	long k = strides[order], per, r;
-
-	if (k < 0)
-		return cols - 1 - j;
-	if (k == 1 || cols <= k)
-		return j;
-	/* Residue r holds ceil((cols - r) / k) elements: walk the residues in turn. */
-	for (r = 0; r < k; r++) {
-		per = (cols - r + k - 1) / k;
-		if (j < per)
-			return r + j * k;
-		j -= per;
-	}
-	return 0; /* not reached: j < cols */
-}
-
-/* The plain program: x - max, exp, sum, divide, each result rounded to the dtype. */
-static void plain_softmax(enum nw_dtype d, const void *x, long rows, long cols, float *e, double **y)
-{
-	long i, j;
-	int o;
-
-	for (i = 0; i < rows; i++) {
-		float m = -INFINITY;
-		long off = i * cols;
-
-		for (j = 0; j < cols; j++)
-			m = fmaxf(m, nw_load(d, x, off + j));
-		for (j = 0; j < cols; j++)
-			e[j] = nw_round(d, expf(nw_round(d, nw_load(d, x, off + j) - m)));
-		for (o = 0; o < ORDERS; o++) {
-			float s = 0.0f;
-
-			for (j = 0; j < cols; j++)
-				s += e[order_index(o, j, cols)];
-			s = nw_round(d, s);
-			for (j = 0; j < cols; j++)
-				y[o][off + j] = nw_round(d, e[j] / s);
-		}
-	}
-}
-
-static int alloc_plain(double **plain, long n)
-{
-	int o;
-
-	for (o = 0; o < ORDERS; o++) {
-		plain[o] = malloc((size_t)(n ? n : 1) * sizeof(double));
-		if (!plain[o])
-			return -ENOMEM;
-	}
-	return 0;
+	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
 }
 
 struct launch_ctx {
@@ -266,8 +191,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain[NW_PLAIN_MAX] = {NULL};
-	float *scratch = NULL;
+	double *logits = NULL, *ref = NULL, *plain_err = NULL;
 	void *x = NULL, *x_dev = NULL;
 	long rows, cols, n, i;
 	struct nw_rng r;
@@ -278,10 +202,10 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	scratch = malloc((size_t)(cols ? cols : 1) * sizeof(*scratch));
+	plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
 	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || alloc_plain(plain, n) || !scratch || !x) {
-		rc = -ENOMEM;
+	if (!logits || !ref || !plain_err || !x) {
+		rc = nw_trial_error(t, false, "out of memory");
 		goto out;
 	}
 
@@ -289,12 +213,16 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	gen_logits(&r, t->family, true, rows, cols, logits);
 	for (i = 0; i < n; i++)
 		nw_store(d, x, i, (float)logits[i]);
-	ref_softmax(d, x, rows, cols, ref);
-	plain_softmax(d, x, rows, cols, scratch, plain);
 
 	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
 	if (rc)
 		goto out;
+	/* Before the kernel runs: a kernel that scribbles on its input cannot bend the reference. */
+	rc = refs_of(k)->fwd(d, x, x_dev, rows, cols, ref, plain_err);
+	if (rc) {
+		rc = refs_failed(t, rc);
+		goto out;
+	}
 	rc = nw_output_init(t, &y, "y", d, (size_t)n);
 	if (rc)
 		goto out;
@@ -306,12 +234,11 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 
 	spec = (struct nw_compare_spec){.out = &y,
 					.ref = ref,
-					.nplain = ORDERS,
+					.plain_err = plain_err,
 					.factor = c->budget_factor,
 					.dims = t->shape,
 					.ndim = 2,
 					.tail_width = 4};
-	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "y", &spec);
 	t->ntensors = 1;
 out:
@@ -319,68 +246,9 @@ out:
 	nw_input_release(x_dev);
 	free(logits);
 	free(ref);
-	for (i = 0; i < ORDERS; i++)
-		free(plain[i]);
-	free(scratch);
+	free(plain_err);
 	free(x);
 	return rc;
-}
-
-/*
- * Float64 backward from stored y and dy. Returns the size of the terms each
- * dx is a difference of, max y_i * (|dy_i| + sum_j |dy_j * y_j|): rounding
- * errors of any float program scale with it, not with dx itself.
- */
-static double ref_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols,
-			      double *dx)
-{
-	double scale = 0.0;
-	long i, j;
-
-	for (i = 0; i < rows; i++) {
-		double dot = 0.0, mag = 0.0;
-		long off = i * cols;
-
-		for (j = 0; j < cols; j++) {
-			double t = (double)nw_load(d, dy, off + j) * (double)nw_load(d, y, off + j);
-
-			dot += t;
-			mag += fabs(t);
-		}
-		for (j = 0; j < cols; j++) {
-			double yj = (double)nw_load(d, y, off + j), dyj = (double)nw_load(d, dy, off + j);
-
-			dx[off + j] = yj * (dyj - dot);
-			scale = fmax(scale, fabs(yj) * (fabs(dyj) + mag));
-		}
-	}
-	return scale;
-}
-
-/* The plain program: dy * y, sum, dy - sum, y * that, each result rounded to the dtype. */
-static void plain_softmax_bwd(enum nw_dtype d, const void *y, const void *dy, long rows, long cols,
-			      double **dx)
-{
-	long i, j;
-	int o;
-
-	for (i = 0; i < rows; i++) {
-		long off = i * cols;
-
-		for (o = 0; o < ORDERS; o++) {
-			float dot = 0.0f;
-
-			for (j = 0; j < cols; j++) {
-				long k = off + order_index(o, j, cols);
-
-				dot += nw_round(d, nw_load(d, dy, k) * nw_load(d, y, k));
-			}
-			dot = nw_round(d, dot);
-			for (j = 0; j < cols; j++)
-				dx[o][off + j] = nw_round(d, nw_load(d, y, off + j) *
-								 nw_round(d, nw_load(d, dy, off + j) - dot));
-		}
-	}
 }
 
 static int bwd_run(const struct nw_check *c, struct nw_trial *t)
@@ -391,7 +259,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output dx = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain[NW_PLAIN_MAX] = {NULL}, scale;
+	double *logits = NULL, *ref = NULL, *plain_err = NULL, scale = 0.0;
 	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
 	long rows, cols, n, i, j;
 	struct nw_rng r;
@@ -404,8 +272,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
 	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
 	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || alloc_plain(plain, n) || !y || !dy) {
-		rc = -ENOMEM;
+	plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+	if (!logits || !ref || !plain_err || !y || !dy) {
+		rc = nw_trial_error(t, false, "out of memory");
 		goto out;
 	}
 
@@ -429,8 +298,6 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		for (j = 0; j < cols; j++)
 			nw_store(d, dy, i * cols + j, (float)(dy_scale * nw_rng_normal(&r)));
 	}
-	scale = ref_softmax_bwd(d, y, dy, rows, cols, ref);
-	plain_softmax_bwd(d, y, dy, rows, cols, plain);
 
 	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -438,6 +305,11 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	rc = nw_input_upload(t, &dy_dev, dy, (size_t)n * nw_dtype_size(d));
 	if (rc)
 		goto out;
+	rc = refs_of(k)->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale);
+	if (rc) {
+		rc = refs_failed(t, rc);
+		goto out;
+	}
 	rc = nw_output_init(t, &dx, "dx", d, (size_t)n);
 	if (rc)
 		goto out;
@@ -454,13 +326,12 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 
 	spec = (struct nw_compare_spec){.out = &dx,
 					.ref = ref,
-					.nplain = ORDERS,
+					.plain_err = plain_err,
 					.factor = c->budget_factor,
 					.floor_scale = scale,
 					.dims = t->shape,
 					.ndim = 2,
 					.tail_width = 4};
-	memcpy(spec.plain, plain, sizeof(plain));
 	nw_compare(&t->tensors[0], "dx", &spec);
 	t->ntensors = 1;
 out:
@@ -469,8 +340,7 @@ out:
 	nw_input_release(dy_dev);
 	free(logits);
 	free(ref);
-	for (i = 0; i < ORDERS; i++)
-		free(plain[i]);
+	free(plain_err);
 	free(y);
 	free(dy);
 	return rc;

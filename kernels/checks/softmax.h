@@ -8,6 +8,27 @@
 #include "numwatch_check.h"
 
 /*
+ * The float64 reference and, per element, the plain programs' largest error
+ * (nw_compare_spec.plain_err), on the host (softmax_ref.c) or on the GPU
+ * (softmax_ref.cu, CUDA builds only). Each gets the inputs as host memory
+ * and as device memory of the runner's backend and reads its own side.
+ * bwd also gives the size of the terms each dx is a difference of, max y_i *
+ * (|dy_i| + sum_j |dy_j * y_j|): rounding errors of any float program scale
+ * with it, not with dx itself. Return 0, -ENOMEM, or -EIO after a device
+ * error (nw_trial_device_error() records it).
+ */
+struct softmax_refs {
+	const char *where; /* "host" or "cuda" */
+	int (*fwd)(enum nw_dtype d, const void *x, const void *x_dev, long rows, long cols, double *ref,
+		   double *plain_err);
+	int (*bwd)(enum nw_dtype d, const void *y, const void *dy, const void *y_dev, const void *dy_dev,
+		   long rows, long cols, double *ref, double *plain_err, double *scale);
+};
+
+extern const struct softmax_refs softmax_refs_host;
+extern const struct softmax_refs softmax_refs_cuda;
+
+/*
  * The library's entry points, on device pointers of the runner's backend.
  * softmax_host.c and softmax_cuda.c each define softmax_kernels; a runner
  * links one of them. Tests build their own tables to plant bugs.
@@ -17,6 +38,7 @@ struct softmax_kernels {
 	const char *bwd_name;
 	int (*fwd)(enum nw_dtype d, const void *x, void *y, int rows, int cols);
 	int (*bwd)(enum nw_dtype d, const void *y, const void *dy, void *dx, int rows, int cols);
+	const struct softmax_refs *refs; /* where the references run; NULL: the host */
 };
 
 extern const struct softmax_kernels softmax_kernels;

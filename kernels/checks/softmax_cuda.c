@@ -24,4 +24,5 @@ const struct softmax_kernels softmax_kernels = {
     .bwd_name = "dl_cuda_softmax_bwd",
     .fwd = fwd,
     .bwd = bwd,
+    .refs = &softmax_refs_cuda,
 };

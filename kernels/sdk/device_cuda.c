@@ -6,6 +6,7 @@
  * error is fatal; every later call fails at once.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -69,6 +70,23 @@ static void driver_version(char *buf, size_t len)
 		snprintf(buf, len, "cuda %d.%d", v / 1000, v % 1000 / 10);
 }
 
+/*
+ * Trials allocate and free their buffers every time; cudaMalloc/cudaFree cost
+ * tens of microseconds each and cudaFree waits for the device. The runtime's
+ * stream-ordered pool (cudaMallocAsync) reuses freed memory instead: keep all
+ * of it (release threshold unlimited). Blocks keep their exact sizes, so
+ * compute-sanitizer's memcheck still sees an access past a buffer's end.
+ */
+static void pool_keep(void)
+{
+	cudaMemPool_t pool;
+	uint64_t keep = UINT64_MAX;
+
+	if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess)
+		(void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+	(void)cudaGetLastError();
+}
+
 const struct nw_device_info *nw_dev_init(void)
 {
 	struct cudaDeviceProp prop;
@@ -92,6 +110,7 @@ const struct nw_device_info *nw_dev_init(void)
 			 cudaGetErrorString(cudaGetLastError()));
 		return &info;
 	}
+	pool_keep();
 	snprintf(info.name, sizeof(info.name), "%.127s", prop.name);
 	snprintf(info.cc, sizeof(info.cc), "%d.%d", prop.major, prop.minor);
 	driver_version(info.driver, sizeof(info.driver));
@@ -106,15 +125,25 @@ int nw_dev_alloc(void **p, size_t bytes)
 	*p = NULL;
 	if (!info.available || broken)
 		return refuse();
-	e = cudaMalloc(p, bytes ? bytes : 1);
-	return e == cudaSuccess ? 0 : fail(e, "cudaMalloc");
+	e = cudaMallocAsync(p, bytes ? bytes : 1, NULL);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMallocAsync");
 }
 
 void nw_dev_free(void *p)
 {
 	/* After a sticky error the context is gone; the process exits anyway. */
 	if (p && !broken)
-		(void)cudaFree(p);
+		(void)cudaFreeAsync(p, NULL);
+}
+
+int nw_dev_launched(const char *what)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaGetLastError();
+	return e == cudaSuccess ? 0 : fail(e, what);
 }
 
 int nw_dev_upload(void *dst, const void *src, size_t bytes)

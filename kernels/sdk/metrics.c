@@ -56,7 +56,7 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 	const struct nw_output *out = s->out;
 	double eps = nw_dtype_eps(out->dtype), max_ref = 0.0, max_tol_ratio = 0.0;
 	size_t i, worst = 0, hard = 0;
-	bool have_worst = false, have_hard = false;
+	bool have_worst = false, have_hard = false, budgeted = s->nplain > 0 || s->plain_err;
 
 	memset(r, 0, sizeof(*r));
 	strncpy(r->name, name, sizeof(r->name) - 1);
@@ -101,6 +101,8 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 		for (p = 0; p < s->nplain; p++)
 			if (isfinite(s->plain[p][i]) && fabs(s->plain[p][i] - ref) > r->plain_max_abs)
 				r->plain_max_abs = fabs(s->plain[p][i] - ref);
+		if (s->plain_err && s->plain_err[i] > r->plain_max_abs)
+			r->plain_max_abs = s->plain_err[i];
 		if (ref != 0.0 && err / fabs(ref) > r->max_rel)
 			r->max_rel = err / fabs(ref);
 		if (r->has_ulp && isfinite((float)ref)) {
@@ -109,7 +111,7 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 			if (ulp > r->max_ulp)
 				r->max_ulp = ulp;
 		}
-		if (s->nplain) {
+		if (budgeted) {
 			if (err > r->max_abs) {
 				r->max_abs = err;
 				worst = i;
@@ -128,7 +130,7 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 		}
 	}
 
-	if (s->nplain) {
+	if (budgeted) {
 		double floor_eps = s->floor_eps > 0 ? s->floor_eps : NW_FLOOR_EPS;
 		double scale = s->floor_scale > 0 ? s->floor_scale : max_ref;
 

@@ -194,6 +194,8 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
 /* Adds a case parameter (ignored beyond NW_PARAMS_MAX; text is cut to fit). */
 void nw_trial_param_int(struct nw_trial *t, const char *key, long value);
 void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value);
+/* Records the device's last error (nw_device.h) as an error answer; returns -EIO. */
+int nw_trial_device_error(struct nw_trial *t);
 /* Records an error answer; returns -EIO for the caller to pass up. */
 int nw_trial_error(struct nw_trial *t, bool fatal, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -266,6 +268,13 @@ struct nw_compare_spec {
 	 */
 	const double *plain[NW_PLAIN_MAX];
 	unsigned nplain;
+	/*
+	 * Or, already reduced (a reference computed on the device downloads one
+	 * array, not NW_PLAIN_MAX): per element, the largest |plain - ref| over
+	 * the orders whose plain value is finite, 0 where none is. Either
+	 * plain_err or nplain > 0 selects the budget rule.
+	 */
+	const double *plain_err;
 	double factor; /* budget factor on the plain error */
 	/*
 	 * Floor of the budget: floor_eps * eps(dtype) * floor_scale. floor_eps 0
@@ -308,7 +317,7 @@ bool nw_tensor_failed(const struct nw_tensor_result *r);
  * nw_order_index() maps step j of order o over n elements to an element.
  */
 #define NW_ORDERS 8
-long nw_order_index(int order, long j, long n);
+long nw_order_index(int order, long j, long n); /* nw_order_at() of nw_order.h */
 /* The whole permutation: idx[j] = nw_order_index(order, j, n). */
 void nw_order_fill(int order, long n, long *idx);
 

@@ -27,6 +27,8 @@ const struct nw_device_info *nw_dev_init(void);
 
 int nw_dev_alloc(void **p, size_t bytes);
 void nw_dev_free(void *p);
+/* After launching kernels of one's own (a reference on the device): their launch errors. */
+int nw_dev_launched(const char *what);
 int nw_dev_upload(void *dst, const void *src, size_t bytes);
 int nw_dev_download(void *dst, const void *src, size_t bytes);
 

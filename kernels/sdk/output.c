@@ -39,7 +39,7 @@ bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i)
 	return ((const uint16_t *)buf)[i] == (uint16_t)nw_poison_bits(d);
 }
 
-static int device_failed(struct nw_trial *t)
+int nw_trial_device_error(struct nw_trial *t)
 {
 	bool fatal;
 	const char *msg = nw_dev_error(&fatal);
@@ -73,7 +73,7 @@ int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, en
 	rc = nw_dev_alloc(&o->dev_alloc, total);
 	if (rc) {
 		nw_output_release(o);
-		return device_failed(t);
+		return nw_trial_device_error(t);
 	}
 	o->dev = (unsigned char *)o->dev_alloc + NW_GUARD_BYTES;
 	return 0;
@@ -105,11 +105,11 @@ static long count_canary(const struct nw_output *o)
 int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes)
 {
 	if (nw_dev_alloc(dev, bytes))
-		return device_failed(t);
+		return nw_trial_device_error(t);
 	if (nw_dev_upload(*dev, host, bytes)) {
 		nw_dev_free(*dev);
 		*dev = NULL;
-		return device_failed(t);
+		return nw_trial_device_error(t);
 	}
 	return 0;
 }
@@ -180,7 +180,7 @@ int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, co
 	t->kernel_us = t->repeats ? times[t->repeats / 2] : 0.0;
 	goto out;
 dev_error:
-	rc = device_failed(t);
+	rc = nw_trial_device_error(t);
 out:
 	free(times);
 	return rc;

@@ -133,11 +133,13 @@ static int overrun_fwd(enum nw_dtype d, const void *x, void *y, int rows, int co
 	return 0;
 }
 
-static const struct softmax_kernels tail_bug = {"tail_bug_fwd", "tail_bug_bwd", tail_bug_fwd, tail_bug_bwd};
-static const struct softmax_kernels off_by_some = {"off_by_some_fwd", "real_bwd", off_by_some_fwd, real_bwd};
-static const struct softmax_kernels nan_kernel = {"nan_fwd", "real_bwd", nan_fwd, real_bwd};
-static const struct softmax_kernels unwritten = {"unwritten_fwd", "real_bwd", unwritten_fwd, real_bwd};
-static const struct softmax_kernels overrun = {"overrun_fwd", "real_bwd", overrun_fwd, real_bwd};
+static const struct softmax_kernels tail_bug = {"tail_bug_fwd", "tail_bug_bwd", tail_bug_fwd, tail_bug_bwd,
+						NULL};
+static const struct softmax_kernels off_by_some = {"off_by_some_fwd", "real_bwd", off_by_some_fwd, real_bwd,
+						   NULL};
+static const struct softmax_kernels nan_kernel = {"nan_fwd", "real_bwd", nan_fwd, real_bwd, NULL};
+static const struct softmax_kernels unwritten = {"unwritten_fwd", "real_bwd", unwritten_fwd, real_bwd, NULL};
+static const struct softmax_kernels overrun = {"overrun_fwd", "real_bwd", overrun_fwd, real_bwd, NULL};
 
 static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
 {
