@@ -30,8 +30,12 @@
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-/* A GPU slot is named "gpuN" in a char[16]; real hosts have a few dozen GPUs at most. */
+/* A GPU slot is named "gpuN" or "gpuN.K" in a char[16]; real hosts have a few dozen GPUs at most. */
 #define SLOT_GPU_MAX 1023
+/* The longest names, "gpu1023.63" and "host63", must fit (so must a NUL). */
+_Static_assert(SLOT_GPU_MAX <= 9999 && NW_CONFIG_SLOTS_MAX <= 1000 &&
+		   sizeof(((struct config_slot *)0)->name) >= sizeof("gpu9999.999"),
+	       "slot names must fit struct config_slot's name");
 
 enum opt_type {
 	OPT_STRING,   /* any non-empty text */
@@ -338,6 +342,25 @@ static int parse_number(const char *s, bool units, unsigned long long *out)
 	return 0;
 }
 
+/* Removes leading and trailing blanks in place. */
+static char *trim(char *s)
+{
+	size_t len;
+
+	s = (char *)skip_space(s);
+	len = strlen(s);
+	while (len && isspace((unsigned char)s[len - 1]))
+		s[--len] = '\0';
+	return s;
+}
+
+/*
+ * The [slots] list: comma-separated entries, "N" (a GPU index) or "host", each
+ * optionally followed by "*K" for K slots of that kind. The first slot of GPU N is
+ * "gpuN", the others "gpuN.1", "gpuN.2", ...; host slots are "host", "host1",
+ * ... whatever entries they come from. A GPU index may appear in one entry
+ * only: "0, 1, 0" is more likely a typo than a wish for two slots on GPU 0.
+ */
 static int parse_slots(struct parser *p, const char *value)
 {
 	struct config *cfg = &p->cfg;
@@ -348,10 +371,11 @@ static int parse_slots(struct parser *p, const char *value)
 	for (;;) {
 		const char *end = strchr(s, ',');
 		size_t len = end ? (size_t)(end - s) : strlen(s);
-		struct config_slot *slot;
-		unsigned long long gpu;
-		char tok[32];
-		unsigned i;
+		unsigned long long gpu = 0, count = 1;
+		char tok[64], entry[64], *dev, *star;
+		bool host;
+		unsigned peers = 0, i;
+		int r;
 
 		/* Trim the entry. */
 		while (len && isspace((unsigned char)*s))
@@ -361,7 +385,7 @@ static int parse_slots(struct parser *p, const char *value)
 		if (!len) {
 			fail(p, -EINVAL, p->lineno,
 			     "invalid value '%s' for 'slots': expected a comma-separated list of GPU indices "
-			     "and 'host'",
+			     "and 'host', each optionally followed by '*K'",
 			     value);
 			return -EINVAL;
 		}
@@ -373,45 +397,103 @@ static int parse_slots(struct parser *p, const char *value)
 		}
 		memcpy(tok, s, len);
 		tok[len] = '\0';
-		if (cfg->nslots == NW_CONFIG_SLOTS_MAX) {
-			fail(p, -EINVAL, p->lineno, "invalid value '%s' for 'slots': more than %d slots",
-			     value, NW_CONFIG_SLOTS_MAX);
-			return -EINVAL;
+		memcpy(entry, tok, len + 1);
+		dev = tok;
+		star = strchr(tok, '*');
+		if (star) {
+			char *k = trim(star + 1);
+
+			*star = '\0';
+			dev = trim(tok);
+			if (!*dev) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': '%s' has no GPU index or 'host' before "
+				     "'*'",
+				     value, entry);
+				return -EINVAL;
+			}
+			if (!*k) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': '%s' has no slot count after '*'",
+				     value, entry);
+				return -EINVAL;
+			}
+			r = parse_number(k, false, &count);
+			if (r == -EINVAL) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': the slot count in '%s' is not a "
+				     "positive "
+				     "integer",
+				     value, entry);
+				return -EINVAL;
+			}
+			if (r == -ERANGE || count > NW_CONFIG_SLOTS_MAX) {
+				fail(
+				    p, -EINVAL, p->lineno,
+				    "invalid value '%s' for 'slots': the slot count in '%s' is too large (at "
+				    "most %d slots in all)",
+				    value, entry, NW_CONFIG_SLOTS_MAX);
+				return -EINVAL;
+			}
+			if (count == 0) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': the slot count in '%s' must be at "
+				     "least 1",
+				     value, entry);
+				return -EINVAL;
+			}
 		}
-		slot = &cfg->slots[cfg->nslots];
-		if (strcmp(tok, "host") == 0) {
-			slot->gpu = -1;
-			if (nhost == 0)
-				snprintf(slot->name, sizeof(slot->name), "host");
-			else
-				snprintf(slot->name, sizeof(slot->name), "host%u", nhost);
-			nhost++;
-		} else {
-			if (parse_number(tok, false, &gpu) < 0) {
+		host = strcmp(dev, "host") == 0;
+		if (!host) {
+			if (parse_number(dev, false, &gpu) < 0) {
 				fail(p, -EINVAL, p->lineno,
 				     "invalid value '%s' for 'slots': '%s' is neither a GPU index nor 'host'",
-				     value, tok);
+				     value, dev);
 				return -EINVAL;
 			}
 			if (gpu > SLOT_GPU_MAX) {
 				fail(p, -EINVAL, p->lineno,
 				     "invalid value '%s' for 'slots': GPU index %s is out of range (at most "
 				     "%d)",
-				     value, tok, SLOT_GPU_MAX);
+				     value, dev, SLOT_GPU_MAX);
 				return -EINVAL;
 			}
-			for (i = 0; i < cfg->nslots; i++) {
-				if (cfg->slots[i].gpu == (int)gpu) {
-					fail(p, -EINVAL, p->lineno,
-					     "invalid value '%s' for 'slots': GPU %d is listed twice", value,
-					     (int)gpu);
-					return -EINVAL;
-				}
+			for (i = 0; i < cfg->nslots; i++)
+				peers += cfg->slots[i].gpu == (int)gpu;
+			if (peers) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for 'slots': GPU %d is listed twice (for several "
+				     "slots "
+				     "on one GPU write '%d*K', e.g. '%d*%llu')",
+				     value, (int)gpu, (int)gpu, (int)gpu, peers + count);
+				return -EINVAL;
 			}
-			slot->gpu = (int)gpu;
-			snprintf(slot->name, sizeof(slot->name), "gpu%d", (int)gpu);
 		}
-		cfg->nslots++;
+		if (cfg->nslots + count > NW_CONFIG_SLOTS_MAX) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for 'slots': more than %d slots",
+			     value, NW_CONFIG_SLOTS_MAX);
+			return -EINVAL;
+		}
+		for (i = 0; i < count; i++) {
+			struct config_slot *slot = &cfg->slots[cfg->nslots++];
+
+			if (host) {
+				slot->gpu = -1;
+				slot->peer = 0;
+				if (nhost == 0)
+					snprintf(slot->name, sizeof(slot->name), "host");
+				else
+					snprintf(slot->name, sizeof(slot->name), "host%u", nhost);
+				nhost++;
+			} else {
+				slot->gpu = (int)gpu;
+				slot->peer = i;
+				if (i == 0)
+					snprintf(slot->name, sizeof(slot->name), "gpu%d", (int)gpu);
+				else
+					snprintf(slot->name, sizeof(slot->name), "gpu%d.%u", (int)gpu, i);
+			}
+		}
 		if (!end)
 			break;
 		s = end + 1;

@@ -14,10 +14,17 @@
 
 #include "caps.h"
 
-/* One runner slot: a GPU index, or the host (CPU) build. */
+/*
+ * One runner slot: a GPU index, or the host (CPU) build. Several slots may
+ * share one GPU ("0*4" in the file): each runs its own runner process.
+ */
 struct config_slot {
-	char name[16]; /* "host" or "gpu0", "gpu1", ... (unique; "host" may repeat as host, host1, ...) */
+	/* Unique: "gpuN" for the first slot of GPU N, then "gpuN.1", "gpuN.2", ...; host slots are
+	 * "host", "host1", "host2", ... */
+	char name[16];
 	int gpu;       /* GPU index for CUDA_VISIBLE_DEVICES, or -1 for a host slot */
+	unsigned peer; /* this slot's place among the slots of its GPU: 0 for "gpuN", k for "gpuN.k"
+			  (0 for host slots) */
 };
 
 struct config {

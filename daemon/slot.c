@@ -1026,7 +1026,13 @@ static void claim(struct slot *s)
 		return;
 	uv_timer_stop(&s->wake);
 	set_state(s, SLOT_CLAIMING);
-	jobs_claim(s->d, s->cfg.gpu >= 0 ? "trials,probe,sanitize" : "trials,probe",
+	/*
+	 * compute-sanitizer runs on GPU slots, and only on the first slot of a
+	 * GPU ("gpuN", not "gpuN.1"): a sanitized runner is slow and needs much
+	 * more GPU memory, so a shared GPU holds at most one, as it did when
+	 * every GPU had one slot.
+	 */
+	jobs_claim(s->d, s->cfg.gpu >= 0 && s->cfg.peer == 0 ? "trials,probe,sanitize" : "trials,probe",
 		   s->runner ? s->runner_commit : 0, on_claimed, s);
 }
 

@@ -49,12 +49,14 @@ per_commit = 8
 timeout = 1
 hello_timeout = 5
 [slots]
-slots = host, host
+slots = host*2
 [http]
 port = $NW_PORT
 CONF
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 nw_wait 120 "every commit has a final verdict" nw_all_final
+# host*2 is two host slots, host and host1.
+[[ $(nw_api /api/v1/health) == *'"name":"host",'*'"name":"host1",'* ]] || fail "health: not the slots of host*2"
 
 verdict() { pg_psql "SELECT commit_verdict(id) FROM commits WHERE title = 'runner mode: $1'"; }
 outcomes() {

@@ -3,7 +3,9 @@
 # (here: no GPU and no compute-sanitizer, as in CI) each scheduled run is
 # stored as skipped (an infra_error, never a pass), the job ends, and the
 # commit's verdict is decided by its plan alone. On a GPU host the same path
-# stores the tool's reports (bench/gpu-suite.sh).
+# stores the tool's reports (bench/gpu-suite.sh). GPU 0 has two slots (0*2):
+# both run the runner with CUDA_VISIBLE_DEVICES=0, and only the first (gpu0)
+# takes sanitizer jobs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -33,7 +35,7 @@ tools = memcheck, racecheck
 every = 4
 path = $work/no-such-compute-sanitizer
 [slots]
-slots = 0
+slots = 0*2
 [http]
 port = $NW_PORT
 CONF
@@ -47,4 +49,13 @@ rows=$(pg_psql "SELECT string_agg(sanitizer || ':' || outcome || ':' || sanitize
 [[ $(pg_psql "SELECT count(*) FROM trials WHERE sanitizer IS NOT NULL AND outcome = 'pass'") == 0 ]] ||
 	fail "a sanitizer run that could not happen was stored as a pass"
 [[ $(pg_psql "SELECT commit_verdict(id) FROM commits") == clean ]] || fail "the plan's verdict changed"
-echo "ok: sanitizer runs that cannot happen are stored as skipped ($rows), never as passes"
+san_slots=$(pg_psql "SELECT string_agg(DISTINCT slot, ',') FROM trials WHERE sanitizer IS NOT NULL")
+[[ $san_slots == gpu0 ]] || fail "sanitizer runs on slots '$san_slots', not on gpu0 alone"
+all_slots=$(pg_psql "SELECT string_agg(DISTINCT slot, ',' ORDER BY slot) FROM trials")
+[[ $all_slots == gpu0 || $all_slots == gpu0,gpu0.1 || $all_slots == gpu0.1 ]] || fail "trials on slots '$all_slots'"
+health=$(nw_api /api/v1/health)
+for name in gpu0 gpu0.1; do
+	python3 -c 'import json, sys; s = {x["name"]: x["gpu"] for x in json.load(sys.stdin)["slots"]}; sys.exit(s.get(sys.argv[1]) != 0)' \
+		"$name" <<<"$health" || fail "health: no slot $name on GPU 0: $health"
+done
+echo "ok: sanitizer runs that cannot happen are stored as skipped ($rows), never as passes; on gpu0 only (trials on $all_slots)"

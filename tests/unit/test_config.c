@@ -390,18 +390,20 @@ static void test_slots(void **state)
 	load_extra(text, &cfg, want);
 
 	load_extra("[slots]\nslots = 0, 1, 0\n", &cfg,
-		   "6: invalid value '0, 1, 0' for 'slots': GPU 0 is listed twice");
+		   "6: invalid value '0, 1, 0' for 'slots': GPU 0 is listed twice (for several slots on one "
+		   "GPU write '0*K', e.g. '0*2')");
 	load_extra("[slots]\nslots = 00, 0\n", &cfg,
-		   "6: invalid value '00, 0' for 'slots': GPU 0 is listed twice");
-	load_extra(
-	    "[slots]\nslots = 0,,1\n", &cfg,
-	    "6: invalid value '0,,1' for 'slots': expected a comma-separated list of GPU indices and 'host'");
+		   "6: invalid value '00, 0' for 'slots': GPU 0 is listed twice (for several slots on one "
+		   "GPU write '0*K', e.g. '0*2')");
+	load_extra("[slots]\nslots = 0,,1\n", &cfg,
+		   "6: invalid value '0,,1' for 'slots': expected a comma-separated list of GPU indices and "
+		   "'host', each optionally followed by '*K'");
 	load_extra("[slots]\nslots = 0, 1,\n", &cfg,
 		   "6: invalid value '0, 1,' for 'slots': expected a comma-separated list of GPU indices and "
-		   "'host'");
-	load_extra(
-	    "[slots]\nslots =\n", &cfg,
-	    "6: invalid value '' for 'slots': expected a comma-separated list of GPU indices and 'host'");
+		   "'host', each optionally followed by '*K'");
+	load_extra("[slots]\nslots =\n", &cfg,
+		   "6: invalid value '' for 'slots': expected a comma-separated list of GPU indices and "
+		   "'host', each optionally followed by '*K'");
 	load_extra("[slots]\nslots = gpu0\n", &cfg,
 		   "6: invalid value 'gpu0' for 'slots': 'gpu0' is neither a GPU index nor 'host'");
 	load_extra("[slots]\nslots = 0 1\n", &cfg,
@@ -410,6 +412,125 @@ static void test_slots(void **state)
 		   "6: invalid value '-1' for 'slots': '-1' is neither a GPU index nor 'host'");
 	load_extra("[slots]\nslots = 1024\n", &cfg,
 		   "6: invalid value '1024' for 'slots': GPU index 1024 is out of range (at most 1023)");
+}
+
+/* "N*K" and "host*K": K slots on one GPU (gpuN, gpuN.1, ...) or K host slots. */
+static void test_slots_shared(void **state)
+{
+	struct config cfg;
+	char list[512], text[1024], want[1024];
+	int i;
+
+	load_extra("[slots]\nslots = 0*4, 1*4, host*2\n", &cfg, NULL);
+	assert_int_equal(cfg.nslots, 10);
+	assert_string_equal(cfg.slots[0].name, "gpu0");
+	assert_string_equal(cfg.slots[1].name, "gpu0.1");
+	assert_string_equal(cfg.slots[2].name, "gpu0.2");
+	assert_string_equal(cfg.slots[3].name, "gpu0.3");
+	for (i = 0; i < 4; i++) {
+		assert_int_equal(cfg.slots[i].gpu, 0);
+		assert_int_equal(cfg.slots[i].peer, (unsigned)i);
+		assert_int_equal(cfg.slots[4 + i].gpu, 1);
+		assert_int_equal(cfg.slots[4 + i].peer, (unsigned)i);
+	}
+	assert_string_equal(cfg.slots[4].name, "gpu1");
+	assert_string_equal(cfg.slots[7].name, "gpu1.3");
+	assert_string_equal(cfg.slots[8].name, "host");
+	assert_int_equal(cfg.slots[8].gpu, -1);
+	assert_int_equal(cfg.slots[8].peer, 0);
+	assert_string_equal(cfg.slots[9].name, "host1");
+	assert_int_equal(cfg.slots[9].gpu, -1);
+	config_release(&cfg);
+
+	/* *1 is one slot; blanks around '*' are fine; host numbering runs across entries. */
+	load_extra("[slots]\nslots = host, 3 * 2, host *2, 2*1\n", &cfg, NULL);
+	assert_int_equal(cfg.nslots, 6);
+	assert_string_equal(cfg.slots[0].name, "host");
+	assert_string_equal(cfg.slots[1].name, "gpu3");
+	assert_string_equal(cfg.slots[2].name, "gpu3.1");
+	assert_int_equal(cfg.slots[2].gpu, 3);
+	assert_string_equal(cfg.slots[3].name, "host1");
+	assert_string_equal(cfg.slots[4].name, "host2");
+	assert_string_equal(cfg.slots[5].name, "gpu2");
+	assert_int_equal(cfg.slots[5].gpu, 2);
+	assert_int_equal(cfg.slots[5].peer, 0);
+	config_release(&cfg);
+
+	/* The longest names fit: the highest GPU index with every slot on it. */
+	snprintf(text, sizeof(text), "[slots]\nslots = 1023*%d\n", NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, NULL);
+	assert_int_equal(cfg.nslots, NW_CONFIG_SLOTS_MAX);
+	assert_string_equal(cfg.slots[0].name, "gpu1023");
+	snprintf(want, sizeof(want), "gpu1023.%d", NW_CONFIG_SLOTS_MAX - 1);
+	assert_string_equal(cfg.slots[NW_CONFIG_SLOTS_MAX - 1].name, want);
+	assert_int_equal(cfg.slots[NW_CONFIG_SLOTS_MAX - 1].gpu, 1023);
+	config_release(&cfg);
+	snprintf(text, sizeof(text), "[slots]\nslots = host*%d\n", NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, NULL);
+	snprintf(want, sizeof(want), "host%d", NW_CONFIG_SLOTS_MAX - 1);
+	assert_string_equal(cfg.slots[NW_CONFIG_SLOTS_MAX - 1].name, want);
+	config_release(&cfg);
+
+	/* The total counts every slot of every entry. */
+	snprintf(text, sizeof(text), "[slots]\nslots = 0*%d, 1*%d\n", NW_CONFIG_SLOTS_MAX / 2,
+		 NW_CONFIG_SLOTS_MAX / 2 + 1);
+	snprintf(list, sizeof(list), "0*%d, 1*%d", NW_CONFIG_SLOTS_MAX / 2, NW_CONFIG_SLOTS_MAX / 2 + 1);
+	snprintf(want, sizeof(want), "6: invalid value '%s' for 'slots': more than %d slots", list,
+		 NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, want);
+	snprintf(text, sizeof(text), "[slots]\nslots = 0, host*%d\n", NW_CONFIG_SLOTS_MAX);
+	snprintf(want, sizeof(want), "6: invalid value '0, host*%d' for 'slots': more than %d slots",
+		 NW_CONFIG_SLOTS_MAX, NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, want);
+	snprintf(text, sizeof(text), "[slots]\nslots = 0*%d\n", NW_CONFIG_SLOTS_MAX + 1);
+	snprintf(want, sizeof(want),
+		 "6: invalid value '0*%d' for 'slots': the slot count in '0*%d' is too large (at most %d "
+		 "slots in all)",
+		 NW_CONFIG_SLOTS_MAX + 1, NW_CONFIG_SLOTS_MAX + 1, NW_CONFIG_SLOTS_MAX);
+	load_extra(text, &cfg, want);
+	snprintf(want, sizeof(want),
+		 "6: invalid value 'host*99999999999999999999999' for 'slots': the slot count in "
+		 "'host*99999999999999999999999' is too large (at most %d slots in all)",
+		 NW_CONFIG_SLOTS_MAX);
+	load_extra("[slots]\nslots = host*99999999999999999999999\n", &cfg, want);
+
+	/* A GPU in two entries is refused, with the *K form that was probably meant. */
+	load_extra("[slots]\nslots = 0*2, 1, 0*2\n", &cfg,
+		   "6: invalid value '0*2, 1, 0*2' for 'slots': GPU 0 is listed twice (for several slots "
+		   "on one GPU write '0*K', e.g. '0*4')");
+	load_extra("[slots]\nslots = 1, 1*3\n", &cfg,
+		   "6: invalid value '1, 1*3' for 'slots': GPU 1 is listed twice (for several slots on one "
+		   "GPU write '1*K', e.g. '1*4')");
+
+	/* Zero, a missing count, garbage. */
+	load_extra("[slots]\nslots = 0*0\n", &cfg,
+		   "6: invalid value '0*0' for 'slots': the slot count in '0*0' must be at least 1");
+	load_extra("[slots]\nslots = host*0, 0\n", &cfg,
+		   "6: invalid value 'host*0, 0' for 'slots': the slot count in 'host*0' must be at least 1");
+	load_extra("[slots]\nslots = 0*\n", &cfg,
+		   "6: invalid value '0*' for 'slots': '0*' has no slot count after '*'");
+	load_extra("[slots]\nslots = 0, host* \n", &cfg,
+		   "6: invalid value '0, host*' for 'slots': 'host*' has no slot count after '*'");
+	load_extra("[slots]\nslots = *4\n", &cfg,
+		   "6: invalid value '*4' for 'slots': '*4' has no GPU index or 'host' before '*'");
+	load_extra("[slots]\nslots = 0*x\n", &cfg,
+		   "6: invalid value '0*x' for 'slots': the slot count in '0*x' is not a positive integer");
+	load_extra("[slots]\nslots = 0*-1\n", &cfg,
+		   "6: invalid value '0*-1' for 'slots': the slot count in '0*-1' is not a positive integer");
+	load_extra("[slots]\nslots = 0*2*2\n", &cfg,
+		   "6: invalid value '0*2*2' for 'slots': the slot count in '0*2*2' is not a positive "
+		   "integer");
+	load_extra("[slots]\nslots = 0*4s\n", &cfg,
+		   "6: invalid value '0*4s' for 'slots': the slot count in '0*4s' is not a positive integer");
+	load_extra("[slots]\nslots = 0*2 2\n", &cfg,
+		   "6: invalid value '0*2 2' for 'slots': the slot count in '0*2 2' is not a positive "
+		   "integer");
+	load_extra("[slots]\nslots = gpu0*2\n", &cfg,
+		   "6: invalid value 'gpu0*2' for 'slots': 'gpu0' is neither a GPU index nor 'host'");
+	load_extra("[slots]\nslots = 1024*2\n", &cfg,
+		   "6: invalid value '1024*2' for 'slots': GPU index 1024 is out of range (at most 1023)");
+	load_extra("[slots]\nslots = 0x2\n", &cfg,
+		   "6: invalid value '0x2' for 'slots': '0x2' is neither a GPU index nor 'host'");
 }
 
 static void test_unknown_key(void **state)
@@ -692,6 +813,7 @@ int main(void)
 	    cmocka_unit_test(test_durations),
 	    cmocka_unit_test(test_integers),
 	    cmocka_unit_test(test_slots),
+	    cmocka_unit_test(test_slots_shared),
 	    cmocka_unit_test(test_unknown_key),
 	    cmocka_unit_test(test_unknown_section),
 	    cmocka_unit_test(test_missing_required),
