@@ -191,7 +191,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain_err = NULL;
+	double *logits = NULL, *ref = NULL, *plain_err = NULL, t0;
 	void *x = NULL, *x_dev = NULL;
 	long rows, cols, n, i;
 	struct nw_rng r;
@@ -218,7 +218,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 	/* Before the kernel runs: a kernel that scribbles on its input cannot bend the reference. */
+	t0 = nw_now();
 	rc = refs_of(k)->fwd(d, x, x_dev, rows, cols, ref, plain_err);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
 	if (rc) {
 		rc = refs_failed(t, rc);
 		goto out;
@@ -259,7 +261,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output dx = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain_err = NULL, scale = 0.0;
+	double *logits = NULL, *ref = NULL, *plain_err = NULL, scale = 0.0, t0;
 	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
 	long rows, cols, n, i, j;
 	struct nw_rng r;
@@ -305,7 +307,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	rc = nw_input_upload(t, &dy_dev, dy, (size_t)n * nw_dtype_size(d));
 	if (rc)
 		goto out;
+	t0 = nw_now();
 	rc = refs_of(k)->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
 	if (rc) {
 		rc = refs_failed(t, rc);
 		goto out;

@@ -4,11 +4,14 @@
  * host CPU. Reductions in float64 may sum in any order (they are exact to
  * far below any dtype's rounding); the plain programs sum in exactly the
  * orders of nw_order.h, one thread per (row, order), as the host does.
+ * One launch and a few copies per trial: at these sizes a trial's cost is
+ * launches and synchronisations, not arithmetic.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 
 extern "C" {
 #include "nw_device.h"
@@ -59,41 +62,73 @@ __device__ static double block_reduce(double v, bool take_max)
 	return v;
 }
 
-/* One block per row: float64 softmax; the row's float max and exp'd values for the plain programs. */
-__global__ static void fwd_ref(int d, const void *x, long cols, double *ref, float *e, float *row_max)
+/*
+ * s + v[j] + v[j + step] + ... over the m = count elements from j, in that
+ * order. Loads go eight at a time ahead of the adds: the adds form one
+ * dependent chain, and each would otherwise wait for its load.
+ */
+__device__ static float chain(float s, const float *v, long j, long step, long m)
 {
-	long off = (long)blockIdx.x * cols, j;
-	double m = -INFINITY, s = 0.0;
-	float mf = -INFINITY;
+	long i;
 
-	for (j = threadIdx.x; j < cols; j += THREADS)
-		m = fmax(m, (double)load(d, x, off + j));
-	m = block_reduce(m, true);
-	for (j = threadIdx.x; j < cols; j += THREADS)
-		s += exp((double)load(d, x, off + j) - m);
-	s = block_reduce(s, false);
-	for (j = threadIdx.x; j < cols; j += THREADS)
-		ref[off + j] = exp((double)load(d, x, off + j) - m) / s;
-	/* The plain program's max is a float max: exact, any order. */
-	mf = (float)m;
-	for (j = threadIdx.x; j < cols; j += THREADS)
-		e[off + j] = round_to(d, expf(round_to(d, load(d, x, off + j) - mf)));
-	if (threadIdx.x == 0)
-		row_max[blockIdx.x] = mf;
+	for (i = 0; i + 8 <= m; i += 8, j += 8 * step) {
+		float a[8];
+		int u;
+
+		for (u = 0; u < 8; u++)
+			a[u] = v[j + u * step];
+		for (u = 0; u < 8; u++)
+			s += a[u];
+	}
+	for (; i < m; i++, j += step)
+		s += v[j];
+	return s;
 }
 
-/* One thread per (row, order): the plain row sum in that order, rounded. */
-__global__ static void fwd_sums(int d, const float *e, long rows, long cols, float *sums)
+/*
+ * A float sum of v[0..n) in reduction order o, rounded to the dtype: the
+ * residue loops of nw_order_stride() visit exactly nw_order_at()'s sequence.
+ */
+__device__ static float ordered_sum(int d, const float *v, long n, int o)
 {
-	long t = (long)blockIdx.x * blockDim.x + threadIdx.x, i = t / NW_ORDERS, j;
-	int o = (int)(t % NW_ORDERS);
+	long k = nw_order_stride(o), r;
 	float s = 0.0f;
 
-	if (i >= rows)
-		return;
-	for (j = 0; j < cols; j++)
-		s += e[i * cols + nw_order_at(o, j, cols)];
-	sums[t] = round_to(d, s);
+	if (k < 0)
+		s = chain(s, v, n - 1, -1, n);
+	else if (k == 1 || n <= k)
+		s = chain(s, v, 0, 1, n);
+	else
+		for (r = 0; r < k; r++)
+			s = chain(s, v, r, k, (n - r + k - 1) / k);
+	return round_to(d, s);
+}
+
+/*
+ * The ordered sums are sequential chains, one thread each: from global
+ * memory every step would wait out a memory latency. Rows that fit are
+ * staged in shared memory first (dynamic, ROW_SHARED_MAX floats).
+ */
+#define ROW_SHARED_MAX 8192
+extern __shared__ float row_shared[];
+
+__device__ static const float *stage_row(const float *row, long cols)
+{
+	return cols <= ROW_SHARED_MAX ? row_shared : row;
+}
+
+__device__ static void fill_row(const float *row, long cols)
+{
+	long j;
+
+	if (cols <= ROW_SHARED_MAX)
+		for (j = threadIdx.x; j < cols; j += THREADS)
+			row_shared[j] = row[j];
+}
+
+static size_t row_shared_bytes(long cols)
+{
+	return cols <= ROW_SHARED_MAX ? (size_t)cols * sizeof(float) : 0;
 }
 
 __device__ static void note_err(double *err, float p, double ref)
@@ -102,88 +137,85 @@ __device__ static void note_err(double *err, float p, double ref)
 		*err = fabs((double)p - ref);
 }
 
-/* One thread per element: the plain results of every order against the reference. */
-__global__ static void fwd_err(int d, const float *e, const float *sums, const double *ref, long n, long cols,
-			       double *plain_err)
+/*
+ * One block per row, everything in one launch: the float64 softmax, the
+ * plain program's exp'd values (its max is a float max: exact in any
+ * order), its row sum in each order (one thread per order), and each
+ * element's largest plain error. out holds ref[n] then plain_err[n].
+ */
+__global__ static void fwd_refs(int d, const void *x, long n, long cols, float *e, double *out)
 {
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	double err = 0.0;
+	__shared__ float sums[NW_ORDERS];
+	long off = (long)blockIdx.x * cols, j;
+	double m = -INFINITY, s = 0.0, *ref = out, *plain_err = out + n;
+	float mf;
 	int o;
 
-	if (i >= n)
-		return;
-	for (o = 0; o < NW_ORDERS; o++)
-		note_err(&err, round_to(d, e[i] / sums[i / cols * NW_ORDERS + o]), ref[i]);
-	plain_err[i] = err;
-}
+	for (j = threadIdx.x; j < cols; j += THREADS)
+		m = fmax(m, (double)load(d, x, off + j));
+	m = block_reduce(m, true);
+	for (j = threadIdx.x; j < cols; j += THREADS)
+		s += exp((double)load(d, x, off + j) - m);
+	s = block_reduce(s, false);
+	mf = (float)m;
+	for (j = threadIdx.x; j < cols; j += THREADS) {
+		ref[off + j] = exp((double)load(d, x, off + j) - m) / s;
+		e[off + j] = round_to(d, expf(round_to(d, load(d, x, off + j) - mf)));
+	}
+	__syncthreads();
+	fill_row(e + off, cols);
+	__syncthreads();
+	if (threadIdx.x < NW_ORDERS)
+		sums[threadIdx.x] = ordered_sum(d, stage_row(e + off, cols), cols, (int)threadIdx.x);
+	__syncthreads();
+	for (j = threadIdx.x; j < cols; j += THREADS) {
+		double err = 0.0;
 
-static unsigned blocks_for(long n)
-{
-	return (unsigned)((n + THREADS - 1) / THREADS);
-}
-
-/* Device scratch for one call: freed together. */
-struct scratch {
-	void *p[4];
-	int n;
-};
-
-static void *scratch_get(struct scratch *s, size_t bytes, int *rc)
-{
-	void *p = NULL;
-
-	if (*rc == 0 && (*rc = nw_dev_alloc(&p, bytes)) == 0)
-		s->p[s->n++] = p;
-	return p;
-}
-
-static void scratch_free(struct scratch *s)
-{
-	while (s->n > 0)
-		nw_dev_free(s->p[--s->n]);
+		for (o = 0; o < NW_ORDERS; o++)
+			note_err(&err, round_to(d, e[off + j] / sums[o]), ref[off + j]);
+		plain_err[off + j] = err;
+	}
 }
 
 static int cuda_fwd(enum nw_dtype d, const void *x, const void *x_dev, long rows, long cols, double *ref,
 		    double *plain_err)
 {
-	struct scratch s = {{0}, 0};
 	long n = rows * cols;
-	double *ref_d, *err_d;
-	float *e, *mx, *sums;
-	int rc = 0;
+	double *out = NULL;
+	float *e = NULL;
+	int rc;
 
 	(void)x;
 	if (n == 0)
 		return 0;
-	ref_d = (double *)scratch_get(&s, (size_t)n * sizeof(double), &rc);
-	err_d = (double *)scratch_get(&s, (size_t)n * sizeof(double), &rc);
-	e = (float *)scratch_get(&s, (size_t)n * sizeof(float) + (size_t)rows * sizeof(float), &rc);
-	sums = (float *)scratch_get(&s, (size_t)rows * NW_ORDERS * sizeof(float), &rc);
-	if (rc)
-		goto out;
-	mx = e + n;
-	fwd_ref<<<(unsigned)rows, THREADS>>>(d, x_dev, cols, ref_d, e, mx);
-	fwd_sums<<<blocks_for(rows * NW_ORDERS), THREADS>>>(d, e, rows, cols, sums);
-	fwd_err<<<blocks_for(n), THREADS>>>(d, e, sums, ref_d, n, cols, err_d);
-	rc = nw_dev_launched("softmax reference");
+	rc = nw_dev_alloc((void **)&out, 2 * (size_t)n * sizeof(double));
 	if (!rc)
-		rc = nw_dev_download(ref, ref_d, (size_t)n * sizeof(double));
+		rc = nw_dev_alloc((void **)&e, (size_t)n * sizeof(float));
+	if (!rc) {
+		fwd_refs<<<(unsigned)rows, THREADS, row_shared_bytes(cols)>>>(d, x_dev, n, cols, e, out);
+		rc = nw_dev_launched("softmax reference");
+	}
 	if (!rc)
-		rc = nw_dev_download(plain_err, err_d, (size_t)n * sizeof(double));
-out:
-	scratch_free(&s);
+		rc = nw_dev_download(ref, out, (size_t)n * sizeof(double));
+	if (!rc)
+		rc = nw_dev_download(plain_err, out + n, (size_t)n * sizeof(double));
+	nw_dev_free(e);
+	nw_dev_free(out);
 	return rc ? -EIO : 0;
 }
 
 /*
- * One block per row: float64 backward, the row's size of terms, and the
- * rounded products dy * y of the plain program.
+ * One block per row, in one launch: the float64 backward and the row's size
+ * of terms, the plain program's rounded products dy * y, their sum in each
+ * order (one thread per order), and each element's largest plain error.
+ * out holds ref[n], plain_err[n], then one size of terms per row.
  */
-__global__ static void bwd_ref(int d, const void *y, const void *dy, long cols, double *ref, float *prod,
-			       double *row_scale)
+__global__ static void bwd_refs(int d, const void *y, const void *dy, long n, long cols, float *prod, double *out)
 {
+	__shared__ float dots[NW_ORDERS];
 	long off = (long)blockIdx.x * cols, j;
-	double dot = 0.0, mag = 0.0, scale = 0.0;
+	double dot = 0.0, mag = 0.0, scale = 0.0, *ref = out, *plain_err = out + n;
+	int o;
 
 	for (j = threadIdx.x; j < cols; j += THREADS) {
 		double t = (double)load(d, dy, off + j) * (double)load(d, y, off + j);
@@ -202,47 +234,31 @@ __global__ static void bwd_ref(int d, const void *y, const void *dy, long cols, 
 	}
 	scale = block_reduce(scale, true);
 	if (threadIdx.x == 0)
-		row_scale[blockIdx.x] = scale;
-}
+		out[2 * n + blockIdx.x] = scale;
+	__syncthreads();
+	fill_row(prod + off, cols);
+	__syncthreads();
+	if (threadIdx.x < NW_ORDERS)
+		dots[threadIdx.x] = ordered_sum(d, stage_row(prod + off, cols), cols, (int)threadIdx.x);
+	__syncthreads();
+	for (j = threadIdx.x; j < cols; j += THREADS) {
+		double err = 0.0;
 
-/* One thread per (row, order): the plain dot product in that order, rounded. */
-__global__ static void bwd_dots(int d, const float *prod, long rows, long cols, float *dots)
-{
-	long t = (long)blockIdx.x * blockDim.x + threadIdx.x, i = t / NW_ORDERS, j;
-	int o = (int)(t % NW_ORDERS);
-	float s = 0.0f;
-
-	if (i >= rows)
-		return;
-	for (j = 0; j < cols; j++)
-		s += prod[i * cols + nw_order_at(o, j, cols)];
-	dots[t] = round_to(d, s);
-}
-
-__global__ static void bwd_err(int d, const void *y, const void *dy, const float *dots, const double *ref, long n,
-			       long cols, double *plain_err)
-{
-	long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-	double err = 0.0;
-	int o;
-
-	if (i >= n)
-		return;
-	for (o = 0; o < NW_ORDERS; o++)
-		note_err(&err,
-			 round_to(d, load(d, y, i) * round_to(d, load(d, dy, i) - dots[i / cols * NW_ORDERS + o])),
-			 ref[i]);
-	plain_err[i] = err;
+		for (o = 0; o < NW_ORDERS; o++)
+			note_err(&err,
+				 round_to(d, load(d, y, off + j) * round_to(d, load(d, dy, off + j) - dots[o])),
+				 ref[off + j]);
+		plain_err[off + j] = err;
+	}
 }
 
 static int cuda_bwd(enum nw_dtype d, const void *y, const void *dy, const void *y_dev, const void *dy_dev,
 		    long rows, long cols, double *ref, double *plain_err, double *scale)
 {
-	struct scratch s = {{0}, 0};
 	long n = rows * cols, i;
-	double *ref_d, *err_d, *row_scale_d, *row_scale = NULL;
-	float *prod, *dots;
-	int rc = 0;
+	double *out = NULL, *row_scale;
+	float *prod = NULL;
+	int rc;
 
 	(void)y;
 	(void)dy;
@@ -252,27 +268,23 @@ static int cuda_bwd(enum nw_dtype d, const void *y, const void *dy, const void *
 	row_scale = (double *)malloc((size_t)rows * sizeof(double));
 	if (!row_scale)
 		return -ENOMEM;
-	ref_d = (double *)scratch_get(&s, (size_t)n * sizeof(double), &rc);
-	err_d = (double *)scratch_get(&s, (size_t)n * sizeof(double), &rc);
-	prod = (float *)scratch_get(&s, (size_t)n * sizeof(float) + (size_t)rows * NW_ORDERS * sizeof(float), &rc);
-	row_scale_d = (double *)scratch_get(&s, (size_t)rows * sizeof(double), &rc);
-	if (rc)
-		goto out;
-	dots = prod + n;
-	bwd_ref<<<(unsigned)rows, THREADS>>>(d, y_dev, dy_dev, cols, ref_d, prod, row_scale_d);
-	bwd_dots<<<blocks_for(rows * NW_ORDERS), THREADS>>>(d, prod, rows, cols, dots);
-	bwd_err<<<blocks_for(n), THREADS>>>(d, y_dev, dy_dev, dots, ref_d, n, cols, err_d);
-	rc = nw_dev_launched("softmax reference");
+	rc = nw_dev_alloc((void **)&out, (2 * (size_t)n + (size_t)rows) * sizeof(double));
 	if (!rc)
-		rc = nw_dev_download(ref, ref_d, (size_t)n * sizeof(double));
+		rc = nw_dev_alloc((void **)&prod, (size_t)n * sizeof(float));
+	if (!rc) {
+		bwd_refs<<<(unsigned)rows, THREADS, row_shared_bytes(cols)>>>(d, y_dev, dy_dev, n, cols, prod, out);
+		rc = nw_dev_launched("softmax reference");
+	}
 	if (!rc)
-		rc = nw_dev_download(plain_err, err_d, (size_t)n * sizeof(double));
+		rc = nw_dev_download(ref, out, (size_t)n * sizeof(double));
 	if (!rc)
-		rc = nw_dev_download(row_scale, row_scale_d, (size_t)rows * sizeof(double));
+		rc = nw_dev_download(plain_err, out + n, (size_t)n * sizeof(double));
+	if (!rc)
+		rc = nw_dev_download(row_scale, out + 2 * n, (size_t)rows * sizeof(double));
 	for (i = 0; !rc && i < rows; i++)
 		*scale = fmax(*scale, row_scale[i]);
-out:
-	scratch_free(&s);
+	nw_dev_free(prod);
+	nw_dev_free(out);
 	free(row_scale);
 	return rc ? -EIO : 0;
 }

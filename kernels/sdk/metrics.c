@@ -51,7 +51,7 @@ static void unravel(size_t i, const long *dims, unsigned ndim, long *idx)
 	}
 }
 
-int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
+static int compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
 {
 	const struct nw_output *out = s->out;
 	double eps = nw_dtype_eps(out->dtype), max_ref = 0.0, max_tol_ratio = 0.0;
@@ -156,6 +156,15 @@ int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_com
 		}
 	}
 	return 0;
+}
+
+int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
+{
+	double t0 = nw_now();
+	int rc = compare(r, name, s);
+
+	nw_phase_add(NW_PHASE_COMPARE, t0);
+	return rc;
 }
 
 bool nw_tensor_failed(const struct nw_tensor_result *r)

@@ -194,6 +194,24 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
 /* Adds a case parameter (ignored beyond NW_PARAMS_MAX; text is cut to fit). */
 void nw_trial_param_int(struct nw_trial *t, const char *key, long value);
 void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value);
+/*
+ * Where a runner's time goes: with NW_TIMING=1 in its environment, a runner
+ * prints the mean time per trial of each phase to stderr when it exits.
+ * The SDK times inputs, outputs, kernel runs and comparisons itself; a
+ * check times its references (nw_phase_add(NW_PHASE_REFERENCE, t0) with t0
+ * from nw_now()); the rest of a trial is generation.
+ */
+enum nw_phase {
+	NW_PHASE_INPUTS,    /* allocating and uploading inputs */
+	NW_PHASE_REFERENCE, /* float64 reference and plain programs */
+	NW_PHASE_OUTPUTS,   /* allocating and arming outputs */
+	NW_PHASE_KERNEL,    /* the repeats: re-arm, launch, wait, fetch, digest */
+	NW_PHASE_COMPARE,   /* nw_compare */
+	NW_PHASES,
+};
+double nw_now(void); /* monotonic seconds */
+void nw_phase_add(enum nw_phase p, double since);
+
 /* Records the device's last error (nw_device.h) as an error answer; returns -EIO. */
 int nw_trial_device_error(struct nw_trial *t);
 /* Records an error answer; returns -EIO for the caller to pass up. */

@@ -13,39 +13,41 @@
 #endif
 
 /*
- * Step j of order o over n elements: order 0 is first to last, 1 last to
- * first, 2..7 interleave with strides 2, 3, 5, 7, 11 and 13 (every
- * stride-th element, from each residue in turn).
+ * The stride of order o: 1 first to last, -1 last to first, then 2, 3, 5,
+ * 7, 11 and 13: every stride-th element, from each residue in turn
+ * (residue 0 ascending, then residue 1, ...). Over n <= stride elements
+ * that is first to last.
  */
-static inline NW_HOST_DEVICE long nw_order_at(int order, long j, long n)
+static inline NW_HOST_DEVICE long nw_order_stride(int order)
 {
-	long k, per, r;
-
 	switch (order % 8) {
 	case 0:
-		return j;
+		return 1;
 	case 1:
-		return n - 1 - j;
+		return -1;
 	case 2:
-		k = 2;
-		break;
+		return 2;
 	case 3:
-		k = 3;
-		break;
+		return 3;
 	case 4:
-		k = 5;
-		break;
+		return 5;
 	case 5:
-		k = 7;
-		break;
+		return 7;
 	case 6:
-		k = 11;
-		break;
+		return 11;
 	default:
-		k = 13;
-		break;
+		return 13;
 	}
-	if (n <= k)
+}
+
+/* Step j of order o over n elements (a loop over residues walks it faster: see nw_order_stride). */
+static inline NW_HOST_DEVICE long nw_order_at(int order, long j, long n)
+{
+	long k = nw_order_stride(order), per, r;
+
+	if (k < 0)
+		return n - 1 - j;
+	if (k == 1 || n <= k)
 		return j;
 	/* Residue r holds ceil((n - r) / k) elements: walk the residues in turn. */
 	for (r = 0; r < k; r++) {

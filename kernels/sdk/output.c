@@ -47,7 +47,8 @@ int nw_trial_device_error(struct nw_trial *t)
 	return nw_trial_error(t, fatal, "%s", msg);
 }
 
-int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d, size_t count)
+static int nw_output_init_untimed(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d,
+				  size_t count)
 {
 	size_t es = nw_dtype_size(d), bytes = count * es, total = bytes + 2 * NW_GUARD_BYTES, i;
 	uint32_t poison = nw_poison_bits(d);
@@ -102,7 +103,7 @@ static long count_canary(const struct nw_output *o)
 	return n;
 }
 
-int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes)
+static int nw_input_upload_untimed(struct nw_trial *t, void **dev, const void *host, size_t bytes)
 {
 	if (nw_dev_alloc(dev, bytes))
 		return nw_trial_device_error(t);
@@ -126,8 +127,8 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
-		  int (*launch)(void *ctx), void *ctx)
+static int run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
+		      int (*launch)(void *ctx), void *ctx)
 {
 	double *times;
 	unsigned rep, j;
@@ -183,5 +184,33 @@ dev_error:
 	rc = nw_trial_device_error(t);
 out:
 	free(times);
+	return rc;
+}
+
+int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d, size_t count)
+{
+	double t0 = nw_now();
+	int rc = nw_output_init_untimed(t, o, name, d, count);
+
+	nw_phase_add(NW_PHASE_OUTPUTS, t0);
+	return rc;
+}
+
+int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes)
+{
+	double t0 = nw_now();
+	int rc = nw_input_upload_untimed(t, dev, host, bytes);
+
+	nw_phase_add(NW_PHASE_INPUTS, t0);
+	return rc;
+}
+
+int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
+		  int (*launch)(void *ctx), void *ctx)
+{
+	double t0 = nw_now();
+	int rc = run_kernel(t, outs, nouts, what, launch, ctx);
+
+	nw_phase_add(NW_PHASE_KERNEL, t0);
 	return rc;
 }

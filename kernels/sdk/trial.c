@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "numwatch_check.h"
 #include "nw_device.h"
@@ -73,11 +75,55 @@ void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value)
 		snprintf(p->sval, sizeof(p->sval), "%s", value);
 }
 
+static struct {
+	bool on, checked;
+	unsigned long trials;
+	double total, phase[NW_PHASES];
+} timing;
+
+double nw_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void nw_phase_add(enum nw_phase p, double since)
+{
+	if (timing.on && p < NW_PHASES)
+		timing.phase[p] += nw_now() - since;
+}
+
+static void timing_report(void)
+{
+	static const char *const names[NW_PHASES] = {"inputs", "reference", "outputs", "kernel", "compare"};
+	double per = timing.trials ? 1e6 / (double)timing.trials : 0.0, rest = timing.total;
+	unsigned p;
+
+	fprintf(stderr, "timing: %lu trials, %.1f us per trial:", timing.trials, timing.total * per);
+	for (p = 0; p < NW_PHASES; p++) {
+		fprintf(stderr, " %s %.1f", names[p], timing.phase[p] * per);
+		rest -= timing.phase[p];
+	}
+	fprintf(stderr, " generation and the rest %.1f (us)\n", rest * per);
+}
+
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 {
 	const struct nw_device_info *dev;
+	double t0;
 	unsigned i;
 	int rc;
+
+	if (!timing.checked) {
+		const char *v = getenv("NW_TIMING");
+
+		timing.checked = true;
+		timing.on = v && *v && strcmp(v, "0") != 0;
+		if (timing.on)
+			atexit(timing_report);
+	}
 
 	memset(&t->index, 0, sizeof(*t) - offsetof(struct nw_trial, index));
 	if (!(c->dtypes & NW_DTYPE_BIT(t->dtype)))
@@ -95,7 +141,12 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 	dev = nw_dev_init();
 	if (!dev->available)
 		return nw_trial_error(t, false, "%s", dev->name);
+	t0 = nw_now();
 	rc = c->run(c, t);
+	if (timing.on) {
+		timing.total += nw_now() - t0;
+		timing.trials++;
+	}
 	if (rc && !t->error)
 		nw_trial_error(t, false, "%s: %s", c->name, strerror(-rc));
 	if (!rc)
