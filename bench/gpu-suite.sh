@@ -19,6 +19,8 @@ TRIALS=${NW_GPU_TRIALS:-1000}
 PER_COMMIT=${NW_GPU_PER_COMMIT:-64}
 HISTORY_S=${NW_GPU_HISTORY_S:-300}
 RUNS_S=${NW_GPU_RUNS_S:-240}
+# Runner slots: several per GPU overlap one runner's host work with another's GPU work.
+SLOTS=${NW_GPU_SLOTS:-0*8}
 R=/tmp/nwroot
 mkdir -p "$OUT"
 report=$OUT/report.md
@@ -58,12 +60,12 @@ tools = memcheck, racecheck
 every = $PER_COMMIT
 commits = ${NW_GPU_SAN_COMMITS:-1000}
 [slots]
-slots = 0
+slots = $SLOTS
 [http]
 port = 18080
 CONF
 
-log "daemon: the demo history on GPU 0"
+log "daemon: the demo history on GPU 0 (slots $SLOTS)"
 nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$OUT/gpu-util.csv" 2>/dev/null &
 smi=$!
 "$G/bin/numwatchd" --config /tmp/nw.conf >"$OUT/daemon.log" 2>&1 &
@@ -110,7 +112,7 @@ wait $daemon
 {
 	echo "## GPU run: $(date -u +%Y-%m-%d), $gpu"
 	echo
-	echo "Command: \`bench/gpu-suite.sh\` (NW_GPU_TRIALS=$TRIALS, per_commit $PER_COMMIT, slot gpu0), history in ${history_s}s."
+	echo "Command: \`bench/gpu-suite.sh\` (NW_GPU_TRIALS=$TRIALS, per_commit $PER_COMMIT, slots $SLOTS), history in ${history_s}s."
 	echo
 	echo "### Verdicts over the demo history"
 	echo
@@ -170,6 +172,14 @@ if [[ ${NW_GPU_SKIP_RUNS:-0} == 1 ]]; then
 	exit 0
 fi
 log "C runner against plain PyTorch loops"
+# Seconds a command takes, its output discarded.
+run_time() {
+	local s e
+	s=$(date +%s.%N)
+	"$@" >/dev/null 2>&1
+	e=$(date +%s.%N)
+	python3 -c "print($e - $s)"
+}
 blob=$(cat "$G/prebuilt/$newest")
 mkdir -p /tmp/nwrun && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
 	"$G/blobs/$blob/numwatch-runner-cuda.xz" /tmp/nwrun/numwatch-runner-cuda && chmod +x /tmp/nwrun/numwatch-runner-cuda
@@ -177,16 +187,33 @@ mkdir -p /tmp/nwrun && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write
 	echo
 	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials each)"
 	echo
+	echo "One process each, on an otherwise idle GPU. The PyTorch loop is timed after 5 warm-up trials;"
+	echo "the C runner's rate leaves out its start-up the same way: (500 - 1) / (t(500 trials) - t(1 trial))."
+	echo
 	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio |"
 	echo "| --- | --- | ---: | ---: | ---: |"
 	python3 bench/torch_loop.py --trials 500 --checks softmax.fwd,attention.fwd --dtypes f32,bf16 >/tmp/torch.txt 2>&1 || cat /tmp/torch.txt
 	while read -r _ check dtype n sec rate _; do
-		s=$(date +%s.%N)
-		/tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n" >/dev/null 2>&1
-		e=$(date +%s.%N)
-		c=$(python3 -c "print('%.1f' % ($n / ($e - $s)))")
+		t1=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count 1)
+		tn=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n")
+		c=$(python3 -c "print('%.1f' % (($n - 1) / ($tn - $t1)))")
 		echo "| $check | $dtype | $c | $rate | $(python3 -c "print('%.2f' % ($c / $rate))") |"
 	done < <(grep '^torch ' /tmp/torch.txt)
+	echo
+	echo "### Where a C runner's trial goes (NW_TIMING=1, 500 trials, microseconds per trial)"
+	echo
+	echo '```'
+	for cd in $(sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
+		printf '%-14s %-5s ' "${cd%%:*}" "${cd##*:}"
+		NW_TIMING=1 /tmp/nwrun/numwatch-runner-cuda --check "${cd%%:*}" --dtype "${cd##*:}" --seed 1000 --count 500 2>&1 >/dev/null | tail -1
+	done
+	echo '```'
+	echo
+	echo "### GPU references against host references (tests/gpu/gpu_refs, 200 seeds per check x dtype)"
+	echo
+	echo '```'
+	"$G/bin/gpu_refs" 200
+	echo '```'
 } >>"$report" 2>&1
 cat "$report"
 scripts/pgcluster stop /tmp/nwpg >/dev/null 2>&1
