@@ -5,6 +5,7 @@
 #   OUT/repo/                    the demo history (scripts/make-demo-repo)
 #   OUT/prebuilt/<sha>           the blob name of the commit's runners, or FAILED
 #   OUT/blobs/<name>/*.xz        numwatch-runner-cuda and -host, xz-compressed
+#   OUT/bin/                     numwatchd, numwatch and gpu_refs (Release build of this tree)
 # Identical runners (commits that do not change the binary) share one blob.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,5 +44,10 @@ for sha in $(git -C "$out/repo" rev-list --reverse main); do
 	fi
 	git -C "$out/repo" worktree remove --force "$wt"
 done
+cmake -S "$root" -B "$out/work/project" -DCMAKE_BUILD_TYPE=Release -DNW_CUDA=ON "${launcher[@]}" >"$out/work/log" 2>&1 &&
+	cmake --build "$out/work/project" -j"$(nproc)" --target numwatchd numwatch gpu_refs >>"$out/work/log" 2>&1 ||
+	{ tail -30 "$out/work/log"; exit 1; }
+mkdir -p "$out/bin"
+cp "$out/work/project/daemon/numwatchd" "$out/work/project/daemon/numwatch" "$out/work/project/tests/gpu_refs" "$out/bin/"
 rm -rf "$out/work"
-du -sh "$out/blobs"
+du -sh "$out/blobs" "$out/bin"
