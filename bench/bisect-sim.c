@@ -14,11 +14,15 @@
  * not counted in the trials below, which are the search's own. The model is
  * told f (floored at 0.001), as the daemon tells it the good side's rate.
  *
- * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q]
+ * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
  *   -r  bisections per row (400)      -j  worker processes (2)
  *   -f  trials of the bad commit's first pass (64)
  *   -n  probes run all their trials instead of stopping at the first failure
  *   -q  quick: 128 commits and one slot only
+ *   -v  on stderr, where the search's trials went: below the culprit's
+ *       parent, at the parent, at the culprit, above it; trials until the
+ *       true culprit held 0.5 and 0.9; E[q | culprit] after the first pass
+ *       and at the end; confirmation trials at the culprit and its parent
  */
 #include <math.h>
 #include <stdint.h>
@@ -155,11 +159,63 @@ static unsigned run_probe(const struct history *h, int j, unsigned max, bool sto
 struct ours {
 	double trials, rounds, wall, confirm_trials, log2_nel;
 	unsigned runs, right, right_first, ended_none, blamed;
+	/* -v: where the search's trials went, relative to the true culprit. */
+	double t_below, t_parent, t_culprit, t_above; /* trials */
+	double p_below, p_parent, p_culprit, p_above; /* probes */
+	double t_to50, t_to90;      /* trials until P(true culprit) first reached 0.5, 0.9 */
+	double q_first, q_end;      /* E[q | true culprit] after the first pass, at the end */
+	double c_culprit, c_parent; /* confirmation trials at the culprit named, at its parent */
 };
 
 /* Options of the whole sweep. */
 static unsigned first_pass = 64; /* the bad commit's first pass: the daemon's default per_commit */
 static bool run_whole_batch;     /* -n: probes run all their trials (no stop at the first failure) */
+static bool verbose;             /* -v: where the trials went, on stderr */
+
+/* The nearest eligible commit before the culprit: the one the end of the search must clear. */
+static int search_parent(const struct history *h)
+{
+	for (int i = h->culprit; i-- > 0;)
+		if (h->flags[i] == 0)
+			return i;
+	return BISECT_NONE;
+}
+
+/* -v: files one probe of the search by where it ran against the true culprit. */
+static void account(struct ours *acc, const struct history *h, struct bisect *b, int j, unsigned ran,
+		    unsigned long trials, bool *r50, bool *r90)
+{
+	int par = search_parent(h);
+	double *post;
+
+	if (h->culprit == BISECT_NONE)
+		return;
+	if (j == h->culprit) {
+		acc->t_culprit += ran;
+		acc->p_culprit++;
+	} else if (j > h->culprit) {
+		acc->t_above += ran;
+		acc->p_above++;
+	} else if (j == par) {
+		acc->t_parent += ran;
+		acc->p_parent++;
+	} else {
+		acc->t_below += ran;
+		acc->p_below++;
+	}
+	post = malloc(b->n * sizeof(double));
+	if (post && bisect_posterior(b, post, NULL) == 0) {
+		if (!*r50 && post[h->culprit] >= 0.5) {
+			*r50 = true;
+			acc->t_to50 += trials;
+		}
+		if (!*r90 && post[h->culprit] >= 0.9) {
+			*r90 = true;
+			acc->t_to90 += trials;
+		}
+	}
+	free(post);
+}
 
 /*
  * Re-tests culprit and parent with fresh seeds until bisect_confirm decides.
@@ -167,7 +223,7 @@ static bool run_whole_batch;     /* -n: probes run all their trials (no stop at 
  * the posterior, so that the search can go on from there.
  */
 static int confirm(struct bisect *b, const struct history *h, int culprit, struct rng *r,
-		   unsigned long *ctrials, bool *confirmed)
+		   unsigned long *ctrials, bool *confirmed, struct ours *acc)
 {
 	unsigned cf = 0, ct = 0, pf = 0, pt = 0, ran;
 	struct bisect_confirm_result cr;
@@ -184,6 +240,8 @@ static int confirm(struct bisect *b, const struct history *h, int culprit, struc
 		pf += run_probe(h, parent, cr.more_parent, false, r, &ran);
 		pt += ran;
 		*ctrials += (unsigned long)cr.more_culprit + cr.more_parent;
+		acc->c_culprit += cr.more_culprit;
+		acc->c_parent += cr.more_parent;
 	}
 	*confirmed = cr.verdict == BISECT_CONFIRMED;
 	if (!*confirmed) {
@@ -203,7 +261,7 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	unsigned long trials = 0, ctrials = 0, wall = 0;
 	enum bisect_status st;
 	int culprit = BISECT_NONE, rc;
-	bool blamed = false;
+	bool blamed = false, r50 = false, r90 = false;
 
 	bisect_params_default(&p);
 	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
@@ -217,6 +275,8 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 		fails = run_probe(h, (int)c->n - 1, first_pass, false, r, &ran);
 	while (fails == 0 && rate_at(h, (int)c->n - 1) > 0.0);
 	bisect_observe(&b, c->n - 1, fails, ran, false);
+	if (verbose && h->culprit != BISECT_NONE)
+		acc->q_first += bisect_culprit_rate(&b, (unsigned)h->culprit);
 
 	for (;;) {
 		while (bisect_done(&b, NULL, NULL) == BISECT_RUNNING && rounds < ROUNDS_MAX) {
@@ -237,6 +297,8 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 				rc = bisect_observe(&b, plan[x].commit, fails, ran, plan[x].failing_seeds);
 				if (rc)
 					goto out;
+				if (verbose)
+					account(acc, h, &b, (int)plan[x].commit, ran, trials, &r50, &r90);
 			}
 			rounds++;
 			wall += longest;
@@ -245,7 +307,7 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 		/* At most CONFIRM_ATTEMPTS culprits are put to the test: then nobody is blamed. */
 		if (st != BISECT_FOUND || attempts++ == CONFIRM_ATTEMPTS)
 			break;
-		rc = confirm(&b, h, culprit, r, &ctrials, &blamed);
+		rc = confirm(&b, h, culprit, r, &ctrials, &blamed, acc);
 		if (rc)
 			goto out;
 		/* What a daemon that stops at the first withdrawal would have said. */
@@ -266,6 +328,8 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	acc->wall += wall;
 	acc->confirm_trials += ctrials;
 	acc->log2_nel += log2(h->nel);
+	if (verbose && h->culprit != BISECT_NONE)
+		acc->q_end += bisect_culprit_rate(&b, (unsigned)h->culprit);
 out:
 	bisect_release(&b);
 	return rc;
@@ -417,7 +481,7 @@ static void run_cell(struct row *row, unsigned runs, uint64_t seed)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q]\n");
+	fprintf(stderr, "usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]\n");
 	exit(2);
 }
 
@@ -501,7 +565,7 @@ int main(int argc, char **argv)
 	double secs = 0.0;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "r:s:j:f:nq")) != -1) {
+	while ((opt = getopt(argc, argv, "r:s:j:f:nqv")) != -1) {
 		switch (opt) {
 		case 'r':
 			runs = (unsigned)strtoul(optarg, NULL, 10);
@@ -520,6 +584,9 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			quick = true;
+			break;
+		case 'v':
+			verbose = true;
 			break;
 		default:
 			usage();
@@ -618,6 +685,32 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < nrows; i++)
 		secs += rows[i].seconds;
 	fprintf(stderr, "bisect-sim: %u rows, %.1f cpu-seconds\n", nrows, secs);
+	if (verbose) {
+		fprintf(stderr,
+			"where the search's trials went (per bisection; probes in brackets):\n"
+			"| commits | q | f | slots | q known | below parent | parent | culprit | above | "
+			"to P=0.5 | to P=0.9 | E[q] first pass | E[q] end | confirm: culprit | confirm: "
+			"parent |\n"
+			"| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+			"| ---: | "
+			"---: | ---: |\n");
+		for (unsigned i = 0; i < nrows; i++) {
+			const struct row *r = &rows[i];
+			double u = r->o.runs;
+
+			if (r->c.q <= 0.0)
+				continue;
+			fprintf(stderr,
+				"| %u | %g | %g | %u | %s | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %.1f "
+				"(%.1f) | "
+				"%.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
+				r->c.n, r->c.q, r->c.f, r->c.slots, r->c.q_known > 0 ? "yes" : "no",
+				r->o.t_below / u, r->o.p_below / u, r->o.t_parent / u, r->o.p_parent / u,
+				r->o.t_culprit / u, r->o.p_culprit / u, r->o.t_above / u, r->o.p_above / u,
+				r->o.t_to50 / u, r->o.t_to90 / u, r->o.q_first / u, r->o.q_end / u,
+				r->o.c_culprit / u, r->o.c_parent / u);
+		}
+	}
 	if (getenv("BISECT_SIM_DEBUG"))
 		for (unsigned i = 0; i < nrows; i++)
 			fprintf(stderr,

@@ -15,7 +15,9 @@ if [ ! -x "$bin" ]; then
 fi
 jobs=$(nproc)
 start=$(date +%s)
-tables=$("$bin" -r "$runs" -j "$jobs")
+breakdown=$(mktemp)
+trap 'rm -f "$breakdown"' EXIT
+tables=$("$bin" -r "$runs" -j "$jobs" -v 2>"$breakdown")
 secs=$(($(date +%s) - start))
 echo "$tables"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
@@ -33,7 +35,8 @@ is drawn uniformly among the others. Every trial at or after the culprit fails
 independently with rate q, every other trial with the baseline flake rate f.
 The model is told f (floored at 0.001: the daemon cannot know that it is
 exactly 0) but not q, which it learns from the bad commit's first pass and
-the probes. Probes stop at their first failure. *wall* is the longest probe
+the probes. Probes stop at their first failure; a lone probe also stops at
+the passes that would end the search. *wall* is the longest probe
 of each round, summed: the search's duration in trial-times. A culprit is
 blamed only after bisect_confirm re-tested it and its parent with fresh seeds;
 a withdrawn culprit's trials go back into the posterior and the search goes
@@ -68,4 +71,15 @@ step and runs one probe at a time.
 EOF
 	echo
 	echo "$tables"
+	echo
+	echo "#### Where the search's trials go"
+	echo
+	echo "\`bisect-sim -v\`, 128 commits, one slot: the search's trials per bisection (probes in"
+	echo "brackets) by where they ran against the true culprit (the parent: the nearest"
+	echo "eligible commit before it), the trials until the true culprit first held 0.5"
+	echo "and 0.9, E[q | culprit] after the first pass and at the end, and the"
+	echo "confirmation's trials at the culprit and at its parent."
+	echo
+	grep -E '^\| (commits|---)' "$breakdown" | head -2
+	grep -E '^\| 128 \| [0-9.]+ \| [0-9.]+ \| 1 \|' "$breakdown"
 } >>"$root/docs/benchmarks.md"

@@ -421,6 +421,80 @@ static unsigned plan_trials(const struct bisect *b, unsigned j, double mass, uns
 	return t;
 }
 
+/*
+ * The passes at j after which the search would be over (one hypothesis at
+ * the confidence), or 'cap' if none within it. A lone probe that ran that
+ * far would end the search whatever it was planned for, so it need not run
+ * further: the trials past that point could not change the answer. After
+ * t passes at j a culprit i <= j keeps post[i] sum_g P(q_g | i) (1 - q_g)^t,
+ * a later one and "no culprit" post (1 - f)^t. Culprits that share the data
+ * at and after them share P(q | i): they are taken in runs, so that this is
+ * O(runs G) per pass. Out of memory: 'cap'.
+ */
+static unsigned passes_to_done(const struct bisect *b, unsigned j, unsigned cap)
+{
+	double *w = NULL, *top = NULL, *mass = NULL, *surv = NULL;
+	double later = b->post_none, later_top = b->post_none, fsurv = 1.0;
+	const double *prev = NULL;
+	unsigned runs = 0, t;
+
+	/* At most one run per eligible commit at or before j. */
+	w = malloc((size_t)(j + 1) * BISECT_QGRID * sizeof(double));
+	top = malloc((j + 1) * sizeof(double));
+	mass = malloc((j + 1) * sizeof(double));
+	surv = malloc(BISECT_QGRID * sizeof(double));
+	if (!w || !top || !mass || !surv) {
+		t = cap;
+		goto out;
+	}
+	for (unsigned i = 0; i < b->n; i++) {
+		const double *row = b->qpost + (size_t)i * BISECT_QGRID;
+
+		if (!eligible(b, i) || b->post[i] == 0.0)
+			continue;
+		if (i > j) {
+			later += b->post[i];
+			later_top = fmax(later_top, b->post[i]);
+			continue;
+		}
+		if (!prev || memcmp(prev, row, BISECT_QGRID * sizeof(double)) != 0) {
+			memcpy(w + (size_t)runs * BISECT_QGRID, row, BISECT_QGRID * sizeof(double));
+			top[runs] = mass[runs] = 0.0;
+			runs++;
+			prev = row;
+		}
+		mass[runs - 1] += b->post[i];
+		top[runs - 1] = fmax(top[runs - 1], b->post[i]);
+	}
+	for (int g = 0; g < BISECT_QGRID; g++)
+		surv[g] = 1.0;
+	for (t = 1; t < cap; t++) {
+		double z, best;
+
+		fsurv *= 1.0 - b->f;
+		for (int g = 0; g < BISECT_QGRID; g++)
+			surv[g] *= 1.0 - b->q[g];
+		z = later * fsurv;
+		best = later_top * fsurv;
+		for (unsigned r = 0; r < runs; r++) {
+			double l = 0.0;
+
+			for (int g = 0; g < BISECT_QGRID; g++)
+				l += w[(size_t)r * BISECT_QGRID + g] * surv[g];
+			z += mass[r] * l;
+			best = fmax(best, top[r] * l);
+		}
+		if (z > 0.0 && best >= b->par.confidence * z)
+			break;
+	}
+out:
+	free(w);
+	free(top);
+	free(mass);
+	free(surv);
+	return t;
+}
+
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout)
 {
 	double *eig = NULL, *mass = NULL;
@@ -509,6 +583,9 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 		} else {
 			p->failing_seeds = false;
 			p->trials = plan_trials(b, j, mass[j], cap);
+			/* A lone probe need not run past the passes that would end the search. */
+			if (np == 1)
+				p->trials = passes_to_done(b, j, p->trials);
 		}
 		if (p->trials > cap)
 			p->trials = cap;

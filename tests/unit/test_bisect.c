@@ -516,6 +516,59 @@ static void failing_seeds_first(void **state)
 	bisect_release(&b);
 }
 
+/*
+ * A lone probe stops at the passes that would end the search: had it run
+ * one trial fewer (all passing), the search would still be running. Checked
+ * on copies of the bisection (bisect_to_json), over whole searches.
+ */
+static void lone_probe_stops_at_the_decision(void **state)
+{
+	unsigned capped = 0;
+
+	(void)state;
+	for (uint64_t seed = 1; seed <= 6; seed++) {
+		struct world w = {.bug = 9, .q = 0.3, .f = 0.01, .rng = seed};
+		struct bisect b;
+		struct bisect_params p;
+		unsigned rounds = 0;
+
+		bisect_params_default(&p);
+		p.flake_rate = 0.01;
+		assert_int_equal(bisect_init(&b, 16, NULL, &p), 0);
+		assert_int_equal(bisect_observe(&b, 15, 20, 64, false), 0);
+		while (bisect_done(&b, NULL, NULL) == BISECT_RUNNING) {
+			struct bisect_plan plan;
+			struct bisect all, fewer;
+			json_t *j;
+			unsigned n, fails, ran;
+
+			assert_int_equal(bisect_next_probes(&b, 1, &plan, &n), 0);
+			assert_int_equal(n, 1);
+			j = bisect_to_json(&b);
+			assert_non_null(j);
+			assert_int_equal(bisect_from_json(&all, j), 0);
+			assert_int_equal(bisect_from_json(&fewer, j), 0);
+			json_decref(j);
+			assert_int_equal(
+			    bisect_observe(&all, plan.commit, 0, plan.trials, plan.failing_seeds), 0);
+			assert_int_equal(
+			    bisect_observe(&fewer, plan.commit, 0, plan.trials - 1, plan.failing_seeds), 0);
+			if (bisect_done(&all, NULL, NULL) != BISECT_RUNNING) {
+				capped++;
+				assert_int_equal(bisect_done(&fewer, NULL, NULL), BISECT_RUNNING);
+			}
+			bisect_release(&all);
+			bisect_release(&fewer);
+			fails = run(&w, (int)plan.commit, plan.trials, true, &ran);
+			assert_int_equal(bisect_observe(&b, plan.commit, fails, ran, plan.failing_seeds), 0);
+			assert_true(++rounds < 1000);
+		}
+		bisect_release(&b);
+	}
+	/* The situation arises: some probes could have ended the search by passing. */
+	assert_true(capped > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -530,6 +583,7 @@ int main(void)
 	    cmocka_unit_test(json_rejects_garbage),
 	    cmocka_unit_test(confirmation),
 	    cmocka_unit_test(failing_seeds_first),
+	    cmocka_unit_test(lone_probe_stops_at_the_decision),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
