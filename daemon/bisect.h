@@ -146,7 +146,9 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * the end), topped up by information gain where quantiles coincide. Each
  * probe runs until its first failure, or until 'trials' passes, chosen so
  * that that many passes would halve the probability that the culprit lies
- * at or before the probed commit. Failing seeds are used first at each
+ * at or before the probed commit; a lone probe (one per round) stops short
+ * at the passes that would end the search, since trials past them cannot
+ * change its answer. Failing seeds are used first at each
  * commit while params.failing_seeds has some left there. *nout is 0 when
  * the search is over. -EINVAL.
  */
