@@ -6,19 +6,33 @@
  *
  * A history of n commits in first-parent order has 5% unbuildable and 5%
  * same-binary commits (never the bad commit), and a culprit drawn uniformly
- * among the others; every trial at a commit at or after the culprit fails
- * independently with rate q, every other trial with the baseline flake rate
- * f. A range "without a culprit" fails at f everywhere. The bisection starts
- * as the daemon's does: the bad commit's first pass (-f, 64 trials) had
+ * among the others. Two culprit models:
+ *
+ *   race:    every trial at a commit at or after the culprit fails
+ *            independently with rate q, every other trial with the baseline
+ *            flake rate f;
+ *   seeded:  a fixed share q of seeds fail, deterministically, at every
+ *            commit from the culprit on (a shape bug: the seeds whose shape
+ *            hits it); every other trial fails at f. A fresh seed at or
+ *            after the culprit fails with q + (1 - q) f; a seed that failed
+ *            at the bad commit fails for sure there if it is one of the
+ *            culprit's seeds, and at f if it failed by a flake.
+ *
+ * A range "without a culprit" fails at f everywhere. The bisection starts
+ * as the daemon's does: the bad commit's first pass (-f, 64 fresh seeds) had
  * at least one failure, and those trials are given to the model; they are
- * not counted in the trials below, which are the search's own. The model is
- * told f (floored at 0.001), as the daemon tells it the good side's rate.
+ * not counted in the trials below, which are the search's own. In the
+ * seeded model the seeds that failed there are the bisection's failing seeds
+ * (bisect_params.failing_seeds), which the planner replays first at each
+ * commit, in order, as daemon/bisector.c does. The model is told f (floored
+ * at 0.001), as the daemon tells it the good side's rate.
  *
  * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
  *   -r  bisections per row (400)      -j  worker processes (2)
  *   -f  trials of the bad commit's first pass (64)
  *   -n  probes run all their trials instead of stopping at the first failure
  *   -q  quick: 128 commits and one slot only
+ *   -m  culprit model: race, seeded, or both (both)
  *   -v  on stderr, where the search's trials went: below the culprit's
  *       parent, at the parent, at the culprit, above it; trials until the
  *       true culprit held 0.5 and 0.9; E[q | culprit] after the first pass
@@ -92,6 +106,7 @@ struct cell {
 	double f;
 	unsigned slots;
 	double q_known; /* ablation: the model is told q */
+	bool seeded;    /* the culprit fails a fixed share q of seeds, deterministically */
 };
 
 struct history {
@@ -100,11 +115,64 @@ struct history {
 	int culprit; /* BISECT_NONE for a range without one */
 	double q, f;
 	unsigned nel;
+	bool seeded;
+	/* Seeded: the bad commit's first pass, and the seeds that failed in it, in seed order. */
+	unsigned fp_fails, fp_ran;
+	unsigned nfailing;
+	bool *failing_bad; /* [first_pass]: the seed is one of the culprit's (else it failed by a flake) */
 };
 
+/* Options of the whole sweep. */
+static unsigned first_pass = 64; /* the bad commit's first pass: the daemon's default per_commit */
+static bool run_whole_batch;     /* -n: probes run all their trials (no stop at the first failure) */
+static bool verbose;             /* -v: where the trials went, on stderr */
+
+/* The failure rate of a fresh seed at commit j. */
 static double rate_at(const struct history *h, int j)
 {
-	return h->culprit != BISECT_NONE && j >= h->culprit ? h->q : h->f;
+	if (h->culprit == BISECT_NONE || j < h->culprit)
+		return h->f;
+	return h->seeded ? h->q + (1.0 - h->q) * h->f : h->q;
+}
+
+static void history_alloc(struct history *h, unsigned n)
+{
+	memset(h, 0, sizeof(*h));
+	h->flags = malloc(n);
+	h->failing_bad = malloc(first_pass * sizeof(bool));
+	if (!h->flags || !h->failing_bad) {
+		fprintf(stderr, "bisect-sim: out of memory\n");
+		exit(1);
+	}
+}
+
+static void history_free(struct history *h)
+{
+	free(h->flags);
+	free(h->failing_bad);
+}
+
+/*
+ * Seeded: the bad commit's first pass of fresh seeds, repeated until one
+ * fails (that is what raised the regression) unless nothing can fail. Each
+ * seed is one of the culprit's with probability q (the bad commit is at or
+ * after the culprit), and fails for sure if so, else with f.
+ */
+static void seeded_first_pass(struct history *h, struct rng *r)
+{
+	do {
+		h->fp_fails = h->nfailing = 0;
+		for (unsigned t = 0; t < first_pass; t++) {
+			bool bad = h->culprit != BISECT_NONE && rng_bern(r, h->q);
+			bool flake = rng_bern(r, h->f);
+
+			if (bad || flake) {
+				h->fp_fails++;
+				h->failing_bad[h->nfailing++] = bad;
+			}
+		}
+		h->fp_ran = first_pass;
+	} while (h->fp_fails == 0 && rate_at(h, (int)h->n - 1) > 0.0);
 }
 
 static void make_history(struct history *h, const struct cell *c, struct rng *r)
@@ -114,7 +182,9 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 	h->n = c->n;
 	h->q = c->q;
 	h->f = c->f;
+	h->seeded = c->seeded;
 	h->nel = 0;
+	h->nfailing = h->fp_fails = h->fp_ran = 0;
 	for (unsigned i = 0; i < c->n; i++) {
 		double u = rng_unif(r);
 
@@ -127,14 +197,44 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 		h->nel += h->flags[i] == 0;
 	}
 	h->culprit = BISECT_NONE;
-	if (c->q <= 0.0)
-		return;
-	pick = (unsigned)(rng_unif(r) * h->nel);
-	for (unsigned i = 0; i < c->n; i++)
-		if (h->flags[i] == 0 && pick-- == 0) {
-			h->culprit = (int)i;
-			break;
+	if (c->q > 0.0) {
+		pick = (unsigned)(rng_unif(r) * h->nel);
+		for (unsigned i = 0; i < c->n; i++)
+			if (h->flags[i] == 0 && pick-- == 0) {
+				h->culprit = (int)i;
+				break;
+			}
+	}
+	/* The history's own numbers, so that ours and git bisect see the same failing seeds. */
+	if (c->seeded)
+		seeded_first_pass(h, r);
+}
+
+/* Whether failing seed s fails at commit j: for sure if it is the culprit's and j is at or after it. */
+static bool failing_seed_fails(const struct history *h, unsigned s, int j, struct rng *r)
+{
+	bool flake = rng_bern(r, h->f);
+
+	return (h->failing_bad[s] && h->culprit != BISECT_NONE && j >= h->culprit) || flake;
+}
+
+/* Failing seeds offset.. at one commit, stopping at the first failure if 'stop'; returns the failures. */
+static unsigned run_failing(const struct history *h, int j, unsigned offset, unsigned max, bool stop,
+			    struct rng *r, unsigned *ran)
+{
+	unsigned fails = 0, t;
+
+	for (t = 0; t < max && offset + t < h->nfailing; t++) {
+		if (failing_seed_fails(h, offset + t, j, r)) {
+			fails++;
+			if (stop) {
+				t++;
+				break;
+			}
 		}
+	}
+	*ran = t;
+	return fails;
 }
 
 /* Up to 'max' trials at one commit, stopping at the first failure if 'stop'; returns the failures. */
@@ -165,12 +265,11 @@ struct ours {
 	double t_to50, t_to90;      /* trials until P(true culprit) first reached 0.5, 0.9 */
 	double q_first, q_end;      /* E[q | true culprit] after the first pass, at the end */
 	double c_culprit, c_parent; /* confirmation trials at the culprit named, at its parent */
+	/* Seeded. */
+	double nfailing;  /* failing seeds the first pass gave */
+	double t_failing; /* the search's trials that replayed a failing seed */
+	double qs_end;    /* E[q_s | true culprit] at the end */
 };
-
-/* Options of the whole sweep. */
-static unsigned first_pass = 64; /* the bad commit's first pass: the daemon's default per_commit */
-static bool run_whole_batch;     /* -n: probes run all their trials (no stop at the first failure) */
-static bool verbose;             /* -v: where the trials went, on stderr */
 
 /* The nearest eligible commit before the culprit: the one the end of the search must clear. */
 static int search_parent(const struct history *h)
@@ -267,14 +366,21 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
 	p.flake_rate = fmax(c->f, 0.001);
 	p.q_known = c->q_known;
+	p.failing_seeds = h->seeded ? h->nfailing : 0;
 	rc = bisect_init(&b, c->n, h->flags, &p);
 	if (rc)
 		return rc;
 	/* The first pass that raised the regression: at least one failure, unless nothing can fail. */
-	do
-		fails = run_probe(h, (int)c->n - 1, first_pass, false, r, &ran);
-	while (fails == 0 && rate_at(h, (int)c->n - 1) > 0.0);
+	if (h->seeded) {
+		fails = h->fp_fails;
+		ran = h->fp_ran;
+	} else {
+		do
+			fails = run_probe(h, (int)c->n - 1, first_pass, false, r, &ran);
+		while (fails == 0 && rate_at(h, (int)c->n - 1) > 0.0);
+	}
 	bisect_observe(&b, c->n - 1, fails, ran, false);
+	acc->nfailing += p.failing_seeds;
 	if (verbose && h->culprit != BISECT_NONE)
 		acc->q_first += bisect_culprit_rate(&b, (unsigned)h->culprit);
 
@@ -290,7 +396,16 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 			for (unsigned x = 0; x < nplan; x++) {
 				bool stop = plan[x].stop_on_failure && !run_whole_batch;
 
-				fails = run_probe(h, (int)plan[x].commit, plan[x].trials, stop, r, &ran);
+				/* Failing seeds: the next ones not yet run at this commit, as the daemon picks them. */
+				if (plan[x].failing_seeds) {
+					fails =
+					    run_failing(h, (int)plan[x].commit, b.trial[1][plan[x].commit],
+							plan[x].trials, stop, r, &ran);
+					acc->t_failing += ran;
+				} else {
+					fails =
+					    run_probe(h, (int)plan[x].commit, plan[x].trials, stop, r, &ran);
+				}
 				trials += ran;
 				if (ran > longest)
 					longest = ran;
@@ -328,15 +443,22 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	acc->wall += wall;
 	acc->confirm_trials += ctrials;
 	acc->log2_nel += log2(h->nel);
-	if (verbose && h->culprit != BISECT_NONE)
+	if (verbose && h->culprit != BISECT_NONE) {
 		acc->q_end += bisect_culprit_rate(&b, (unsigned)h->culprit);
+		if (bisect_posterior(&b, NULL, NULL) == 0)
+			acc->qs_end += b.qbar_s[h->culprit];
+	}
 out:
 	bisect_release(&b);
 	return rc;
 }
 
-/* `git bisect run` with r repeats per probe: bad if any fails (stopping there). */
-static bool git_once(const struct history *h, unsigned r, struct rng *rng, unsigned long *trials,
+/*
+ * `git bisect run` with r repeats per probe: bad if any fails (stopping
+ * there). With 'seed' >= 0 (seeded model) each probe instead runs the one
+ * failing seed of the report with that index, r = 1.
+ */
+static bool git_once(const struct history *h, unsigned r, int seed, struct rng *rng, unsigned long *trials,
 		     unsigned *probes)
 {
 	int lo = -1, hi = (int)h->n - 1;
@@ -355,7 +477,13 @@ static bool git_once(const struct history *h, unsigned r, struct rng *rng, unsig
 		if (pick < 0)
 			break; /* only unbuildable commits left: git names the range, the user blames 'hi' */
 		(*probes)++;
-		if (run_probe(h, pick, r, true, rng, &ran))
+		if (seed >= 0) {
+			ran = 1;
+			if (failing_seed_fails(h, (unsigned)seed, pick, rng))
+				hi = pick;
+			else
+				lo = pick;
+		} else if (run_probe(h, pick, r, true, rng, &ran))
 			hi = pick;
 		else
 			lo = pick;
@@ -369,12 +497,14 @@ struct git {
 	double acc, trials, rounds;
 };
 
+/* r fresh seeds per probe, or (r = 0, seeded model) the report's first failing seed. */
 static void git_eval(const struct cell *c, unsigned runs, uint64_t seed, unsigned r, struct git *g)
 {
-	struct history h = {.flags = malloc(c->n)};
+	struct history h;
 	unsigned long trials = 0;
 	unsigned probes = 0, right = 0;
 
+	history_alloc(&h, c->n);
 	for (unsigned i = 0; i < runs; i++) {
 		struct rng rr, rt;
 
@@ -382,13 +512,13 @@ static void git_eval(const struct cell *c, unsigned runs, uint64_t seed, unsigne
 		rng_seed(&rr, seed + i);
 		make_history(&h, c, &rr);
 		rng_seed(&rt, (seed + i) ^ 0x5eedull);
-		right += git_once(&h, r, &rt, &trials, &probes);
+		right += git_once(&h, r ? r : 1, r ? -1 : 0, &rt, &trials, &probes);
 	}
 	g->r = r;
 	g->acc = (double)right / runs;
 	g->trials = (double)trials / runs;
 	g->rounds = (double)probes / runs;
-	free(h.flags);
+	history_free(&h);
 }
 
 /*
@@ -447,15 +577,21 @@ struct row {
 	struct ours o;
 	struct git g;
 	bool git_reached;
+	struct git gs; /* seeded: git bisect with the report's failing seed */
 	double bound;
 	double seconds;
+	unsigned sidx; /* the row's numbers: seed + 1000003 sidx */
 };
+
+/* Seeded rows take their numbers from this index on, whatever rows -m keeps. */
+#define SEEDED_SIDX 100
 
 static void run_cell(struct row *row, unsigned runs, uint64_t seed)
 {
-	struct history h = {.flags = malloc(row->c.n)};
+	struct history h;
 	struct timespec t0, t1;
 
+	history_alloc(&h, row->c.n);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	memset(&row->o, 0, sizeof(row->o));
 	for (unsigned i = 0; i < runs; i++) {
@@ -470,22 +606,28 @@ static void run_cell(struct row *row, unsigned runs, uint64_t seed)
 		}
 	}
 	if (row->c.q > 0.0) {
-		row->bound = row->o.log2_nel / row->o.runs / capacity(row->c.q, row->c.f);
+		/* Seeded: a replayed failing seed is a q = 1 channel, the best trial there is. */
+		row->bound =
+		    row->o.log2_nel / row->o.runs / capacity(row->c.seeded ? 1.0 : row->c.q, row->c.f);
 		row->git_reached =
 		    git_choose(&row->c, runs, seed, (double)row->o.right / row->o.runs, &row->g);
+		if (row->c.seeded)
+			git_eval(&row->c, runs, seed, 0, &row->gs);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	row->seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
-	free(h.flags);
+	history_free(&h);
 }
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]\n");
+	fprintf(stderr,
+		"usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-m race|seeded|both] [-n] "
+		"[-q] [-v]\n");
 	exit(2);
 }
 
-#define ROWS_MAX 128
+#define ROWS_MAX 256
 
 static const char culprit_header[] =
     "| commits | q | f | slots | trials | rounds | wall | confirm trials | accuracy | no retry | bound "
@@ -508,33 +650,73 @@ static void print_culprit_row(const struct row *r)
 		printf("%u* | %.1f | %.1f%% | never reaches ours |\n", r->g.r, r->g.trials, 100.0 * r->g.acc);
 }
 
+static const char seeded_header[] =
+    "| commits | q | f | slots | failing seeds | trials | rounds | wall | confirm trials | accuracy | no "
+    "retry "
+    "| bound | trials / bound | git r | git trials | git accuracy | git / ours | git, failing seed: trials "
+    "| accuracy | git / ours |\n"
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+    "---: "
+    "| ---: | ---: | ---: | ---: | ---: |\n";
+
+static void print_seeded_row(const struct row *r)
+{
+	double t = r->o.trials / r->o.runs;
+
+	printf("| %u | %g | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f | %.2f | ",
+	       r->c.n, r->c.q, r->c.f, r->c.slots, r->o.nfailing / r->o.runs, t, r->o.rounds / r->o.runs,
+	       r->o.wall / r->o.runs, r->o.confirm_trials / r->o.runs, 100.0 * r->o.right / r->o.runs,
+	       100.0 * r->o.right_first / r->o.runs, r->bound, t / r->bound);
+	if (r->git_reached)
+		printf("%u | %.1f | %.1f%% | %.2fx | ", r->g.r, r->g.trials, 100.0 * r->g.acc,
+		       r->g.trials / t);
+	else
+		printf("%u* | %.1f | %.1f%% | never reaches ours | ", r->g.r, r->g.trials, 100.0 * r->g.acc);
+	printf("%.1f | %.1f%% | %.2fx%s |\n", r->gs.trials, 100.0 * r->gs.acc, r->gs.trials / t,
+	       r->gs.acc >= (double)r->o.right / r->o.runs ? "" : " (less accurate)");
+}
+
+static const char none_header[] =
+    "| commits | f | slots | trials | rounds | wall | confirm trials | ended \"no culprit\" | "
+    "nobody blamed | no retry |\n"
+    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+
+static void print_none_row(const struct row *r)
+{
+	printf("| %u | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% |\n", r->c.n, r->c.f,
+	       r->c.slots, r->o.trials / r->o.runs, r->o.rounds / r->o.runs, r->o.wall / r->o.runs,
+	       r->o.confirm_trials / r->o.runs, 100.0 * r->o.ended_none / r->o.runs,
+	       100.0 * r->o.right / r->o.runs, 100.0 * r->o.right_first / r->o.runs);
+}
+
 /* The targets, read off the rows (so that a rerun states its own numbers). */
 static void print_targets(const struct row *rows, unsigned nrows)
 {
 	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo = 1e9, ratio_hi = 0.0;
-	bool have_acc = false;
+	bool have_acc = false, have_none = false;
 
 	printf("\n#### Targets\n\n");
 	for (unsigned i = 0; i < nrows; i++) {
 		const struct row *r = &rows[i];
 		double acc = (double)r->o.right / r->o.runs, t = r->o.trials / r->o.runs;
 
-		if (r->c.q_known > 0.0)
+		if (r->c.q_known > 0.0 || r->c.seeded)
 			continue;
 		if (r->c.q <= 0.0) {
 			blame_free_min = fmin(blame_free_min, acc);
+			have_none = true;
 			continue;
 		}
 		if (r->c.n == 128 && r->c.q == 0.05) {
 			acc_min = fmin(acc_min, acc);
 			have_acc = true;
 			if (r->c.slots == 1)
-				printf(
-				    "- 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%%, %.2fx the "
-				    "bound; git bisect %s %.1fx our trials (r = %u, %.1f%%).\n",
-				    r->c.f, 100.0 * acc, t / r->bound,
-				    r->git_reached ? "matches it with" : "never matches it, at best with",
-				    r->g.trials / t, r->g.r, 100.0 * r->g.acc);
+				printf("- Race: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%%, "
+				       "%.2fx the "
+				       "bound; git bisect %s %.1fx our trials (r = %u, %.1f%%).\n",
+				       r->c.f, 100.0 * acc, t / r->bound,
+				       r->git_reached ? "matches it with" : "never matches it, at best with",
+				       r->g.trials / t, r->g.r, 100.0 * r->g.acc);
 		}
 		if (r->c.slots == 1) {
 			ratio_lo = fmin(ratio_lo, t / r->bound);
@@ -543,13 +725,72 @@ static void print_targets(const struct row *rows, unsigned nrows)
 	}
 	if (have_acc)
 		printf(
-		    "- Accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target 99%%): %s.\n",
+		    "- Race: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target 99%%): "
+		    "%s.\n",
 		    100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
-	printf("- Ranges without a culprit: nobody blamed in at least %.1f%% (target 100%%): %s.\n",
-	       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
-	printf(
-	    "- Search trials against the bound, one slot, all culprit rows: %.2fx to %.2fx (target 1.5x).\n",
-	    ratio_lo, ratio_hi);
+	if (have_none)
+		printf("- Race: ranges without a culprit: nobody blamed in at least %.1f%% (target 100%%): "
+		       "%s.\n",
+		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
+	if (ratio_hi > 0.0)
+		printf("- Race: search trials against the bound, one slot, all culprit rows: %.2fx to %.2fx "
+		       "(target 1.5x).\n",
+		       ratio_lo, ratio_hi);
+
+	/* The seeded model. */
+	acc_min = blame_free_min = 1.0;
+	ratio_lo = 1e9;
+	ratio_hi = 0.0;
+	have_acc = have_none = false;
+
+	for (unsigned i = 0; i < nrows; i++) {
+		const struct row *r = &rows[i];
+		double acc = (double)r->o.right / r->o.runs, t = r->o.trials / r->o.runs;
+
+		if (r->c.q_known > 0.0 || !r->c.seeded)
+			continue;
+		if (r->c.q <= 0.0) {
+			blame_free_min = fmin(blame_free_min, acc);
+			have_none = true;
+			continue;
+		}
+		if (r->c.n == 128 && r->c.q == 0.05) {
+			acc_min = fmin(acc_min, acc);
+			have_acc = true;
+			if (r->c.slots == 1) {
+				printf("- Seeded: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%% "
+				       "in %.1f "
+				       "trials, %.2fx the bound log2 N / C(1, f); git bisect with fresh "
+				       "seeds %s "
+				       "%.2fx our trials (r = %u, %.1f%%); ",
+				       r->c.f, 100.0 * acc, t, t / r->bound,
+				       r->git_reached ? "matches it with" : "never matches it, at best with",
+				       r->g.trials / t, r->g.r, 100.0 * r->g.acc);
+				printf("git bisect with the report's failing seed %s: %.1f%% in %.2fx our "
+				       "trials.\n",
+				       r->gs.acc >= acc ? "matches it" : "does not match it",
+				       100.0 * r->gs.acc, r->gs.trials / t);
+			}
+		}
+		if (r->c.slots == 1) {
+			ratio_lo = fmin(ratio_lo, t / r->bound);
+			ratio_hi = fmax(ratio_hi, t / r->bound);
+		}
+	}
+	if (have_acc)
+		printf("- Seeded: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target "
+		       "99%%): "
+		       "%s.\n",
+		       100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
+	if (have_none)
+		printf("- Seeded, ranges without a culprit (the first pass's flaky seeds replayed): nobody "
+		       "blamed in at least %.1f%% (target 100%%): %s.\n",
+		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
+	if (ratio_hi > 0.0)
+		printf(
+		    "- Seeded: search trials against the bound log2 N / C(1, f), one slot, all culprit rows: "
+		    "%.2fx to %.2fx (target 1.5x).\n",
+		    ratio_lo, ratio_hi);
 }
 
 int main(int argc, char **argv)
@@ -558,14 +799,14 @@ int main(int argc, char **argv)
 	static const double qs[] = {1.0, 0.3, 0.05, 0.02};
 	static const double fs[] = {0.0, 0.005};
 	static const unsigned ks[] = {1, 4};
-	unsigned runs = 400, jobs = 2, nrows = 0;
+	unsigned runs = 400, jobs = 2, nrows = 0, nseeded = 0;
 	uint64_t seed = 20261122;
-	bool quick = false;
+	bool quick = false, race = true, seeded = true;
 	struct row *rows;
 	double secs = 0.0;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "r:s:j:f:nqv")) != -1) {
+	while ((opt = getopt(argc, argv, "r:s:j:f:m:nqv")) != -1) {
 		switch (opt) {
 		case 'r':
 			runs = (unsigned)strtoul(optarg, NULL, 10);
@@ -578,6 +819,14 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			first_pass = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'm':
+			race = strcmp(optarg, "seeded") != 0;
+			seeded = strcmp(optarg, "race") != 0;
+			if (!race && !seeded)
+				usage();
+			if (strcmp(optarg, "race") && strcmp(optarg, "seeded") && strcmp(optarg, "both"))
+				usage();
 			break;
 		case 'n':
 			run_whole_batch = true;
@@ -599,24 +848,48 @@ int main(int argc, char **argv)
 	    mmap(NULL, ROWS_MAX * sizeof(*rows), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (rows == MAP_FAILED)
 		return 1;
-	/* Ranges with a culprit. */
-	for (size_t a = 0; a < 3; a++)
-		for (size_t b = 0; b < 4; b++)
+	if (race) {
+		/* Ranges with a culprit. */
+		for (size_t a = 0; a < 3; a++)
+			for (size_t b = 0; b < 4; b++)
+				for (size_t c = 0; c < 2; c++)
+					for (size_t d = 0; d < 2; d++)
+						if (!quick || (ns[a] == 128 && ks[d] == 1))
+							rows[nrows++].c = (struct cell){ns[a], qs[b], fs[c],
+											ks[d], 0.0,   false};
+		/* Ranges without one. */
+		for (size_t a = 0; a < 3; a++)
 			for (size_t c = 0; c < 2; c++)
 				for (size_t d = 0; d < 2; d++)
 					if (!quick || (ns[a] == 128 && ks[d] == 1))
 						rows[nrows++].c =
-						    (struct cell){ns[a], qs[b], fs[c], ks[d], 0.0};
-	/* Ranges without one. */
-	for (size_t a = 0; a < 3; a++)
-		for (size_t c = 0; c < 2; c++)
+						    (struct cell){ns[a], 0.0, fs[c], ks[d], 0.0, false};
+		/* Ablation: the model told q, which separates the planner from learning q. */
+		for (size_t b = 1; b < 4; b++)
+			for (size_t c = 0; c < 2; c++)
+				rows[nrows++].c = (struct cell){128, qs[b], fs[c], 1, qs[b], false};
+		for (unsigned i = 0; i < nrows; i++)
+			rows[i].sidx = i;
+	}
+	if (seeded) {
+		/* The seeded model: the same grid. */
+		for (size_t a = 0; a < 3; a++)
+			for (size_t b = 0; b < 4; b++)
+				for (size_t c = 0; c < 2; c++)
+					for (size_t d = 0; d < 2; d++)
+						if (!quick || (ns[a] == 128 && ks[d] == 1)) {
+							rows[nrows].sidx = SEEDED_SIDX + nseeded++;
+							rows[nrows++].c = (struct cell){ns[a], qs[b], fs[c],
+											ks[d], 0.0,   true};
+						}
+		/* Without a culprit, where the first pass's flaky seeds are replayed (f = 0: none failed). */
+		for (size_t a = 0; a < 3; a++)
 			for (size_t d = 0; d < 2; d++)
-				if (!quick || (ns[a] == 128 && ks[d] == 1))
-					rows[nrows++].c = (struct cell){ns[a], 0.0, fs[c], ks[d], 0.0};
-	/* Ablation: the model told q, which separates the planner from learning q. */
-	for (size_t b = 1; b < 4; b++)
-		for (size_t c = 0; c < 2; c++)
-			rows[nrows++].c = (struct cell){128, qs[b], fs[c], 1, qs[b]};
+				if (!quick || (ns[a] == 128 && ks[d] == 1)) {
+					rows[nrows].sidx = SEEDED_SIDX + nseeded++;
+					rows[nrows++].c = (struct cell){ns[a], 0.0, fs[1], ks[d], 0.0, true};
+				}
+	}
 
 	for (unsigned w = 0; w < jobs; w++) {
 		pid_t pid = fork();
@@ -626,7 +899,7 @@ int main(int argc, char **argv)
 		if (pid == 0) {
 			/* Rows are dealt round-robin; the big ones are spread by their order. */
 			for (unsigned i = w; i < nrows; i += jobs)
-				run_cell(&rows[i], runs, seed + 1000003ull * i);
+				run_cell(&rows[i], runs, seed + 1000003ull * rows[i].sidx);
 			_exit(0);
 		}
 	}
@@ -639,53 +912,84 @@ int main(int argc, char **argv)
 		}
 	}
 
-	printf("#### Ranges with a culprit\n\n");
-	printf(
-	    "%u simulated bisections per row. *trials*: the search's trials (the bad commit's %u first-pass "
-	    "trials are given to the model, not counted); *confirm trials*: re-testing culprit and parent "
-	    "with fresh seeds; *accuracy*: the right commit named after confirmation (a withdrawn culprit's "
-	    "fresh trials go into the posterior and the search goes on); *no retry*: the same if the "
-	    "bisection ended at the first withdrawal; *bound*: "
-	    "log2(eligible commits) / capacity of one trial. git bisect: r repeats per probe, bad if any "
-	    "fails; r is the smallest reaching our accuracy, or (r*) the most accurate r when none "
-	    "does.%s\n\n",
-	    runs, first_pass, run_whole_batch ? " Probes ran all their trials (-n)." : "");
-	fputs(culprit_header, stdout);
-	for (unsigned i = 0; i < nrows; i++)
-		if (rows[i].c.q > 0.0 && rows[i].c.q_known == 0.0)
-			print_culprit_row(&rows[i]);
+	if (race) {
+		printf("#### Ranges with a culprit: a race (every trial fails independently at rate q)\n\n");
+		printf(
+		    "%u simulated bisections per row. *trials*: the search's trials (the bad commit's %u "
+		    "first-pass "
+		    "trials are given to the model, not counted); *confirm trials*: re-testing culprit and "
+		    "parent "
+		    "with fresh seeds; *accuracy*: the right commit named after confirmation (a withdrawn "
+		    "culprit's "
+		    "fresh trials go into the posterior and the search goes on); *no retry*: the same if the "
+		    "bisection ended at the first withdrawal; *bound*: "
+		    "log2(eligible commits) / capacity of one trial. git bisect: r repeats per probe, bad if "
+		    "any "
+		    "fails; r is the smallest reaching our accuracy, or (r*) the most accurate r when none "
+		    "does.%s\n\n",
+		    runs, first_pass, run_whole_batch ? " Probes ran all their trials (-n)." : "");
+		fputs(culprit_header, stdout);
+		for (unsigned i = 0; i < nrows; i++)
+			if (rows[i].c.q > 0.0 && rows[i].c.q_known == 0.0 && !rows[i].c.seeded)
+				print_culprit_row(&rows[i]);
 
-	printf("\n#### Ranges without a culprit\n\n");
-	printf("The first signal was a flake (with f = 0: started by hand, the first pass saw no failure). "
-	       "git bisect names a commit every time.\n\n");
-	printf("| commits | f | slots | trials | rounds | wall | confirm trials | ended \"no culprit\" | "
-	       "nobody blamed | no retry |\n");
-	printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-	for (unsigned i = 0; i < nrows; i++) {
-		const struct row *r = &rows[i];
+		printf("\n#### Ranges without a culprit\n\n");
+		printf("The first signal was a flake (with f = 0: started by hand, the first pass saw no "
+		       "failure). "
+		       "git bisect names a commit every time.\n\n");
+		fputs(none_header, stdout);
+		for (unsigned i = 0; i < nrows; i++)
+			if (rows[i].c.q <= 0.0 && !rows[i].c.seeded)
+				print_none_row(&rows[i]);
 
-		if (r->c.q > 0.0)
-			continue;
-		printf("| %u | %g | %u | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %.1f%% |\n", r->c.n,
-		       r->c.f, r->c.slots, r->o.trials / r->o.runs, r->o.rounds / r->o.runs,
-		       r->o.wall / r->o.runs, r->o.confirm_trials / r->o.runs,
-		       100.0 * r->o.ended_none / r->o.runs, 100.0 * r->o.right / r->o.runs,
-		       100.0 * r->o.right_first / r->o.runs);
+		printf("\n#### Ablation: the model told q\n\n");
+		printf("The same cells with the culprit's rate given to the model (`q_known`): the gap to "
+		       "the rows "
+		       "above is the price of learning q from the first pass and the probes.\n\n");
+		fputs(culprit_header, stdout);
+		for (unsigned i = 0; i < nrows; i++)
+			if (rows[i].c.q_known > 0.0)
+				print_culprit_row(&rows[i]);
+		printf("\n");
 	}
 
-	printf("\n#### Ablation: the model told q\n\n");
-	printf("The same cells with the culprit's rate given to the model (`q_known`): the gap to the rows "
-	       "above is the price of learning q from the first pass and the probes.\n\n");
-	fputs(culprit_header, stdout);
-	for (unsigned i = 0; i < nrows; i++)
-		if (rows[i].c.q_known > 0.0)
-			print_culprit_row(&rows[i]);
+	if (seeded) {
+		printf("#### Ranges with a culprit: deterministic per seed (failing seeds replayed)\n\n");
+		printf("%u simulated bisections per row, columns as above. *failing seeds*: the seeds that "
+		       "failed in the "
+		       "bad commit's first pass (%u fresh seeds), which the model is given and replays first "
+		       "at each "
+		       "commit, stopping at the first failure; *trials* counts them with the fresh ones. "
+		       "*bound*: "
+		       "log2(eligible commits) / C(1, f), a replayed failing seed being a q = 1 channel. git "
+		       "bisect "
+		       "with fresh seeds: r repeats per probe as above; *git, failing seed*: one run per "
+		       "probe with "
+		       "the first failing seed of the report (r = 1), the accuracy it reaches whatever it "
+		       "is.%s\n\n",
+		       runs, first_pass, run_whole_batch ? " Probes ran all their trials (-n)." : "");
+		fputs(seeded_header, stdout);
+		for (unsigned i = 0; i < nrows; i++)
+			if (rows[i].c.q > 0.0 && rows[i].c.seeded)
+				print_seeded_row(&rows[i]);
+
+		printf("\n#### Ranges without a culprit: the first pass's failing seeds replayed\n\n");
+		printf(
+		    "The seeded model's f = 0.005 rows: the seeds that failed in the first pass failed by a "
+		    "flake, "
+		    "and the model replays them first (with f = 0 nothing failed, and the rows are the ones "
+		    "above).\n\n");
+		fputs(none_header, stdout);
+		for (unsigned i = 0; i < nrows; i++)
+			if (rows[i].c.q <= 0.0 && rows[i].c.seeded)
+				print_none_row(&rows[i]);
+	}
 
 	print_targets(rows, nrows);
 	for (unsigned i = 0; i < nrows; i++)
 		secs += rows[i].seconds;
 	fprintf(stderr, "bisect-sim: %u rows, %.1f cpu-seconds\n", nrows, secs);
-	if (verbose) {
+	if (verbose && race) {
 		fprintf(stderr,
 			"where the search's trials went (per bisection; probes in brackets):\n"
 			"| commits | q | f | slots | q known | below parent | parent | culprit | above | "
@@ -698,7 +1002,7 @@ int main(int argc, char **argv)
 			const struct row *r = &rows[i];
 			double u = r->o.runs;
 
-			if (r->c.q <= 0.0)
+			if (r->c.q <= 0.0 || r->c.seeded)
 				continue;
 			fprintf(stderr,
 				"| %u | %g | %g | %u | %s | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %.1f "
@@ -709,6 +1013,33 @@ int main(int argc, char **argv)
 				r->o.t_culprit / u, r->o.p_culprit / u, r->o.t_above / u, r->o.p_above / u,
 				r->o.t_to50 / u, r->o.t_to90 / u, r->o.q_first / u, r->o.q_end / u,
 				r->o.c_culprit / u, r->o.c_parent / u);
+		}
+	}
+	if (verbose && seeded) {
+		fprintf(
+		    stderr,
+		    "seeded: where the search's trials went (per bisection; probes in brackets):\n"
+		    "| commits | q | f | slots | failing seeds | failing-seed trials | below parent | parent "
+		    "| "
+		    "culprit | above | to P=0.5 | to P=0.9 | E[q] end | E[q_s] end | confirm: culprit | "
+		    "confirm: parent |\n"
+		    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+		    "---: | ---: | ---: | ---: |\n");
+		for (unsigned i = 0; i < nrows; i++) {
+			const struct row *r = &rows[i];
+			double u = r->o.runs;
+
+			if (r->c.q <= 0.0 || !r->c.seeded)
+				continue;
+			fprintf(
+			    stderr,
+			    "| %u | %g | %g | %u | %.1f | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | "
+			    "%.1f (%.1f) | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
+			    r->c.n, r->c.q, r->c.f, r->c.slots, r->o.nfailing / u, r->o.t_failing / u,
+			    r->o.t_below / u, r->o.p_below / u, r->o.t_parent / u, r->o.p_parent / u,
+			    r->o.t_culprit / u, r->o.p_culprit / u, r->o.t_above / u, r->o.p_above / u,
+			    r->o.t_to50 / u, r->o.t_to90 / u, r->o.q_end / u, r->o.qs_end / u,
+			    r->o.c_culprit / u, r->o.c_parent / u);
 		}
 	}
 	if (getenv("BISECT_SIM_DEBUG"))

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench/bisect-sim.sh [BUILD_DIR] [RUNS]: flake-aware bisection (daemon/bisect.c)
 # against `git bisect` with repeated probes and against the information bound,
-# by the deterministic simulator bench/bisect-sim. Builds nothing: it runs the
-# binary from BUILD_DIR (default: build/). Appends a dated section to
-# docs/benchmarks.md.
+# by the deterministic simulator bench/bisect-sim, for both culprit models (a
+# race, and a culprit deterministic per seed whose failing seeds are
+# replayed). Builds nothing: it runs the binary from BUILD_DIR (default:
+# build/). Appends a dated section to docs/benchmarks.md: move it in place of
+# the previous one by hand, keeping the hand-written notes that follow it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -31,8 +33,27 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 	cat <<'EOF'
 Setup. A history of n commits in first-parent order; 5% of commits do not build
 and 5% have the same binary as their parent (never the bad commit); the culprit
-is drawn uniformly among the others. Every trial at or after the culprit fails
-independently with rate q, every other trial with the baseline flake rate f.
+is drawn uniformly among the others. Two culprit models, each over the same
+grid:
+
+- *race*: every trial at or after the culprit fails independently with rate q,
+  every other trial with the baseline flake rate f. The hardest case: a seed
+  that failed once is no likelier to fail again. (These rows run with no
+  failing seeds given to the model.)
+- *seeded*: a fixed share q of seeds fail, deterministically, at every commit
+  from the culprit on and never before (a softmax tail bug fails exactly the
+  seeds whose shape has C > 1024 and C % 4 != 0); every other trial fails at
+  f. The seeds that failed in the bad commit's first pass (about 64 q of them,
+  plus any flakes) are the bisection's failing seeds
+  (`bisect_params.failing_seeds`): bisect_next_probes replays them first at
+  each commit, each once per commit, and the simulator runs them in order
+  from the first not yet run there; `bisect_observe` records those trials
+  as failing-seed trials, which the model fits with their own rate q_s. Replayed at a commit at or after the
+  culprit, a failing seed that is one of the culprit's fails for sure; one
+  that failed by a flake fails at f, as everything does before the culprit.
+  Fresh seeds fail at q + (1 - q) f at or after the culprit. Confirmation
+  uses fresh seeds in both models.
+
 The model is told f (floored at 0.001: the daemon cannot know that it is
 exactly 0) but not q, which it learns from the bad commit's first pass and
 the probes. Probes stop at their first failure; a lone probe also stops at
@@ -61,13 +82,27 @@ certainty costs about ln(99) / D(f || q) clean trials at the culprit's
 parent alone: 90 at q = 0.05, f = 0. So no search reaches it; the ablation
 rows show how much of the gap is the price of learning q.)
 
+The bound, seeded. A replayed failing seed that is one of the culprit's is a
+q = 1 channel: it fails at j for sure if the culprit is at or before j, else
+at f. No trial does better (a fresh seed is the C(q, f) channel above, and a
+failing seed that may have been a flake is a mixture of the two): the outcome
+of any trial given the culprit is a Bernoulli whose rate lies in [f, 1], and
+the capacity over that set is C(1, f), at its end points. So E[trials] >=
+log2 N / C(1, f): log2 N at f = 0 (C = 1 bit), log2 N / 0.977 at f = 0.005.
+
 git bisect. `git bisect run` with r trials per probe, a probe bad if any of
 them fails (stopping there), unbuildable commits skipped (git bisect skip:
 the nearest buildable one), the bad commit taken as bad. r is the smallest
 value reaching our accuracy on the same histories, or, marked r*, the most
 accurate r when none does: with f > 0 a larger r also makes clean commits
 look bad, so its accuracy peaks and falls. git bisect has no confirmation
-step and runs one probe at a time.
+step and runs one probe at a time. In the seeded model two users: one who
+re-runs the test with r fresh seeds per probe (as above), and one who passes
+the report's first failing seed to `git bisect run` (r = 1, that seed). The
+latter is an exact binary search when f = 0; with f > 0 it goes astray when
+that seed failed by a flake at the bad commit (it then passes everywhere and
+git names the bad commit) or flakes once at a clean commit, and it has
+nothing to tell it so.
 EOF
 	echo
 	echo "$tables"
@@ -78,8 +113,15 @@ EOF
 	echo "brackets) by where they ran against the true culprit (the parent: the nearest"
 	echo "eligible commit before it), the trials until the true culprit first held 0.5"
 	echo "and 0.9, E[q | culprit] after the first pass and at the end, and the"
-	echo "confirmation's trials at the culprit and at its parent."
+	echo "confirmation's trials at the culprit and at its parent. Race:"
 	echo
-	grep -E '^\| (commits|---)' "$breakdown" | head -2
-	grep -E '^\| 128 \| [0-9.]+ \| [0-9.]+ \| 1 \|' "$breakdown"
+	# The -v tables on stderr: the race one, then the seeded one after its title line.
+	awk '/^seeded:/ { exit } /^\| (commits|---)/ && n < 2 { print; n++; next }
+	     /^\| 128 \| [0-9.]+ \| [0-9.]+ \| 1 \|/' "$breakdown"
+	echo
+	echo "Seeded, with the failing seeds the first pass gave, the search's trials that"
+	echo "replayed one, and E[q_s | culprit], the failing seeds' rate, at the end:"
+	echo
+	awk '/^seeded:/ { on = 1; next } on && /^\| (commits|---)/ { print; next }
+	     on && /^\| 128 \| [0-9.]+ \| [0-9.]+ \| 1 \|/' "$breakdown"
 } >>"$root/docs/benchmarks.md"
