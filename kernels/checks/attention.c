@@ -14,7 +14,10 @@
  * dP = dO V^T, the softmax backward (float inside, rounded once), times
  * scale, dQ = dS K, dK = dS^T Q. Matrix products accumulate in float and
  * round once. The last product of each output is summed in several orders
- * (fewer for large cases, to keep trials cheap).
+ * (fewer for large cases, to keep trials cheap). Both are computed on the
+ * host or on the GPU (attention_ref.c, attention_ref.cu; the kernel table's
+ * refs), after the inputs are uploaded and before the kernel runs; the
+ * plain programs' errors come back reduced per element.
  */
 #include <errno.h>
 #include <math.h>
@@ -158,20 +161,6 @@ static void data_free(struct attn_data *a)
 	free(a->o_s);
 }
 
-/* The last key row i sees (or -1 and below: none). */
-static long last_key(const struct attn_dims *s, long i)
-{
-	return s->causal ? i + s->seqlen_k - s->seqlen_q : (long)s->seqlen_k - 1;
-}
-
-/* Number of keys row i sees. */
-static long visible(const struct attn_dims *s, long i)
-{
-	long l = last_key(s, i) + 1;
-
-	return l < 0 ? 0 : l > s->seqlen_k ? s->seqlen_k : l;
-}
-
 static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_data *a)
 {
 	enum nw_dtype d = t->dtype;
@@ -247,214 +236,6 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_da
 	return 0;
 }
 
-/* ---- products ---------------------------------------------------------------------------- */
-
-/* C[m][n] = A[m][kd] B[n][kd]^T in double, each element summed over kd in order. bt: scratch [kd][n]. */
-static void mm_nt_d(const double *A, const double *B, long m, long n, long kd, double *bt, double *C)
-{
-	long i, j, x;
-
-	for (j = 0; j < n; j++)
-		for (x = 0; x < kd; x++)
-			bt[x * n + j] = B[j * kd + x];
-	for (i = 0; i < m; i++) {
-		double *c = C + i * n;
-
-		for (j = 0; j < n; j++)
-			c[j] = 0.0;
-		for (x = 0; x < kd; x++) {
-			double av = A[i * kd + x];
-			const double *b = bt + x * n;
-
-			for (j = 0; j < n; j++)
-				c[j] += av * b[j];
-		}
-	}
-}
-
-/* The same in float, from double inputs that hold dtype values. bt: scratch [kd][n]. */
-static void mm_nt_f(const double *A, const double *B, long m, long n, long kd, float *bt, float *C)
-{
-	long i, j, x;
-
-	for (j = 0; j < n; j++)
-		for (x = 0; x < kd; x++)
-			bt[x * n + j] = (float)B[j * kd + x];
-	for (i = 0; i < m; i++) {
-		float *c = C + i * n;
-
-		for (j = 0; j < n; j++)
-			c[j] = 0.0f;
-		for (x = 0; x < kd; x++) {
-			float av = (float)A[i * kd + x];
-			const float *b = bt + x * n;
-
-			for (j = 0; j < n; j++)
-				c[j] += av * b[j];
-		}
-	}
-}
-
-/*
- * C[m][n] = sum over x of A(i, x) B[x][n] in float, the x in order o; A(i, x)
- * is A[i * as + x * xs] (so A or its transpose). Rounded to the dtype into out.
- */
-static void mm_ordered(enum nw_dtype d, const float *A, long as, long xs, const float *B, long m, long n,
-		       long kd, int o, float *acc, double *out)
-{
-	long i, j, x, *perm = ck_perm(o, kd);
-
-	for (i = 0; i < m; i++) {
-		for (j = 0; j < n; j++)
-			acc[j] = 0.0f;
-		for (x = 0; x < kd; x++) {
-			long xo = ck_at(perm, o, x, kd);
-			float av = A[i * as + xo * xs];
-			const float *b = B + xo * n;
-
-			if (av == 0.0f)
-				continue; /* adds +0 or -0 to a sum that is +0 or not: no change but the sign of 0 */
-			for (j = 0; j < n; j++)
-				acc[j] += av * b[j];
-		}
-		for (j = 0; j < n; j++)
-			out[i * n + j] = nw_round(d, acc[j]);
-	}
-	free(perm);
-}
-
-/* ---- the forward: reference and plain ------------------------------------------------------- */
-
-/*
- * Float64 forward of one (batch, head): P (probabilities, 0 where masked;
- * rows that see nothing are all 0), O and LSE. S: scratch [sq][sk].
- */
-static void ref_fwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v,
-		       double *bt, double *S, double *P, double *o, double *lse)
-{
-	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
-
-	mm_nt_d(q, k, sq, sk, D, bt, S);
-	for (i = 0; i < sq; i++) {
-		long nv = visible(s, i);
-		double m = -INFINITY, l = 0.0;
-
-		for (j = 0; j < nv; j++)
-			m = fmax(m, (double)s->scale * S[i * sk + j]);
-		for (j = 0; j < sk; j++) {
-			P[i * sk + j] = j < nv ? exp((double)s->scale * S[i * sk + j] - m) : 0.0;
-			l += P[i * sk + j];
-		}
-		for (x = 0; x < D; x++)
-			o[i * D + x] = 0.0;
-		if (nv == 0) {
-			lse[i] = -INFINITY;
-			continue;
-		}
-		for (j = 0; j < nv; j++) {
-			P[i * sk + j] /= l;
-			for (x = 0; x < D; x++)
-				o[i * D + x] += P[i * sk + j] * v[j * D + x];
-		}
-		lse[i] = m + log(l);
-	}
-}
-
-/*
- * The plain forward of one (batch, head), order o: P rounded (into Pf), O and
- * LSE. Sf: scores already rounded and scaled [sq][sk].
- */
-static void plain_fwd_bh(enum nw_dtype d, const struct attn_dims *s, const float *Sf, const float *vf, int o,
-			 float *Pf, float *acc, double *out, double *lse)
-{
-	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j;
-
-	for (i = 0; i < sq; i++) {
-		long nv = visible(s, i);
-		float m = -INFINITY, sum = 0.0f;
-
-		for (j = 0; j < nv; j++)
-			m = fmaxf(m, Sf[i * sk + j]);
-		for (j = 0; j < nv; j++)
-			sum += expf(Sf[i * sk + nw_order_index(o, j, nv)] - m);
-		for (j = 0; j < sk; j++)
-			Pf[i * sk + j] = j < nv ? nw_round(d, expf(Sf[i * sk + j] - m) / sum) : 0.0f;
-		/* softmax of nothing is NaN in the plain program: left out of the budget */
-		lse[i] = nv ? (double)(m + logf(sum)) : NAN;
-	}
-	mm_ordered(d, Pf, sk, 1, vf, sq, D, sk, o, acc, out);
-	for (i = 0; i < sq; i++)
-		if (visible(s, i) == 0)
-			for (j = 0; j < D; j++)
-				out[i * D + j] = NAN;
-}
-
-/* Scores of the plain program: round(round(Q K^T) * scale), one (batch, head). */
-static void plain_scores(enum nw_dtype d, const struct attn_dims *s, const double *q, const double *k,
-			 float *bt, float *Sf)
-{
-	long n = (long)s->seqlen_q * s->seqlen_k, i;
-
-	mm_nt_f(q, k, s->seqlen_q, s->seqlen_k, s->head_dim, bt, Sf);
-	for (i = 0; i < n; i++)
-		Sf[i] = nw_round(d, nw_round(d, Sf[i]) * s->scale);
-}
-
-/* Everything the references and plain programs of one trial need as scratch. */
-struct work {
-	double *bt, *S, *P, *dP;
-	float *fbt, *Sf, *Pf, *vf, *acc, *dSf, *kf, *qf, *dof;
-};
-
-static void work_free(struct work *w)
-{
-	free(w->bt);
-	free(w->S);
-	free(w->P);
-	free(w->dP);
-	free(w->fbt);
-	free(w->Sf);
-	free(w->Pf);
-	free(w->vf);
-	free(w->acc);
-	free(w->dSf);
-	free(w->kf);
-	free(w->qf);
-	free(w->dof);
-}
-
-static int work_alloc(struct work *w, const struct attn_dims *s)
-{
-	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, mx = sq > sk ? sq : sk;
-	long bt = D * mx > 3 * mx ? D * mx : 3 * mx, ss = sq * sk;
-
-	w->bt = ck_doubles(bt > ss ? bt : ss);
-	w->S = ck_doubles(ss);
-	w->P = ck_doubles(ss);
-	w->dP = ck_doubles(ss);
-	w->fbt = ck_floats(bt > ss ? bt : ss);
-	w->Sf = ck_floats(ss);
-	w->Pf = ck_floats(ss);
-	w->vf = ck_floats(sk * D);
-	w->acc = ck_floats(mx > D ? mx : D);
-	w->dSf = ck_floats(ss);
-	w->kf = ck_floats(sk * D);
-	w->qf = ck_floats(sq * D);
-	w->dof = ck_floats(sq * D);
-	return w->bt && w->S && w->P && w->dP && w->fbt && w->Sf && w->Pf && w->vf && w->acc && w->dSf &&
-		       w->kf && w->qf && w->dof
-		   ? 0
-		   : -ENOMEM;
-}
-
-static void to_floats(const double *x, long n, float *f)
-{
-	long i;
-
-	for (i = 0; i < n; i++)
-		f[i] = (float)x[i];
-}
-
 /* ---- launches ---------------------------------------------------------------------------- */
 
 struct launch_ctx {
@@ -491,50 +272,63 @@ static double max_abs(const double *x, long n)
 	return m;
 }
 
+/* The backend's references (attention.h); tests with their own kernel tables get the host's. */
+static const struct attention_refs *refs_of(const struct attention_kernels *k)
+{
+	return k->refs ? k->refs : &attention_refs_host;
+}
+
+/* A reference that failed: out of memory, or a device error already recorded. */
+static int refs_failed(struct nw_trial *t, int rc)
+{
+	return rc == -ENOMEM ? rc : nw_trial_device_error(t);
+}
+
+static int upload(struct nw_trial *t, void **dev, const void *host, long n, enum nw_dtype d)
+{
+	return nw_input_upload(t, dev, host, (size_t)n * nw_dtype_size(d));
+}
+
 static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 {
 	const struct attention_kernels *k = c->kernels;
 	enum nw_dtype d = t->dtype;
 	struct attn_data a = {0};
-	struct work w = {0};
-	struct ck_plain plain[2];
+	struct attn_ref_in in = {0};
 	struct nw_output out[2] = {{0}};
 	struct launch_ctx ctx;
-	double *ref_o = NULL, *ref_lse = NULL;
+	double *ref_o = NULL, *ref_lse = NULL, *err_o = NULL, *err_lse = NULL, t0;
 	void *q_dev = NULL, *k_dev = NULL, *v_dev = NULL;
-	long bh, D, sq, sk;
-	int rc, o, i;
+	long D, sq;
+	int rc, i;
 
-	memset(plain, 0, sizeof(plain));
 	rc = gen_data(c, t, &a);
 	if (rc)
 		goto out;
 	D = a.s.head_dim;
 	sq = a.s.seqlen_q;
-	sk = a.s.seqlen_k;
 	ref_o = ck_doubles(a.nq);
 	ref_lse = ck_doubles(a.nlse);
-	if (!ref_o || !ref_lse || work_alloc(&w, &a.s) ||
-	    ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) ||
-	    ck_plain_alloc(&plain[1], (unsigned)a.orders, a.nlse)) {
+	err_o = ck_doubles(a.nq);
+	err_lse = ck_doubles(a.nlse);
+	if (!ref_o || !ref_lse || !err_o || !err_lse) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (bh = 0; bh < a.nbh; bh++) {
-		long qo = bh * sq * D, ko = bh * sk * D;
-
-		ref_fwd_bh(&a.s, a.q + qo, a.k + ko, a.v + ko, w.bt, w.S, w.P, ref_o + qo, ref_lse + bh * sq);
-		plain_scores(d, &a.s, a.q + qo, a.k + ko, w.fbt, w.Sf);
-		to_floats(a.v + ko, sk * D, w.vf);
-		for (o = 0; o < a.orders; o++)
-			plain_fwd_bh(d, &a.s, w.Sf, w.vf, o, w.Pf, w.acc, plain[0].p[o] + qo,
-				     plain[1].p[o] + bh * sq);
+	if ((rc = upload(t, &q_dev, a.q_s, a.nq, d)) || (rc = upload(t, &k_dev, a.k_s, a.nk, d)) ||
+	    (rc = upload(t, &v_dev, a.v_s, a.nk, d)))
+		goto out;
+	/* Before the kernel runs: a kernel that scribbles on its inputs cannot bend the reference. */
+	in = (struct attn_ref_in){
+	    .q = a.q, .k = a.k, .v = a.v, .q_dev = q_dev, .k_dev = k_dev, .v_dev = v_dev, .orders = a.orders};
+	t0 = nw_now();
+	rc = refs_of(k)->fwd(d, &a.s, &in, ref_o, ref_lse, err_o, err_lse);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
+	if (rc) {
+		rc = refs_failed(t, rc);
+		goto out;
 	}
-
-	if ((rc = nw_input_upload(t, &q_dev, a.q_s, (size_t)a.nq * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &k_dev, a.k_s, (size_t)a.nk * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &v_dev, a.v_s, (size_t)a.nk * nw_dtype_size(d))) ||
-	    (rc = nw_output_init(t, &out[0], "o", d, (size_t)a.nq)) ||
+	if ((rc = nw_output_init(t, &out[0], "o", d, (size_t)a.nq)) ||
 	    (rc = nw_output_init(t, &out[1], "lse", NW_F32, (size_t)a.nlse)))
 		goto out;
 	ctx = (struct launch_ctx){.k = k,
@@ -553,7 +347,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		struct ck_tensor ot = {.name = "o",
 				       .out = &out[0],
 				       .ref = ref_o,
-				       .plain = &plain[0],
+				       .plain_err = err_o,
 				       .factor = c->budget_factor,
 				       .floor_scale = ck_floor_scale(d, max_abs(a.v, a.nk), 0.0),
 				       .dims = odims,
@@ -563,7 +357,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		struct ck_tensor lt = {.name = "lse",
 				       .out = &out[1],
 				       .ref = ref_lse,
-				       .plain = &plain[1],
+				       .plain_err = err_lse,
 				       .factor = c->budget_factor,
 				       .dims = ldims,
 				       .ndim = 3,
@@ -573,210 +367,105 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		ck_compare(t, &lt);
 	}
 out:
-	for (i = 0; i < 2; i++) {
+	for (i = 0; i < 2; i++)
 		nw_output_release(&out[i]);
-		ck_plain_free(&plain[i]);
-	}
 	nw_input_release(q_dev);
 	nw_input_release(k_dev);
 	nw_input_release(v_dev);
 	free(ref_o);
 	free(ref_lse);
-	work_free(&w);
+	free(err_o);
+	free(err_lse);
 	data_free(&a);
 	return rc;
 }
 
-/* ---- the backward: reference and plain ----------------------------------------------------- */
-
 /*
- * Float64 backward of one (batch, head), as a function of the backward's
- * inputs: P = exp(scale * Q K^T - LSE) with the given LSE (0 where masked),
- * dV = P^T dO, dP = dO V^T, dS = P (dP - delta) with delta = rowsum(dO * O)
- * of the given O, dQ = scale dS K, dK = scale dS^T Q. With the exact O and
- * LSE this is the gradient of attention; with the stored ones it is what a
- * kernel that is handed them can be asked for (their rounding is not the
- * kernel's error). mag[0..2] grow to the sizes of the terms of dQ, dK, dV
- * (the floors of their budgets).
+ * The backward's reference is the gradient formula on the backward's inputs
+ * (attention_ref.c, ref_bwd_bh), the forward's O and LSE among them: the
+ * float64 forward's, rounded (attention_refs.bwd_inputs).
  */
-static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double *k, const double *v,
-		       const double *dout, const double *o, const float *lse, struct work *w, double *dq,
-		       double *dk, double *dv, double mag[3])
-{
-
-	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
-	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D),
-	       mdo = max_abs(dout, sq * D);
-	/* bt is free after the products */
-	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk;
-
-	mm_nt_d(q, k, sq, sk, D, w->bt, S);
-	mm_nt_d(dout, v, sq, sk, D, w->bt, dP);
-	for (x = 0; x < sk * D; x++)
-		dk[x] = dv[x] = 0.0;
-	for (j = 0; j < sk; j++)
-		colabs[j] = colp[j] = 0.0;
-	for (i = 0; i < sq; i++) {
-		const double *dpr = dP + i * sk;
-		long nv = visible(s, i);
-		double delta = 0.0, rowabs = 0.0;
-
-		for (x = 0; x < D; x++) {
-			delta += dout[i * D + x] * o[i * D + x];
-			dq[i * D + x] = 0.0;
-		}
-		for (j = 0; j < nv; j++) {
-			double p = exp(sc * S[i * sk + j] - (double)lse[i]), ds = p * (dpr[j] - delta);
-			/*
-			 * A kernel recomputes p = exp(scale * s - LSE) from a float score
-			 * and the float LSE: its rounding grows with the size of the two,
-			 * not with p.
-			 */
-			double grow = 1.0 + fabs(sc * S[i * sk + j]) + fabs((double)lse[i]);
-			double dsa = p * (fabs(dpr[j]) + fabs(delta)) * grow;
-
-			rowabs += dsa;
-			colabs[j] += dsa;
-			colp[j] += p * grow;
-			for (x = 0; x < D; x++) {
-				dq[i * D + x] += ds * k[j * D + x];
-				dk[j * D + x] += ds * q[i * D + x];
-				dv[j * D + x] += p * dout[i * D + x];
-			}
-		}
-		for (x = 0; x < D; x++)
-			dq[i * D + x] *= sc;
-		mag[0] = fmax(mag[0], sc * rowabs * mk);
-	}
-	for (j = 0; j < sk; j++) {
-		for (x = 0; x < D; x++)
-			dk[j * D + x] *= sc;
-		mag[1] = fmax(mag[1], sc * colabs[j] * mq);
-		mag[2] = fmax(mag[2], colp[j] * mdo);
-	}
-}
-
-/*
- * The plain backward of one (batch, head) in order o, from the plain forward's
- * P (Pf, rounded): dV = P^T dO; dP = dO V^T; dS = softmax backward, times
- * scale; dQ = dS K; dK = dS^T Q. Everything but the last products is the same
- * for every order: computed when o is 0 into dSf.
- */
-static void plain_bwd_bh(enum nw_dtype d, const struct attn_dims *s, const double *q, const double *k,
-			 const double *v, const double *dout, int o, struct work *w, double *dq, double *dk,
-			 double *dv)
-{
-	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j;
-
-	if (o == 0) {
-		float *dPf = w->Sf; /* the scores are not needed any more */
-
-		mm_nt_f(dout, v, sq, sk, D, w->fbt, dPf);
-		for (i = 0; i < sq * sk; i++)
-			dPf[i] = nw_round(d, dPf[i]);
-		for (i = 0; i < sq; i++) {
-			float dot = 0.0f;
-
-			for (j = 0; j < sk; j++)
-				dot += w->Pf[i * sk + j] * dPf[i * sk + j];
-			for (j = 0; j < sk; j++) {
-				float ds = nw_round(d, w->Pf[i * sk + j] * (dPf[i * sk + j] - dot));
-
-				w->dSf[i * sk + j] = nw_round(d, ds * s->scale);
-			}
-		}
-		to_floats(k, sk * D, w->kf);
-		to_floats(q, sq * D, w->qf);
-		to_floats(dout, sq * D, w->dof);
-	}
-	/* dV[j] = sum_i P[i][j] dO[i]; dQ[i] = sum_j dS[i][j] K[j]; dK[j] = sum_i dS[i][j] Q[i]. */
-	mm_ordered(d, w->Pf, 1, sk, w->dof, sk, D, sq, o, w->acc, dv);
-	mm_ordered(d, w->dSf, sk, 1, w->kf, sq, D, sk, o, w->acc, dq);
-	mm_ordered(d, w->dSf, 1, sk, w->qf, sk, D, sq, o, w->acc, dk);
-	/* rows that see nothing: the plain program gives NaN (softmax of nothing) */
-	for (i = 0; i < sq; i++)
-		if (visible(s, i) == 0)
-			for (j = 0; j < D; j++)
-				dq[i * D + j] = NAN;
-}
-
 static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 {
 	const struct attention_kernels *k = c->kernels;
+	const struct attention_refs *refs = refs_of(k);
 	enum nw_dtype d = t->dtype;
 	struct attn_data a = {0};
-	struct work w = {0};
-	struct ck_plain plain[3];
+	struct attn_ref_in in = {0};
 	struct nw_output out[3] = {{0}};
 	struct launch_ctx ctx;
-	double *ref[3] = {NULL}, *ref_lse = NULL, mag[3] = {0.0, 0.0, 0.0};
+	double *ref[3] = {NULL}, *err[3] = {NULL}, mag[3] = {0.0, 0.0, 0.0}, t0;
 	void *q_dev = NULL, *k_dev = NULL, *v_dev = NULL, *o_dev = NULL, *dout_dev = NULL, *lse_dev = NULL;
-	long bh, D, sq, sk;
-	int rc, o, i;
+	long D, sq, sk, j;
+	int rc, i;
 
-	memset(plain, 0, sizeof(plain));
 	rc = gen_data(c, t, &a);
 	if (rc)
 		goto out;
 	D = a.s.head_dim;
 	sq = a.s.seqlen_q;
 	sk = a.s.seqlen_k;
-	ref[0] = ck_doubles(a.nq);
-	ref[1] = ck_doubles(a.nk);
-	ref[2] = ck_doubles(a.nk);
-	ref_lse = ck_doubles(a.nlse);
-	if (!ref[0] || !ref[1] || !ref[2] || !ref_lse || work_alloc(&w, &a.s) ||
-	    ck_plain_alloc(&plain[0], (unsigned)a.orders, a.nq) ||
-	    ck_plain_alloc(&plain[1], (unsigned)a.orders, a.nk) ||
-	    ck_plain_alloc(&plain[2], (unsigned)a.orders, a.nk)) {
-		rc = -ENOMEM;
+	for (i = 0; i < 3; i++) {
+		ref[i] = ck_doubles(i ? a.nk : a.nq);
+		err[i] = ck_doubles(i ? a.nk : a.nq);
+		if (!ref[i] || !err[i]) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	if ((rc = upload(t, &q_dev, a.q_s, a.nq, d)) || (rc = upload(t, &k_dev, a.k_s, a.nk, d)) ||
+	    (rc = upload(t, &v_dev, a.v_s, a.nk, d)) || (rc = upload(t, &dout_dev, a.dout_s, a.nq, d)))
+		goto out;
+	in = (struct attn_ref_in){.q = a.q,
+				  .k = a.k,
+				  .v = a.v,
+				  .dout = a.dout,
+				  .o = a.o,
+				  .lse = a.lse,
+				  .q_dev = q_dev,
+				  .k_dev = k_dev,
+				  .v_dev = v_dev,
+				  .dout_dev = dout_dev,
+				  .orders = a.orders};
+	/* The forward's O (rounded to the dtype) and LSE (float): inputs of the backward. */
+	t0 = nw_now();
+	rc = refs->bwd_inputs(d, &a.s, &in, a.o_s, a.o, a.lse);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
+	if (rc) {
+		rc = refs_failed(t, rc);
 		goto out;
 	}
-	/* The forward's O (rounded to the dtype) and LSE (float): inputs of the backward. */
-	for (bh = 0; bh < a.nbh; bh++)
-		ref_fwd_bh(&a.s, a.q + bh * sq * D, a.k + bh * sk * D, a.v + bh * sk * D, w.bt, w.S, w.P,
-			   a.o + bh * sq * D, ref_lse + bh * sq);
-	ck_store_all(d, a.o_s, a.o, a.nq);
-	for (i = 0; i < a.nlse; i++)
-		a.lse[i] = (float)ref_lse[i];
+	if ((rc = upload(t, &o_dev, a.o_s, a.nq, d)) ||
+	    (rc = nw_input_upload(t, &lse_dev, a.lse, (size_t)a.nlse * sizeof(float))))
+		goto out;
+	in.o_dev = o_dev;
+	in.lse_dev = lse_dev;
 	for (;;) {
 		double f;
 
-		for (bh = 0; bh < a.nbh; bh++) {
-			long qo = bh * sq * D, ko = bh * sk * D;
-
-			ref_bwd_bh(&a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, a.o + qo, a.lse + bh * sq,
-				   &w, ref[0] + qo, ref[1] + ko, ref[2] + ko, mag);
+		t0 = nw_now();
+		rc = refs->bwd(d, &a.s, &in, ref, err, mag);
+		nw_phase_add(NW_PHASE_REFERENCE, t0);
+		if (rc) {
+			rc = refs_failed(t, rc);
+			goto out;
 		}
 		/* Keep the gradients inside the dtype's range (f16 with dout 1e3). */
 		f = ck_shrink(d, fmax(ck_max_abs(ref[0], a.nq),
 				      fmax(ck_max_abs(ref[1], a.nk), ck_max_abs(ref[2], a.nk))));
 		if (f == 1.0)
 			break;
-		for (bh = 0; bh < a.nq; bh++)
-			a.dout[bh] *= f;
+		for (j = 0; j < a.nq; j++)
+			a.dout[j] *= f;
 		ck_store_all(d, a.dout_s, a.dout, a.nq);
-		mag[0] = mag[1] = mag[2] = 0.0;
-	}
-	for (bh = 0; bh < a.nbh; bh++) {
-		long qo = bh * sq * D, ko = bh * sk * D;
-
-		/* The plain forward's P; its O and LSE land in dQ's plain array, overwritten below. */
-		plain_scores(d, &a.s, a.q + qo, a.k + ko, w.fbt, w.Sf);
-		to_floats(a.v + ko, sk * D, w.vf);
-		plain_fwd_bh(d, &a.s, w.Sf, w.vf, 0, w.Pf, w.acc, plain[0].p[0] + qo, plain[0].p[0] + qo);
-		for (o = 0; o < a.orders; o++)
-			plain_bwd_bh(d, &a.s, a.q + qo, a.k + ko, a.v + ko, a.dout + qo, o, &w,
-				     plain[0].p[o] + qo, plain[1].p[o] + ko, plain[2].p[o] + ko);
+		nw_input_release(dout_dev);
+		dout_dev = NULL;
+		if ((rc = upload(t, &dout_dev, a.dout_s, a.nq, d)))
+			goto out;
+		in.dout_dev = dout_dev;
 	}
 
-	if ((rc = nw_input_upload(t, &q_dev, a.q_s, (size_t)a.nq * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &k_dev, a.k_s, (size_t)a.nk * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &v_dev, a.v_s, (size_t)a.nk * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &o_dev, a.o_s, (size_t)a.nq * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &dout_dev, a.dout_s, (size_t)a.nq * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &lse_dev, a.lse, (size_t)a.nlse * sizeof(float))) ||
-	    (rc = nw_output_init(t, &out[0], "dq", d, (size_t)a.nq)) ||
+	if ((rc = nw_output_init(t, &out[0], "dq", d, (size_t)a.nq)) ||
 	    (rc = nw_output_init(t, &out[1], "dk", d, (size_t)a.nk)) ||
 	    (rc = nw_output_init(t, &out[2], "dv", d, (size_t)a.nk)))
 		goto out;
@@ -804,7 +493,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 			    .name = names[i],
 			    .out = &out[i],
 			    .ref = ref[i],
-			    .plain = &plain[i],
+			    .plain_err = err[i],
 			    .factor = c->budget_factor,
 			    .floor_scale = ck_floor_scale(d, ck_max_abs(ref[i], i ? a.nk : a.nq), mag[i]),
 			    .dims = i ? kdims : qdims,
@@ -818,8 +507,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 out:
 	for (i = 0; i < 3; i++) {
 		nw_output_release(&out[i]);
-		ck_plain_free(&plain[i]);
 		free(ref[i]);
+		free(err[i]);
 	}
 	nw_input_release(q_dev);
 	nw_input_release(k_dev);
@@ -827,8 +516,6 @@ out:
 	nw_input_release(o_dev);
 	nw_input_release(dout_dev);
 	nw_input_release(lse_dev);
-	free(ref_lse);
-	work_free(&w);
 	data_free(&a);
 	return rc;
 }

@@ -22,7 +22,62 @@ struct attn_dims {
 	float scale; /* 1 / sqrt(head_dim), rounded to float */
 };
 
-/* The library's entry points on device pointers (NULL when the library has no attention). */
+/*
+ * What the references read: the stored inputs as doubles on the host (o and
+ * lse: the backward's inputs, as stored) and the same on the device of the
+ * runner's backend (in the dtype; lse float). Each side reads its own; the
+ * forward reads q, k, v only.
+ */
+struct attn_ref_in {
+	const double *q, *k, *v, *dout, *o;
+	const float *lse;
+	const void *q_dev, *k_dev, *v_dev, *dout_dev, *o_dev;
+	const float *lse_dev;
+	int orders; /* reduction orders of the plain programs, 1..NW_PLAIN_MAX */
+};
+
+/*
+ * The float64 references and, per element, the plain programs' largest
+ * error (nw_compare_spec.plain_err), on the host (attention_ref.c) or on the
+ * GPU (attention_ref.cu, CUDA builds only). Each returns 0, -ENOMEM, or -EIO
+ * after a device error (nw_trial_device_error() records it).
+ */
+struct attention_refs {
+	const char *where; /* "host" or "cuda" */
+	/* O [nq] and LSE [nlse], and their plain errors. */
+	int (*fwd)(enum nw_dtype d, const struct attn_dims *s, const struct attn_ref_in *in, double *o,
+		   double *lse, double *o_err, double *lse_err);
+	/*
+	 * The backward's inputs: the float64 forward's O stored in the dtype into
+	 * o_s (o gets the stored values back) and its LSE rounded to float. They
+	 * are case data: bit-identical wherever they are computed.
+	 */
+	int (*bwd_inputs)(enum nw_dtype d, const struct attn_dims *s, const struct attn_ref_in *in, void *o_s,
+			  double *o, float *lse);
+	/*
+	 * dQ [nq], dK, dV [nk], their plain errors, and the sizes of their terms
+	 * (mag: the floors of their budgets, as ref_bwd_bh computes them).
+	 */
+	int (*bwd)(enum nw_dtype d, const struct attn_dims *s, const struct attn_ref_in *in,
+		   double *const ref[3], double *const err[3], double mag[3]);
+};
+
+extern const struct attention_refs attention_refs_host;
+extern const struct attention_refs attention_refs_cuda;
+
+/*
+ * Row i of one (batch, head)'s float64 forward (q, k, v point at that
+ * (batch, head)), exactly as attention_refs_host computes it: O into o
+ * [head_dim], LSE into *lse. scratch: (head_dim + 2) * seqlen_k doubles.
+ */
+void attention_ref_fwd_row(const struct attn_dims *s, const double *q, const double *k, const double *v,
+			   long i, double *scratch, double *o, double *lse);
+
+/*
+ * The library's entry points on device pointers (NULL when the library has
+ * no attention). attention_host.c and attention_cuda.c each define
+ * attention_kernels; tests build their own tables to plant bugs.
+ */
 struct attention_kernels {
 	const char *fwd_name;
 	const char *bwd_name;
@@ -30,6 +85,7 @@ struct attention_kernels {
 		   void *o, float *lse);
 	int (*bwd)(enum nw_dtype d, const struct attn_dims *s, const void *q, const void *k, const void *v,
 		   const void *o, const float *lse, const void *dout, void *dq, void *dk, void *dv);
+	const struct attention_refs *refs; /* where the references run; NULL: the host */
 };
 
 extern const struct attention_kernels attention_kernels;

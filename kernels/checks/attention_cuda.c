@@ -43,7 +43,8 @@ const struct attention_kernels attention_kernels = {
     .bwd_name = "dl_cuda_attention_bwd",
     .fwd = fwd,
     .bwd = bwd,
+    .refs = &attention_refs_cuda,
 };
 #else
-const struct attention_kernels attention_kernels = {NULL, NULL, NULL, NULL};
+const struct attention_kernels attention_kernels = {NULL, NULL, NULL, NULL, NULL};
 #endif

@@ -71,6 +71,7 @@ void ck_compare(struct nw_trial *t, const struct ck_tensor *c)
 			spec.plain[o] = c->plain->p[o];
 		spec.nplain = c->plain->n;
 	}
+	spec.plain_err = c->plain_err;
 	spec.factor = c->factor;
 	spec.floor_scale = c->floor_scale;
 	spec.atol = c->atol;

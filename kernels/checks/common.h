@@ -64,6 +64,7 @@ struct ck_tensor {
 	const struct nw_output *out;
 	const double *ref;
 	const struct ck_plain *plain; /* NULL: fixed atol / rtol */
+	const double *plain_err;      /* or already reduced (nw_compare_spec.plain_err) */
 	double factor;
 	double floor_scale; /* 0: max|ref| */
 	const unsigned char *exclude;

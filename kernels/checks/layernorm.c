@@ -12,7 +12,9 @@
  * The reference is float64 from the stored inputs (and the stored mean and
  * rstd). The plain program is what a framework runs op by op: mean, x - mean,
  * squares, variance, rsqrt, products and sums, each rounded to the dtype,
- * sums accumulated in float and rounded once, in NW_ORDERS orders.
+ * sums accumulated in float and rounded once, in NW_ORDERS orders. Both are
+ * computed on the host or the GPU (layernorm_ref.c, layernorm_ref.cu), after
+ * the inputs are uploaded and before the kernel runs.
  */
 #include <errno.h>
 #include <math.h>
@@ -149,58 +151,10 @@ static void gen_affine(struct nw_rng *r, long cols, double *gamma, double *beta)
 	}
 }
 
-/* Float64 statistics of stored rows: mean, and rstd = 1 / sqrt(var + eps) (two passes). */
-static void ref_stats(const double *x, long rows, long cols, double *mean, double *rstd)
+/* The backend's references (layernorm.h); tests with their own kernel tables get the host's. */
+static const struct layernorm_refs *refs_of(const struct layernorm_kernels *k)
 {
-	long i, j;
-
-	for (i = 0; i < rows; i++) {
-		const double *row = x + i * cols;
-		double s = 0.0, v = 0.0, m;
-
-		for (j = 0; j < cols; j++)
-			s += row[j];
-		m = s / (double)cols;
-		for (j = 0; j < cols; j++)
-			v += (row[j] - m) * (row[j] - m);
-		mean[i] = m;
-		rstd[i] = 1.0 / sqrt(v / (double)cols + (double)LAYERNORM_EPS);
-	}
-}
-
-/* The plain forward, one order: every op rounded to the dtype, sums in float. */
-static void plain_fwd(enum nw_dtype d, int o, const double *x, const double *gamma, const double *beta,
-		      long rows, long cols, float *xc, double *y, double *mean, double *rstd)
-{
-	float n = (float)cols;
-	long i, j, *perm = ck_perm(o, cols);
-
-	for (i = 0; i < rows; i++) {
-		const double *row = x + i * cols;
-		float s = 0.0f, v = 0.0f, m, var, rs;
-
-		for (j = 0; j < cols; j++)
-			s += (float)row[ck_at(perm, o, j, cols)];
-		m = nw_round(d, s / n);
-		for (j = 0; j < cols; j++)
-			xc[j] = nw_round(d, (float)row[j] - m);
-		for (j = 0; j < cols; j++) {
-			long k = ck_at(perm, o, j, cols);
-
-			v += nw_round(d, xc[k] * xc[k]);
-		}
-		var = nw_round(d, v / n);
-		rs = nw_round(d, 1.0f / sqrtf(nw_round(d, var + LAYERNORM_EPS)));
-		for (j = 0; j < cols; j++) {
-			float xn = nw_round(d, xc[j] * rs);
-			float yg = nw_round(d, xn * (float)gamma[j]);
-
-			y[i * cols + j] = nw_round(d, yg + (float)beta[j]);
-		}
-		mean[i] = m;
-		rstd[i] = rs;
-	}
-	free(perm);
+	return k->refs ? k->refs : &layernorm_refs_host;
 }
 
 struct launch_ctx {
@@ -231,10 +185,9 @@ static int launch_bwd(void *arg)
 
 /* Everything one trial holds; freed by release(). */
 struct bufs {
-	double *x, *gamma, *beta, *dy, *ref[3], *mean, *rstd;
-	struct ck_plain plain[3];
+	double *x, *gamma, *beta, *dy, *ref[3], *plain_err[3], *mean, *rstd;
 	void *xs, *gs, *bs, *dys;
-	float *meanf, *rstdf, *xc;
+	float *meanf, *rstdf;
 	void *x_dev, *g_dev, *b_dev, *dy_dev, *mean_dev, *rstd_dev;
 	struct nw_output out[3];
 };
@@ -245,7 +198,7 @@ static void release(struct bufs *b)
 
 	for (i = 0; i < 3; i++) {
 		free(b->ref[i]);
-		ck_plain_free(&b->plain[i]);
+		free(b->plain_err[i]);
 		nw_output_release(&b->out[i]);
 	}
 	free(b->x);
@@ -260,13 +213,33 @@ static void release(struct bufs *b)
 	free(b->dys);
 	free(b->meanf);
 	free(b->rstdf);
-	free(b->xc);
 	nw_input_release(b->x_dev);
 	nw_input_release(b->g_dev);
 	nw_input_release(b->b_dev);
 	nw_input_release(b->dy_dev);
 	nw_input_release(b->mean_dev);
 	nw_input_release(b->rstd_dev);
+}
+
+/* Result arrays of the three outputs: n0, n1 and n2 elements. */
+static int alloc_refs(struct bufs *b, long n0, long n1, long n2)
+{
+	long n[3] = {n0, n1, n2};
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		b->ref[i] = ck_doubles(n[i]);
+		b->plain_err[i] = ck_doubles(n[i]);
+		if (!b->ref[i] || !b->plain_err[i])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* A reference that failed: out of memory, or a device error already recorded. */
+static int refs_failed(struct nw_trial *t, int rc)
+{
+	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
 }
 
 /* Draws the shape and x, gamma, beta (stored in the dtype and read back). */
@@ -287,10 +260,7 @@ static int setup(const struct nw_check *c, struct nw_trial *t, struct bufs *b, l
 	b->xs = ck_buffer(d, n);
 	b->gs = ck_buffer(d, *cols);
 	b->bs = ck_buffer(d, *cols);
-	b->mean = ck_doubles(*rows);
-	b->rstd = ck_doubles(*rows);
-	b->xc = ck_floats(*cols);
-	if (!b->x || !b->gamma || !b->beta || !b->xs || !b->gs || !b->bs || !b->mean || !b->rstd || !b->xc)
+	if (!b->x || !b->gamma || !b->beta || !b->xs || !b->gs || !b->bs)
 		return -ENOMEM;
 	nw_rng_init(&r, c->name, t->seed, STREAM_X);
 	gen_x(&r, t->family, *rows, *cols, b->x);
@@ -299,7 +269,6 @@ static int setup(const struct nw_check *c, struct nw_trial *t, struct bufs *b, l
 	ck_store_all(d, b->xs, b->x, n);
 	ck_store_all(d, b->gs, b->gamma, *cols);
 	ck_store_all(d, b->bs, b->beta, *cols);
-	ref_stats(b->x, *rows, *cols, b->mean, b->rstd);
 	return 0;
 }
 
@@ -309,36 +278,43 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	enum nw_dtype d = t->dtype;
 	struct bufs b = {0};
 	struct launch_ctx ctx = {0};
-	long rows, cols, n, i, j;
-	int rc, o;
+	struct layernorm_in in = {0};
+	struct layernorm_ref_out ro;
+	long rows, cols, n;
+	double t0;
+	int rc;
 
 	rc = setup(c, t, &b, &rows, &cols);
 	if (rc)
 		goto out;
 	n = rows * cols;
-	b.ref[0] = ck_doubles(n);
-	b.ref[1] = ck_doubles(rows);
-	b.ref[2] = ck_doubles(rows);
-	if (!b.ref[0] || !b.ref[1] || !b.ref[2] || ck_plain_alloc(&b.plain[0], NW_ORDERS, n) ||
-	    ck_plain_alloc(&b.plain[1], NW_ORDERS, rows) || ck_plain_alloc(&b.plain[2], NW_ORDERS, rows)) {
-		rc = -ENOMEM;
+	rc = alloc_refs(&b, n, rows, rows);
+	if (rc)
 		goto out;
-	}
-	for (i = 0; i < rows; i++) {
-		for (j = 0; j < cols; j++)
-			b.ref[0][i * cols + j] =
-			    (b.x[i * cols + j] - b.mean[i]) * b.rstd[i] * b.gamma[j] + b.beta[j];
-		b.ref[1][i] = b.mean[i];
-		b.ref[2][i] = b.rstd[i];
-	}
-	for (o = 0; o < NW_ORDERS; o++)
-		plain_fwd(d, o, b.x, b.gamma, b.beta, rows, cols, b.xc, b.plain[0].p[o], b.plain[1].p[o],
-			  b.plain[2].p[o]);
 
 	if ((rc = nw_input_upload(t, &b.x_dev, b.xs, (size_t)n * nw_dtype_size(d))) ||
 	    (rc = nw_input_upload(t, &b.g_dev, b.gs, (size_t)cols * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &b.b_dev, b.bs, (size_t)cols * nw_dtype_size(d))) ||
-	    (rc = nw_output_init(t, &b.out[0], "y", d, (size_t)n)) ||
+	    (rc = nw_input_upload(t, &b.b_dev, b.bs, (size_t)cols * nw_dtype_size(d))))
+		goto out;
+	/* Before the kernel runs: a kernel that scribbles on its input cannot bend the reference. */
+	in = (struct layernorm_in){.x = b.xs,
+				   .gamma = b.gs,
+				   .beta = b.bs,
+				   .x_dev = b.x_dev,
+				   .gamma_dev = b.g_dev,
+				   .beta_dev = b.b_dev,
+				   .rows = rows,
+				   .cols = cols};
+	ro = (struct layernorm_ref_out){.ref = {b.ref[0], b.ref[1], b.ref[2]},
+					.plain_err = {b.plain_err[0], b.plain_err[1], b.plain_err[2]}};
+	t0 = nw_now();
+	rc = refs_of(k)->fwd(d, &in, &ro);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
+	if (rc) {
+		rc = refs_failed(t, rc);
+		goto out;
+	}
+	if ((rc = nw_output_init(t, &b.out[0], "y", d, (size_t)n)) ||
 	    (rc = nw_output_init(t, &b.out[1], "mean", NW_F32, (size_t)rows)) ||
 	    (rc = nw_output_init(t, &b.out[2], "rstd", NW_F32, (size_t)rows)))
 		goto out;
@@ -360,31 +336,19 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		struct ck_tensor y = {.name = "y",
 				      .out = &b.out[0],
 				      .ref = b.ref[0],
-				      .plain = &b.plain[0],
+				      .plain_err = b.plain_err[0],
 				      .factor = c->budget_factor,
+				      .floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), ro.terms[0]),
 				      .dims = ydims,
 				      .ndim = 2,
 				      .tail_width = 4};
 		struct ck_tensor m = y, s = y;
 
-		/*
-		 * y = (x - mean) * rstd * gamma + beta: the rounding of x - mean is
-		 * at the size of x and mean (a row at 1e4 with a spread of 4), not
-		 * at the size of y.
-		 */
-		double terms = 0.0;
-
-		for (i = 0; i < rows; i++)
-			for (j = 0; j < cols; j++)
-				terms = fmax(terms, (fabs(b.x[i * cols + j]) + fabs(b.mean[i])) * b.rstd[i] *
-							    fabs(b.gamma[j]) +
-							fabs(b.beta[j]));
-		y.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), terms);
 		ck_compare(t, &y);
 		m.name = "mean";
 		m.out = &b.out[1];
 		m.ref = b.ref[1];
-		m.plain = &b.plain[1];
+		m.plain_err = b.plain_err[1];
 		m.ndim = 1;
 		m.tail_width = 0;
 		/* The mean is a sum with cancellation: its rounding scales with the row's magnitude. */
@@ -394,7 +358,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		s.name = "rstd";
 		s.out = &b.out[2];
 		s.ref = b.ref[2];
-		s.plain = &b.plain[2];
+		s.plain_err = b.plain_err[2];
 		s.ndim = 1;
 		s.tail_width = 0;
 		ck_compare(t, &s);
@@ -404,104 +368,6 @@ out:
 	return rc;
 }
 
-/*
- * Float64 backward from the stored inputs. Fills dx, dgamma, dbeta and the
- * sizes of the terms each is made of (for the floors of the budgets).
- */
-static void ref_bwd(const double *x, const double *gamma, const double *mean, const double *rstd,
-		    const double *dy, long rows, long cols, double *dx, double *dgamma, double *dbeta,
-		    double scale[3])
-{
-	long i, j;
-
-	scale[0] = scale[1] = scale[2] = 0.0;
-	for (j = 0; j < cols; j++)
-		dgamma[j] = dbeta[j] = 0.0;
-	for (i = 0; i < rows; i++) {
-		const double *xr = x + i * cols, *dyr = dy + i * cols;
-		double c1 = 0.0, c2 = 0.0, a1 = 0.0, a2 = 0.0;
-
-		for (j = 0; j < cols; j++) {
-			double xhat = (xr[j] - mean[i]) * rstd[i], g = dyr[j] * gamma[j];
-
-			c1 += g * xhat;
-			c2 += g;
-			a1 += fabs(g * xhat);
-			a2 += fabs(g);
-		}
-		c1 /= (double)cols;
-		c2 /= (double)cols;
-		a1 /= (double)cols;
-		a2 /= (double)cols;
-		for (j = 0; j < cols; j++) {
-			double xhat = (xr[j] - mean[i]) * rstd[i], g = dyr[j] * gamma[j];
-
-			dx[i * cols + j] = rstd[i] * (g - c2 - xhat * c1);
-			scale[0] = fmax(scale[0], rstd[i] * (fabs(g) + a2 + fabs(xhat) * a1));
-			dgamma[j] += dyr[j] * xhat;
-			dbeta[j] += dyr[j];
-		}
-	}
-	for (j = 0; j < cols; j++) {
-		double ag = 0.0, ab = 0.0;
-
-		for (i = 0; i < rows; i++) {
-			ag += fabs(dy[i * cols + j] * (x[i * cols + j] - mean[i]) * rstd[i]);
-			ab += fabs(dy[i * cols + j]);
-		}
-		scale[1] = fmax(scale[1], ag);
-		scale[2] = fmax(scale[2], ab);
-	}
-}
-
-/* The plain backward, one order (over columns for the row sums, over rows for the column sums). */
-static void plain_bwd(enum nw_dtype d, int o, const double *x, const double *gamma, const float *meanf,
-		      const float *rstdf, const double *dy, long rows, long cols, double *dx, double *dgamma,
-		      double *dbeta)
-{
-	float n = (float)cols;
-	long i, j, *pc = ck_perm(o, cols), *pr = ck_perm(o, rows);
-
-	for (i = 0; i < rows; i++) {
-		float m = nw_round(d, meanf[i]), rs = nw_round(d, rstdf[i]), c1 = 0.0f, c2 = 0.0f;
-
-		for (j = 0; j < cols; j++) {
-			long k = i * cols + ck_at(pc, o, j, cols);
-			float xhat = nw_round(d, nw_round(d, (float)x[k] - m) * rs);
-			float g = nw_round(d, (float)dy[k] * (float)gamma[k - i * cols]);
-
-			c1 += nw_round(d, g * xhat);
-			c2 += g;
-		}
-		c1 = nw_round(d, c1 / n);
-		c2 = nw_round(d, c2 / n);
-		for (j = 0; j < cols; j++) {
-			long k = i * cols + j;
-			float xhat = nw_round(d, nw_round(d, (float)x[k] - m) * rs);
-			float g = nw_round(d, (float)dy[k] * (float)gamma[j]);
-			float t = nw_round(d, nw_round(d, g - c2) - nw_round(d, xhat * c1));
-
-			dx[k] = nw_round(d, rs * t);
-		}
-	}
-	for (j = 0; j < cols; j++) {
-		float sg = 0.0f, sb = 0.0f;
-
-		for (i = 0; i < rows; i++) {
-			long r = ck_at(pr, o, i, rows), k = r * cols + j;
-			float m = nw_round(d, meanf[r]), rs = nw_round(d, rstdf[r]);
-			float xhat = nw_round(d, nw_round(d, (float)x[k] - m) * rs);
-
-			sg += nw_round(d, (float)dy[k] * xhat);
-			sb += (float)dy[k];
-		}
-		dgamma[j] = nw_round(d, sg);
-		dbeta[j] = nw_round(d, sb);
-	}
-	free(pc);
-	free(pr);
-}
-
 static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 {
 	static const double dy_scales[] = {1.0, 1e-3, 1e3};
@@ -509,10 +375,12 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	enum nw_dtype d = t->dtype;
 	struct bufs b = {0};
 	struct launch_ctx ctx = {0};
-	double scale[3];
+	struct layernorm_in in = {0};
+	struct layernorm_ref_out ro;
 	long rows, cols, n, i, j;
+	double t0;
 	struct nw_rng r;
-	int rc, o;
+	int rc;
 
 	rc = setup(c, t, &b, &rows, &cols);
 	if (rc)
@@ -520,14 +388,11 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	n = rows * cols;
 	b.dy = ck_doubles(n);
 	b.dys = ck_buffer(d, n);
+	b.mean = ck_doubles(rows);
+	b.rstd = ck_doubles(rows);
 	b.meanf = ck_floats(rows);
 	b.rstdf = ck_floats(rows);
-	b.ref[0] = ck_doubles(n);
-	b.ref[1] = ck_doubles(cols);
-	b.ref[2] = ck_doubles(cols);
-	if (!b.dy || !b.dys || !b.meanf || !b.rstdf || !b.ref[0] || !b.ref[1] || !b.ref[2] ||
-	    ck_plain_alloc(&b.plain[0], NW_ORDERS, n) || ck_plain_alloc(&b.plain[1], NW_ORDERS, cols) ||
-	    ck_plain_alloc(&b.plain[2], NW_ORDERS, cols)) {
+	if (!b.dy || !b.dys || !b.mean || !b.rstd || !b.meanf || !b.rstdf || alloc_refs(&b, n, cols, cols)) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -540,13 +405,39 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	}
 	ck_store_all(d, b.dys, b.dy, n);
 	/* The forward's statistics, as the kernel would have returned them (float). */
+	layernorm_stats(b.x, rows, cols, b.mean, b.rstd);
 	for (i = 0; i < rows; i++) {
 		b.meanf[i] = (float)b.mean[i];
 		b.rstdf[i] = (float)b.rstd[i];
-		b.mean[i] = b.meanf[i];
-		b.rstd[i] = b.rstdf[i];
 	}
-	ref_bwd(b.x, b.gamma, b.mean, b.rstd, b.dy, rows, cols, b.ref[0], b.ref[1], b.ref[2], scale);
+
+	if ((rc = nw_input_upload(t, &b.x_dev, b.xs, (size_t)n * nw_dtype_size(d))) ||
+	    (rc = nw_input_upload(t, &b.g_dev, b.gs, (size_t)cols * nw_dtype_size(d))) ||
+	    (rc = nw_input_upload(t, &b.dy_dev, b.dys, (size_t)n * nw_dtype_size(d))) ||
+	    (rc = nw_input_upload(t, &b.mean_dev, b.meanf, (size_t)rows * sizeof(float))) ||
+	    (rc = nw_input_upload(t, &b.rstd_dev, b.rstdf, (size_t)rows * sizeof(float))))
+		goto out;
+	in = (struct layernorm_in){.x = b.xs,
+				   .gamma = b.gs,
+				   .dy = b.dys,
+				   .mean = b.meanf,
+				   .rstd = b.rstdf,
+				   .x_dev = b.x_dev,
+				   .gamma_dev = b.g_dev,
+				   .dy_dev = b.dy_dev,
+				   .mean_dev = b.mean_dev,
+				   .rstd_dev = b.rstd_dev,
+				   .rows = rows,
+				   .cols = cols};
+	ro = (struct layernorm_ref_out){.ref = {b.ref[0], b.ref[1], b.ref[2]},
+					.plain_err = {b.plain_err[0], b.plain_err[1], b.plain_err[2]}};
+	t0 = nw_now();
+	rc = refs_of(k)->bwd(d, &in, &ro);
+	nw_phase_add(NW_PHASE_REFERENCE, t0);
+	if (rc) {
+		rc = refs_failed(t, rc);
+		goto out;
+	}
 	{
 		/* Keep the gradients inside the dtype's range (f16 with dy 1e3 on a constant row). */
 		double m = fmax(ck_max_abs(b.ref[0], n),
@@ -557,20 +448,22 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 			for (i = 0; i < n; i++)
 				b.dy[i] *= f;
 			ck_store_all(d, b.dys, b.dy, n);
-			ref_bwd(b.x, b.gamma, b.mean, b.rstd, b.dy, rows, cols, b.ref[0], b.ref[1], b.ref[2],
-				scale);
+			nw_input_release(b.dy_dev);
+			b.dy_dev = NULL;
+			rc = nw_input_upload(t, &b.dy_dev, b.dys, (size_t)n * nw_dtype_size(d));
+			if (rc)
+				goto out;
+			in.dy_dev = b.dy_dev;
+			t0 = nw_now();
+			rc = refs_of(k)->bwd(d, &in, &ro);
+			nw_phase_add(NW_PHASE_REFERENCE, t0);
+			if (rc) {
+				rc = refs_failed(t, rc);
+				goto out;
+			}
 		}
 	}
-	for (o = 0; o < NW_ORDERS; o++)
-		plain_bwd(d, o, b.x, b.gamma, b.meanf, b.rstdf, b.dy, rows, cols, b.plain[0].p[o],
-			  b.plain[1].p[o], b.plain[2].p[o]);
-
-	if ((rc = nw_input_upload(t, &b.x_dev, b.xs, (size_t)n * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &b.g_dev, b.gs, (size_t)cols * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &b.dy_dev, b.dys, (size_t)n * nw_dtype_size(d))) ||
-	    (rc = nw_input_upload(t, &b.mean_dev, b.meanf, (size_t)rows * sizeof(float))) ||
-	    (rc = nw_input_upload(t, &b.rstd_dev, b.rstdf, (size_t)rows * sizeof(float))) ||
-	    (rc = nw_output_init(t, &b.out[0], "dx", d, (size_t)n)) ||
+	if ((rc = nw_output_init(t, &b.out[0], "dx", d, (size_t)n)) ||
 	    (rc = nw_output_init(t, &b.out[1], "dgamma", d, (size_t)cols)) ||
 	    (rc = nw_output_init(t, &b.out[2], "dbeta", d, (size_t)cols)))
 		goto out;
@@ -594,9 +487,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		struct ck_tensor dx = {.name = "dx",
 				       .out = &b.out[0],
 				       .ref = b.ref[0],
-				       .plain = &b.plain[0],
+				       .plain_err = b.plain_err[0],
 				       .factor = c->budget_factor,
-				       .floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), scale[0]),
+				       .floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[0], n), ro.terms[0]),
 				       .dims = xdims,
 				       .ndim = 2,
 				       .tail_width = 4};
@@ -606,16 +499,16 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		dg.name = "dgamma";
 		dg.out = &b.out[1];
 		dg.ref = b.ref[1];
-		dg.plain = &b.plain[1];
-		dg.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[1], cols), scale[1]);
+		dg.plain_err = b.plain_err[1];
+		dg.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[1], cols), ro.terms[1]);
 		dg.dims = cdims;
 		dg.ndim = 1;
 		ck_compare(t, &dg);
 		db.name = "dbeta";
 		db.out = &b.out[2];
 		db.ref = b.ref[2];
-		db.plain = &b.plain[2];
-		db.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[2], cols), scale[2]);
+		db.plain_err = b.plain_err[2];
+		db.floor_scale = ck_floor_scale(d, ck_max_abs(b.ref[2], cols), ro.terms[2]);
 		db.dims = cdims;
 		db.ndim = 1;
 		ck_compare(t, &db);

@@ -32,7 +32,8 @@ const struct layernorm_kernels layernorm_kernels = {
     .bwd_name = "dl_cuda_layernorm_bwd",
     .fwd = fwd,
     .bwd = bwd,
+    .refs = &layernorm_refs_cuda,
 };
 #else
-const struct layernorm_kernels layernorm_kernels = {NULL, NULL, NULL, NULL};
+const struct layernorm_kernels layernorm_kernels = {NULL, NULL, NULL, NULL, NULL};
 #endif

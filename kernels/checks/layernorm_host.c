@@ -33,5 +33,5 @@ const struct layernorm_kernels layernorm_kernels = {
     .bwd = bwd,
 };
 #else
-const struct layernorm_kernels layernorm_kernels = {NULL, NULL, NULL, NULL};
+const struct layernorm_kernels layernorm_kernels = {NULL, NULL, NULL, NULL, NULL};
 #endif

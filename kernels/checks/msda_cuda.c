@@ -55,7 +55,8 @@ const struct msda_kernels msda_kernels = {
     .bwd_name = "dl_cuda_msda_bwd",
     .fwd = fwd,
     .bwd = bwd,
+    .refs = &msda_refs_cuda,
 };
 #else
-const struct msda_kernels msda_kernels = {NULL, NULL, NULL, NULL};
+const struct msda_kernels msda_kernels = {NULL, NULL, NULL, NULL, NULL};
 #endif

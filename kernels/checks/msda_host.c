@@ -57,5 +57,5 @@ const struct msda_kernels msda_kernels = {
     .bwd = bwd,
 };
 #else
-const struct msda_kernels msda_kernels = {NULL, NULL, NULL, NULL};
+const struct msda_kernels msda_kernels = {NULL, NULL, NULL, NULL, NULL};
 #endif

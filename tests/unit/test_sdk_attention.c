@@ -166,9 +166,10 @@ static int nan_rows_fwd(enum nw_dtype d, const struct attn_dims *s, const void *
 	return rc;
 }
 
-static const struct attention_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd};
-static const struct attention_kernels dv_tail = {"real_fwd", "dv_tail_bwd", real_fwd, dv_tail_bwd};
-static const struct attention_kernels nan_rows = {"nan_rows_fwd", "real_bwd", nan_rows_fwd, real_bwd};
+static const struct attention_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd,
+						 NULL};
+static const struct attention_kernels dv_tail = {"real_fwd", "dv_tail_bwd", real_fwd, dv_tail_bwd, NULL};
+static const struct attention_kernels nan_rows = {"nan_rows_fwd", "real_bwd", nan_rows_fwd, real_bwd, NULL};
 
 static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
 {

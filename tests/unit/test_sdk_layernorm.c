@@ -163,8 +163,9 @@ static int one_pass_fwd(enum nw_dtype d, const void *x, const void *gamma, const
 	return 0;
 }
 
-static const struct layernorm_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd};
-static const struct layernorm_kernels one_pass = {"one_pass_fwd", "real_bwd", one_pass_fwd, real_bwd};
+static const struct layernorm_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd,
+						 NULL};
+static const struct layernorm_kernels one_pass = {"one_pass_fwd", "real_bwd", one_pass_fwd, real_bwd, NULL};
 
 static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
 {

@@ -173,8 +173,8 @@ static int skip_small_bwd(enum nw_dtype d, const struct msda_dims *s, const void
 	return rc;
 }
 
-static const struct msda_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd};
-static const struct msda_kernels skip_small = {"real_fwd", "skip_small_bwd", real_fwd, skip_small_bwd};
+static const struct msda_kernels planted = {"planted_fwd", "planted_bwd", planted_fwd, planted_bwd, NULL};
+static const struct msda_kernels skip_small = {"real_fwd", "skip_small_bwd", real_fwd, skip_small_bwd, NULL};
 
 static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
 {
