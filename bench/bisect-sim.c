@@ -24,7 +24,8 @@
  * not counted in the trials below, which are the search's own. In the
  * seeded model the seeds that failed there are the bisection's failing seeds
  * (bisect_params.failing_seeds), which the planner replays first at each
- * commit, in order, as daemon/bisector.c does. The model is told f (floored
+ * commit (at the bad commit first), two per probe, in order, as
+ * daemon/bisector.c does. The model is told f (floored
  * at 0.001), as the daemon tells it the good side's rate.
  *
  * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
@@ -959,7 +960,8 @@ int main(int argc, char **argv)
 		       "failed in the "
 		       "bad commit's first pass (%u fresh seeds), which the model is given and replays first "
 		       "at each "
-		       "commit, stopping at the first failure; *trials* counts them with the fresh ones. "
+		       "commit, two per probe (at the bad commit first), each once per commit; *trials* "
+		       "counts them with the fresh ones. "
 		       "*bound*: "
 		       "log2(eligible commits) / C(1, f), a replayed failing seed being a q = 1 channel. git "
 		       "bisect "

@@ -46,7 +46,8 @@ grid:
   f. The seeds that failed in the bad commit's first pass (about 64 q of them,
   plus any flakes) are the bisection's failing seeds
   (`bisect_params.failing_seeds`): bisect_next_probes replays them first at
-  each commit, each once per commit, and the simulator runs them in order
+  each commit (at the bad commit first), two per probe and each once per
+  commit, and the simulator runs them in order
   from the first not yet run there; `bisect_observe` records those trials
   as failing-seed trials, which the model fits with their own rate q_s. Replayed at a commit at or after the
   culprit, a failing seed that is one of the culprit's fails for sure; one
@@ -56,7 +57,8 @@ grid:
 
 The model is told f (floored at 0.001: the daemon cannot know that it is
 exactly 0) but not q, which it learns from the bad commit's first pass and
-the probes. Probes stop at their first failure; a lone probe also stops at
+the probes. Fresh-seed probes stop at their first failure (failing-seed
+probes run both their seeds); a lone probe also stops at
 the passes that would end the search. *wall* is the longest probe
 of each round, summed: the search's duration in trial-times. A culprit is
 blamed only after bisect_confirm re-tested it and its parent with fresh seeds;

@@ -17,11 +17,13 @@
  * likelihood is marginalised over a fixed log-spaced grid of q values from
  * q_min to 0.999 with a uniform prior, which is more robust than a point
  * estimate when the first probes are few. Probes that rerun the seeds that
- * failed at the bad commit are modelled with their own rate q_s, on its own
+ * failed at the bad commit are modelled with their own rate q_s, on the same
  * grid: for a deterministic check a failing seed fails at every commit after
  * the culprit (q_s near 1) while fresh seeds fail at the check's rate, and
- * for a race both are alike; the two marginals factorise, so this costs
- * nothing when unused.
+ * for a race both are alike. q_s's prior puts most of its mass (0.8) on the
+ * top of the grid, so that a clean replay is strong evidence, and spreads the
+ * rest over the whole grid, so that a race is still learnt; the two
+ * marginals factorise, so this costs nothing when unused.
  *
  * Unbuildable commits and commits whose binary equals their parent's have
  * probability 0: never blamed, never probed (a same-binary commit's result
@@ -79,8 +81,9 @@ struct bisect_probe {
 struct bisect_plan {
 	unsigned commit;
 	unsigned trials;      /* at most this many */
-	bool failing_seeds;   /* rerun the bad commit's failing seeds (as many as 'trials') */
-	bool stop_on_failure; /* always true: a failure ends the probe, the model takes any count */
+	bool failing_seeds;   /* rerun the bad commit's failing seeds: the next 'trials' not yet run at
+				 'commit', from the count of failing-seed trials recorded there (trial[1]) */
+	bool stop_on_failure; /* a failure ends the probe (fresh seeds; the model takes any count) */
 };
 
 enum bisect_status {
@@ -149,8 +152,11 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * at or before the probed commit; a lone probe (one per round) stops short
  * at the passes that would end the search, since trials past them cannot
  * change its answer. Failing seeds are used first at each
- * commit while params.failing_seeds has some left there. *nout is 0 when
- * the search is over. -EINVAL.
+ * commit while params.failing_seeds has some left there, two per probe, run
+ * whole (a failing-seed probe does not stop at its first failure), and the
+ * first round replays them at the bad commit (whether they fail again there
+ * says whether they fail for sure past the culprit). *nout is 0 when the
+ * search is over. -EINVAL.
  */
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout);
 

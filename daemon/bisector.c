@@ -328,20 +328,6 @@ static void confirm_counts(struct ctx *c, long long commit, unsigned *fails, uns
 	}
 }
 
-/* Failing seeds already used at a commit by earlier failing-seed probes. */
-static unsigned failing_used(struct ctx *c, long long commit)
-{
-	json_t *p;
-	size_t i;
-	unsigned used = 0;
-
-	json_array_foreach(json_object_get(c->doc, "probes"), i,
-			   p) if (jint(p, "commit", 0) == commit &&
-				  json_is_true(json_object_get(p, "failing"))) used +=
-	    (unsigned)jint(p, "seeds", 0);
-	return used;
-}
-
 static void search(struct ctx *c, struct bisect *m, json_t *range)
 {
 	struct bisect_plan plan[64];
@@ -377,7 +363,15 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 	}
 	for (unsigned i = 0; i < nplan; i++) {
 		json_t *commit = json_array_get(range, plan[i].commit);
-		unsigned offset = plan[i].failing_seeds ? failing_used(c, jint(commit, "id", 0)) : 0;
+		/*
+		 * Failing seeds: the next ones not yet run at this commit, counted as
+		 * the model counts them (the trials of the finished failing-seed
+		 * probes there; a finished probe's seeds are the ones it ran, and
+		 * no probe is open when a round is planned). The slot runs a
+		 * probe's seeds in ascending order and the list is ascending, so
+		 * the ones run are always the first of it.
+		 */
+		unsigned offset = plan[i].failing_seeds ? m->trial[1][plan[i].commit] : 0;
 		unsigned trials = plan[i].trials;
 		size_t nfail = json_array_size(json_object_get(c->doc, "failing_seeds"));
 
@@ -385,7 +379,8 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 			trials = offset < nfail ? (unsigned)(nfail - offset) : 0;
 		if (trials == 0)
 			continue;
-		queue_probe(c, commit, trials, plan[i].failing_seeds, true, round + 1, "search", offset);
+		queue_probe(c, commit, trials, plan[i].failing_seeds, plan[i].stop_on_failure, round + 1,
+			    "search", offset);
 		log_event(c, "round %d: probe %.12s with %u %s seeds", round + 1, jstr(commit, "sha"), trials,
 			  plan[i].failing_seeds ? "failing" : "fresh");
 	}

@@ -492,28 +492,106 @@ static void failing_seeds_first(void **state)
 	struct bisect_plan plan[1];
 	unsigned n;
 
-	/* Three seeds failed at the bad commit: the first probe at a commit reruns them. */
+	/* Three seeds failed at the bad commit: they are replayed there first, two at a time, run whole. */
 	bisect_params_default(&p);
 	p.failing_seeds = 3;
 	assert_int_equal(bisect_init(&b, 32, NULL, &p), 0);
 	assert_int_equal(bisect_observe(&b, 31, 3, 64, false), 0);
 	assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
 	assert_int_equal(n, 1);
+	assert_int_equal(plan[0].commit, 31);
 	assert_true(plan[0].failing_seeds);
-	assert_int_equal(plan[0].trials, 3);
-	/* They all fail there (a deterministic, seed-bound bug): q_s is learnt on its own grid. */
-	assert_int_equal(bisect_observe(&b, plan[0].commit, 3, 3, true), 0);
+	assert_false(plan[0].stop_on_failure);
+	assert_int_equal(plan[0].trials, 2);
+	/* They fail again there (a deterministic, seed-bound bug); then the search proper. */
+	assert_int_equal(bisect_observe(&b, 31, 2, 2, true), 0);
+	assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
+	assert_int_not_equal(plan[0].commit, 31);
+	assert_true(plan[0].failing_seeds);
+	assert_int_equal(plan[0].trials, 2);
+	assert_int_equal(bisect_observe(&b, plan[0].commit, 2, 2, true), 0);
 	{
 		unsigned first = plan[0].commit;
 
 		assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
 		assert_int_not_equal(plan[0].commit, first);
 		assert_true(plan[0].failing_seeds);
-		/* The seeds' rate is near 1 after three of three, fresh trials' still near 3/64. */
-		assert_true(b.qbar_s[first] > 0.5);
+		/* q_s is learnt on its own grid: near 1 after four of four, fresh trials' rate still near 3/64. */
+		assert_true(b.qbar_s[first] > 0.9);
 		assert_true(b.qbar[first] < 0.2);
 	}
 	bisect_release(&b);
+}
+
+/*
+ * The failing seeds, driven as daemon/bisector.c drives them: a probe
+ * replays the list from the model's own count of failing-seed trials at its
+ * commit (b->trial[1]), and the slot runs them in order, stopping at the
+ * first failure when the plan says so. No seed runs twice at a commit, no
+ * plan asks for more seeds than are left there (the daemon would trim it to
+ * nothing and queue an empty round, planned again the same), every round
+ * queues trials, and a deterministic culprit is found in few trials: seeds
+ * 0, 1 and 3 are the culprit's, seed 2 failed by a flake. Two slots and one.
+ */
+static void failing_seeds_as_the_daemon_runs_them(void **state)
+{
+	static const bool culprits_seed[4] = {true, true, false, true};
+	const unsigned nfailing = 4, ncommits = 64;
+
+	(void)state;
+	for (unsigned k = 1; k <= 2; k++) {
+		for (int bug = 0; bug < (int)ncommits; bug += 7) {
+			struct world w = {.bug = bug, .q = 0.05, .f = 0.0, .rng = 99 + (uint64_t)bug};
+			bool used[64][4] = {{false}};
+			struct bisect_params p;
+			struct bisect b;
+			struct bisect_plan plan[2];
+			unsigned n, rounds = 0;
+			int culprit;
+
+			bisect_params_default(&p);
+			p.failing_seeds = nfailing;
+			assert_int_equal(bisect_init(&b, ncommits, NULL, &p), 0);
+			assert_int_equal(bisect_observe(&b, ncommits - 1, 3, 64, false), 0);
+			while (bisect_done(&b, NULL, NULL) == BISECT_RUNNING) {
+				unsigned queued = 0;
+
+				assert_int_equal(bisect_next_probes(&b, k, plan, &n), 0);
+				assert_true(n >= 1);
+				for (unsigned x = 0; x < n; x++) {
+					unsigned c = plan[x].commit, fails = 0, ran = 0;
+
+					if (plan[x].failing_seeds) {
+						unsigned offset = b.trial[1][c];
+
+						assert_true(plan[x].trials >= 1);
+						assert_true(offset + plan[x].trials <= nfailing);
+						for (unsigned s = offset; s < offset + plan[x].trials; s++) {
+							assert_false(used[c][s]);
+							used[c][s] = true;
+							ran++;
+							if (culprits_seed[s] && (int)c >= bug) {
+								fails++;
+								if (plan[x].stop_on_failure)
+									break;
+							}
+						}
+					} else {
+						fails = run(&w, (int)c, plan[x].trials,
+							    plan[x].stop_on_failure, &ran);
+					}
+					queued += ran;
+					assert_int_equal(
+					    bisect_observe(&b, c, fails, ran, plan[x].failing_seeds), 0);
+				}
+				assert_true(queued > 0);
+				assert_true(++rounds < 1000);
+			}
+			assert_int_equal(bisect_done(&b, &culprit, NULL), BISECT_FOUND);
+			assert_int_equal(culprit, bug);
+			bisect_release(&b);
+		}
+	}
 }
 
 /*
@@ -583,6 +661,7 @@ int main(void)
 	    cmocka_unit_test(json_rejects_garbage),
 	    cmocka_unit_test(confirmation),
 	    cmocka_unit_test(failing_seeds_first),
+	    cmocka_unit_test(failing_seeds_as_the_daemon_runs_them),
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),
 	};
 
