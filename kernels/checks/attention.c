@@ -161,11 +161,11 @@ static void data_free(struct attn_data *a)
 	free(a->o_s);
 }
 
-static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_data *a)
+static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_data *a, bool with_dout)
 {
 	enum nw_dtype d = t->dtype;
 	struct nw_rng r;
-	double qs = 1.0, voff = 0.0;
+	double qs = 1.0, voff = 0.0, ds = 1.0;
 	long i, dims[5];
 	int kind = -1;
 
@@ -207,28 +207,33 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_da
 		else if (kind == EXT_OFFSET)
 			voff = 50.0;
 	}
-	nw_rng_init(&r, c->name, t->seed, STREAM_Q);
-	for (i = 0; i < a->nq; i++)
-		a->q[i] = kind == EXT_ZERO_Q ? 0.0 : qs * nw_rng_normal(&r);
-	nw_rng_init(&r, c->name, t->seed, STREAM_K);
-	for (i = 0; i < a->nk; i++)
-		a->k[i] = qs * nw_rng_normal(&r);
+	nw_rng_init(&r, c->name, t->seed, STREAM_DOUT);
+	if (kind == EXT_DOUT_SCALE)
+		ds = nw_rng_range(&r, 0, 1) ? 1e3 : 1e-3;
+	{
+		/* The four streams are independent: drawn in parallel (nw_rng_fill_normals). */
+		struct nw_normals jobs[] = {
+		    {c->name, t->seed, STREAM_Q, 0, a->q, kind == EXT_ZERO_Q ? 0 : a->nq, qs, 0.0},
+		    {c->name, t->seed, STREAM_K, 0, a->k, a->nk, qs, 0.0},
+		    {c->name, t->seed, STREAM_V, 0, a->v, a->nk, 1.0, voff},
+		    /* dout's stream starts after the scale's draw; the forward needs no dout. */
+		    {c->name, t->seed, STREAM_DOUT, r.ctr, a->dout, with_dout ? a->nq : 0, ds, 0.0},
+		};
+
+		if (kind == EXT_ZERO_Q)
+			for (i = 0; i < a->nq; i++)
+				a->q[i] = 0.0;
+		nw_rng_fill_normals(jobs, sizeof(jobs) / sizeof(jobs[0]));
+	}
 	if (kind == EXT_TIED_KEYS) /* every key of a (batch, head) equal to its first */
 		for (i = 0; i < a->nk; i++) {
 			long D = a->s.head_dim, per = (long)a->s.seqlen_k * D, base = i / per * per;
 
 			a->k[i] = a->k[base + i % D];
 		}
-	nw_rng_init(&r, c->name, t->seed, STREAM_V);
-	for (i = 0; i < a->nk; i++)
-		a->v[i] = voff + nw_rng_normal(&r);
-	nw_rng_init(&r, c->name, t->seed, STREAM_DOUT);
-	{
-		double ds = kind == EXT_DOUT_SCALE ? (nw_rng_range(&r, 0, 1) ? 1e3 : 1e-3) : 1.0;
-
+	if (!with_dout)
 		for (i = 0; i < a->nq; i++)
-			a->dout[i] = ds * nw_rng_normal(&r);
-	}
+			a->dout[i] = 0.0;
 	ck_store_all(d, a->q_s, a->q, a->nq);
 	ck_store_all(d, a->k_s, a->k, a->nk);
 	ck_store_all(d, a->v_s, a->v, a->nk);
@@ -302,7 +307,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	long D, sq;
 	int rc, i;
 
-	rc = gen_data(c, t, &a);
+	rc = gen_data(c, t, &a, false);
 	if (rc)
 		goto out;
 	D = a.s.head_dim;
@@ -399,7 +404,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	long D, sq, sk, j;
 	int rc, i;
 
-	rc = gen_data(c, t, &a);
+	rc = gen_data(c, t, &a, true);
 	if (rc)
 		goto out;
 	D = a.s.head_dim;

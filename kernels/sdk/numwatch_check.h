@@ -91,6 +91,23 @@ double nw_rng_uniform(struct nw_rng *r);
 /* Approximately standard normal (Irwin-Hall of 4 uniforms, unit variance, |v| < 3.47). */
 double nw_rng_normal(struct nw_rng *r);
 
+/*
+ * Whole tensors of normals: out[i] = offset + scale * (the i-th nw_rng_normal
+ * of the stream (name, seed, stream)), exactly as that loop would draw them.
+ * nw_rng_fill_normals() fills several such tensors at once, each in its own
+ * thread when there is enough work to pay for one (the draws are
+ * counter-based, so the values do not depend on the threads).
+ */
+struct nw_normals {
+	const char *name;
+	uint64_t seed, stream;
+	uint64_t skip; /* draws of the stream taken before these (nw_rng_u64 calls) */
+	double *out;
+	long n;
+	double scale, offset;
+};
+void nw_rng_fill_normals(const struct nw_normals *jobs, unsigned njobs);
+
 /* ---- checks and trials ----------------------------------------------------- */
 
 /* What nw_compare() measured for one output tensor (PROTOCOL.md "tensors"). */

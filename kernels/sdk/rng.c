@@ -3,7 +3,13 @@
  * function of (name, seed, stream, counter) computed with integer operations
  * and exact floating-point steps, so a trial replays bit for bit anywhere.
  */
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "numwatch_check.h"
+
+/* Tensors one nw_rng_fill_normals() call fills in parallel. */
+#define NW_FILL_JOBS_MAX 8
 
 #define GOLDEN 0x9e3779b97f4a7c15ull
 
@@ -69,4 +75,47 @@ double nw_rng_normal(struct nw_rng *r)
 	for (i = 0; i < 4; i++)
 		s += nw_rng_uniform(r);
 	return (s - 2.0) * 1.7320508075688772;
+}
+
+static void fill_one(const struct nw_normals *j)
+{
+	struct nw_rng r;
+	long i;
+
+	nw_rng_init(&r, j->name, j->seed, j->stream);
+	r.ctr = j->skip;
+	for (i = 0; i < j->n; i++)
+		j->out[i] = j->offset + j->scale * nw_rng_normal(&r);
+}
+
+static void *fill_thread(void *arg)
+{
+	fill_one(arg);
+	return NULL;
+}
+
+/* Below this many draws in all, a thread costs more than it saves. */
+#define FILL_THREADED_MIN 32768
+
+void nw_rng_fill_normals(const struct nw_normals *jobs, unsigned njobs)
+{
+	pthread_t th[NW_FILL_JOBS_MAX];
+	bool started[NW_FILL_JOBS_MAX] = {false};
+	long total = 0;
+	unsigned i;
+
+	for (i = 0; i < njobs; i++)
+		total += jobs[i].n;
+	/* Job 0 runs here; the others in threads if worth it (else, or if a thread fails, here too). */
+	for (i = 1; i < njobs; i++)
+		if (total >= FILL_THREADED_MIN && i < NW_FILL_JOBS_MAX && jobs[i].n > 0)
+			started[i] = pthread_create(&th[i], NULL, fill_thread, (void *)&jobs[i]) == 0;
+	if (njobs > 0)
+		fill_one(&jobs[0]);
+	for (i = 1; i < njobs; i++) {
+		if (i < NW_FILL_JOBS_MAX && started[i])
+			pthread_join(th[i], NULL);
+		else
+			fill_one(&jobs[i]);
+	}
 }
