@@ -65,7 +65,20 @@ slots = $SLOTS
 port = 18080
 CONF
 
-log "daemon: the demo history on GPU 0 (slots $SLOTS)"
+# NW_GPU_MPS=1: the slots' runners share the GPU through CUDA MPS (a user-space
+# daemon, stopped at the end) instead of time-slicing between their contexts.
+mps=none
+if [[ ${NW_GPU_MPS:-0} == 1 ]]; then
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/nwmps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/nwmps/log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	if nvidia-cuda-mps-control -d; then
+		mps=on
+		trap 'echo quit | nvidia-cuda-mps-control' EXIT
+	else
+		log "MPS would not start: the runners time-slice"
+	fi
+fi
+log "daemon: the demo history on GPU 0 (slots $SLOTS, MPS $mps)"
 nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$OUT/gpu-util.csv" 2>/dev/null &
 smi=$!
 "$G/bin/numwatchd" --config /tmp/nw.conf >"$OUT/daemon.log" 2>&1 &
@@ -112,7 +125,7 @@ wait $daemon
 {
 	echo "## GPU run: $(date -u +%Y-%m-%d), $gpu"
 	echo
-	echo "Command: \`bench/gpu-suite.sh\` (NW_GPU_TRIALS=$TRIALS, per_commit $PER_COMMIT, slots $SLOTS), history in ${history_s}s."
+	echo "Command: \`bench/gpu-suite.sh\` (NW_GPU_TRIALS=$TRIALS, per_commit $PER_COMMIT, slots $SLOTS, MPS $mps), history in ${history_s}s."
 	echo
 	echo "### Verdicts over the demo history"
 	echo
@@ -190,20 +203,34 @@ mkdir -p /tmp/nwrun && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write
 	"$G/blobs/$blob/numwatch-runner-cuda.xz" /tmp/nwrun/numwatch-runner-cuda && chmod +x /tmp/nwrun/numwatch-runner-cuda
 {
 	echo
-	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials each)"
+	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials, median of 3 rounds)"
 	echo
-	echo "One process each, on an otherwise idle GPU. The PyTorch loop is timed after 5 warm-up trials;"
-	echo "the C runner's rate leaves out its start-up the same way: (500 - 1) / (t(500 trials) - t(1 trial))."
+	echo "One process each, taking turns on an otherwise idle GPU, three rounds. The PyTorch loop is timed"
+	echo "after 5 warm-up trials; the C runner's rate leaves out its start-up the same way:"
+	echo "(500 - 1) / (t(500 trials) - t(1 trial)). Brackets: the lowest and highest of the three rounds."
 	echo
-	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio |"
+	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio of medians |"
 	echo "| --- | --- | ---: | ---: | ---: |"
-	python3 bench/torch_loop.py --trials 500 --checks softmax.fwd,attention.fwd --dtypes f32,bf16 >/tmp/torch.txt 2>&1 || cat /tmp/torch.txt
-	while read -r _ check dtype n sec rate _; do
-		t1=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count 1)
-		tn=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n")
-		c=$(python3 -c "print('%.1f' % (($n - 1) / ($tn - $t1)))")
-		echo "| $check | $dtype | $c | $rate | $(python3 -c "print('%.2f' % ($c / $rate))") |"
-	done < <(grep '^torch ' /tmp/torch.txt)
+	: >/tmp/rates.txt
+	for round in 1 2 3; do
+		python3 bench/torch_loop.py --trials 500 --checks softmax.fwd,attention.fwd --dtypes f32,bf16 >/tmp/torch.txt 2>&1 || cat /tmp/torch.txt
+		while read -r _ check dtype n sec rate _; do
+			t1=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count 1)
+			tn=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n")
+			echo "$check $dtype $(python3 -c "print('%.1f' % (($n - 1) / ($tn - $t1)))") $rate" >>/tmp/rates.txt
+		done < <(grep '^torch ' /tmp/torch.txt)
+	done
+	python3 - /tmp/rates.txt <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    check, dtype, c, t = line.split()
+    rows.setdefault((check, dtype), []).append((float(c), float(t)))
+for (check, dtype), v in rows.items():
+    cs, ts = [x[0] for x in v], [x[1] for x in v]
+    cm, tm = statistics.median(cs), statistics.median(ts)
+    print("| %s | %s | %.1f [%.0f-%.0f] | %.1f [%.0f-%.0f] | %.2f |" % (check, dtype, cm, min(cs), max(cs), tm, min(ts), max(ts), cm / tm))
+PY
 	echo
 	echo "### Where a C runner's trial goes (NW_TIMING=1, 500 trials, microseconds per trial)"
 	echo
