@@ -8,10 +8,23 @@
 #include "builder.h"
 #include "slot.h"
 
-/* What children inherit from the daemon's environment; everything else is explicit. */
-static const char *const passthrough[] = {"PATH",      "HOME",     "LANG",    "LC_ALL",
-					  "TMPDIR",    "USER",     "LOGNAME", "LD_LIBRARY_PATH",
-					  "CUDA_HOME", "CUDA_PATH"};
+/*
+ * What children inherit from the daemon's environment; everything else is
+ * explicit. The MPS directories let runners that share a GPU reach a CUDA MPS
+ * daemon (docs/operations.md): without it they time-slice the GPU.
+ */
+static const char *const passthrough[] = {"PATH",
+					  "HOME",
+					  "LANG",
+					  "LC_ALL",
+					  "TMPDIR",
+					  "USER",
+					  "LOGNAME",
+					  "LD_LIBRARY_PATH",
+					  "CUDA_HOME",
+					  "CUDA_PATH",
+					  "CUDA_MPS_PIPE_DIRECTORY",
+					  "CUDA_MPS_LOG_DIRECTORY"};
 
 void nwd_kick(struct nwd *d)
 {

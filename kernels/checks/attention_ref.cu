@@ -3,14 +3,18 @@
  * errors as attention_ref.c, so that a GPU runner's trial is not bound by the
  * host CPU. A few launches and one copy back per call.
  *
- * Float64 reductions may sum in any order (they are exact to far below any
- * dtype's rounding), but for the forward's scores (below). The plain
- * programs reproduce attention_ref.c operation by operation: every float
- * operation is rounded on its own (__fadd_rn, __fmul_rn, ...; nvcc would
- * otherwise contract a product and a sum into an FMA), every sequential sum
- * runs in exactly the order the host's does (nw_order.h), one thread per
- * chain. Only expf and logf are CUDA's, not glibc's: a plain value may
- * differ from the host's by a rounding now and then, as in the other ops.
+ * The float64 reference sums in the host's orders too and rounds each
+ * product and sum on its own (__dadd_rn, __dmul_rn, ...), one thread per
+ * output element: but for CUDA's exp and log it is the host's bit for bit,
+ * so that a kernel that matches the host's reference exactly still does
+ * here (only the sizes of terms behind the budgets' floors sum in any
+ * order). The plain programs reproduce attention_ref.c operation by
+ * operation: every float operation rounded on its own (__fadd_rn,
+ * __fmul_rn, ...; nvcc would otherwise contract a product and a sum into an
+ * FMA), every sequential sum in exactly the order the host's runs
+ * (nw_order.h), one thread per chain. Only expf and logf are CUDA's, not
+ * glibc's: a plain value may differ from the host's by a rounding now and
+ * then, as in the other ops.
  *
  * The launches, per (batch, head) of Q [sq][D], K, V [sk][D]:
  *   scores:  16 x 16 tiles of (query, key): S = Q K^T in float64 and the plain
@@ -21,21 +25,22 @@
  *            row sums in each order, one thread per order) and, in the
  *            backward, its softmax backward.
  *   outputs: a block per output row (query rows for O and dQ, key rows for dK
- *            and dV), threads over (head_dim, order): each thread one plain
- *            product chain in its order and a share of the float64 sum; each
- *            element's largest plain error.
+ *            and dV), threads over (head_dim, order and one more): each
+ *            thread one plain product chain in its order, the last one the
+ *            float64 sum; each element's largest plain error.
  *
  * The backward's inputs O and LSE are case data (the float64 forward rounded
  * to the dtype and to float): a trial must see the same ones whichever runner
  * runs it. The GPU computes the forward's scores S, scale * S and their
  * differences to the row's max exactly as the host does, bit for bit; from
- * there exp, log and the orders of the sums differ. So each row also gets a
- * bound on the distance between the two sides' O and LSE (a forward error
- * analysis of both, with a margin: fwd_rows), and where the rounding of a
+ * there exp and log may differ by an ulp, and the roundings after them with
+ * them. So each row also gets a bound on the distance between the two
+ * sides' O and LSE (a forward error analysis of both, with a margin:
+ * fwd_rows), and where the rounding of a
  * value to the dtype or to float could change within it, the host
  * recomputes the row exactly as attention_ref.c does
- * (attention_ref_fwd_row). That is a few rows in a thousand at f32, fewer
- * at f16 and bf16.
+ * (attention_ref_fwd_row). That is a row or two in a thousand at f32,
+ * fewer at f16 and bf16.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -271,6 +276,7 @@ __global__ static void fwd_rows(int d, struct attn_dims s, int orders, bool stag
 	long row = bh * sq + i, off = row * sk, n2 = (long)gridDim.y * sq * sk, nv = visible(s, i), j;
 	double sc = (double)s.scale, m = -INFINITY, l = 0.0, lse, *p = stage ? row_p : P + off;
 	float mf = -INFINITY, *e_stage = (float *)(row_p + sk);
+	int tied = 1; /* every y_j 0 and its p_j exactly 1 */
 
 	/*
 	 * As the host's ref_fwd_row(): t_j = scale * S_j and t_j - m rounded on
@@ -280,8 +286,12 @@ __global__ static void fwd_rows(int d, struct attn_dims s, int orders, bool stag
 	for (j = threadIdx.x; j < nv; j += blockDim.x)
 		m = fmax(m, __dmul_rn(sc, S[off + j]));
 	m = block_reduce<double, true>(m);
-	for (j = threadIdx.x; j < sk; j += blockDim.x)
-		p[j] = j < nv ? exp(__dsub_rn(__dmul_rn(sc, S[off + j]), m)) : 0.0;
+	for (j = threadIdx.x; j < sk; j += blockDim.x) {
+		double y = j < nv ? __dsub_rn(__dmul_rn(sc, S[off + j]), m) : 0.0;
+
+		p[j] = j < nv ? exp(y) : 0.0;
+		tied &= j >= nv || (y == 0.0 && p[j] == 1.0);
+	}
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		for (j = 0; j < nv; j++)
@@ -303,11 +313,17 @@ __global__ static void fwd_rows(int d, struct attn_dims s, int orders, bool stag
 		 * v_jx by (5u + 2 gamma_nv) sum_j P_j |v_jx|; LSE = m + log(l) by
 		 * 2u + gamma_nv + 2u log(l) + u |LSE|. The two sides differ by at
 		 * most twice that: the margins are 2.5 times it (the rest covers
-		 * second order and the rounding of the bounds themselves).
+		 * second order and the rounding of the bounds themselves). Where
+		 * every y_j is 0 (tied scores: zero queries, equal keys) and every
+		 * p_j = exp(0) exactly 1 (so on the host too), O comes out the same
+		 * bit for bit: no margin (O is then often a tie of the dtype's
+		 * rounding).
 		 */
-		double gn = nv * U_D / (1.0 - nv * U_D);
-		double coef = 2.5 * (5.0 * U_D + 2.0 * gn);
-		double blse = 2.5 * (2.0 * U_D + gn + 2.0 * U_D * log(l) + U_D * fabs(lse)) + 1e-300;
+		double gn = nv * U_D / (1.0 - nv * U_D), coef, blse;
+
+		tied = __syncthreads_and(tied);
+		coef = tied ? 0.0 : 2.5 * (5.0 * U_D + 2.0 * gn);
+		blse = 2.5 * (2.0 * U_D + gn + 2.0 * U_D * log(l) + U_D * fabs(lse)) + 1e-300;
 
 		if (threadIdx.x == 0) {
 			bool redo = false;
