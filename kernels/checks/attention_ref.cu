@@ -54,6 +54,7 @@ extern "C" {
 #include "common.h"
 #include "nw_device.h"
 }
+#include "nw_device_math.cuh"
 #include "nw_order.h"
 
 #define TILE      16    /* scores: TILE x TILE (query, key) per block */
@@ -67,26 +68,6 @@ extern "C" {
 
 /* ---- device helpers ------------------------------------------------------------------------ */
 
-/* Element i of a stored buffer, as float. */
-__device__ static float load(int d, const void *buf, long i)
-{
-	if (d == NW_F16)
-		return __half2float(((const __half *)buf)[i]);
-	if (d == NW_BF16)
-		return __bfloat162float(((const __nv_bfloat16 *)buf)[i]);
-	return ((const float *)buf)[i];
-}
-
-/* One rounding step of a same-dtype program (round to nearest even, like nw_round). */
-__device__ static float round_to(int d, float v)
-{
-	if (d == NW_F16)
-		return __half2float(__float2half_rn(v));
-	if (d == NW_BF16)
-		return __bfloat162float(__float2bfloat16_rn(v));
-	return v;
-}
-
 /* The bits a double stores as in dtype d (ck_store_all: to float, then to the dtype). */
 __device__ static unsigned stored_bits(int d, double v)
 {
@@ -97,27 +78,6 @@ __device__ static unsigned stored_bits(int d, double v)
 	if (d == NW_BF16)
 		return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 	return __float_as_uint(f);
-}
-
-/* The plain programs' float operations, each rounded on its own (never fused). */
-__device__ static float fadd(float a, float b)
-{
-	return __fadd_rn(a, b);
-}
-
-__device__ static float fsub(float a, float b)
-{
-	return __fsub_rn(a, b);
-}
-
-__device__ static float fmul(float a, float b)
-{
-	return __fmul_rn(a, b);
-}
-
-__device__ static float fdiv(float a, float b)
-{
-	return __fdiv_rn(a, b);
 }
 
 /* Number of keys query row i sees (attention.h: causal masks aligned to the bottom right). */

@@ -26,6 +26,7 @@ extern "C" {
 #include "layernorm.h"
 #include "nw_device.h"
 }
+#include "nw_device_math.cuh"
 #include "nw_order.h"
 
 /* 9 warps: warp o sums a row in reduction order o, the last one in float64 */
@@ -35,47 +36,6 @@ static_assert(THREADS / 32 == NW_ORDERS + 1, "a warp per reduction order, and on
 
 /* Dynamic shared memory a block may have without asking for more. */
 #define SMEM_DEFAULT 49152
-
-/* Element i of a stored buffer, as float. */
-__device__ static float load(int d, const void *buf, long i)
-{
-	if (d == NW_F16)
-		return __half2float(((const __half *)buf)[i]);
-	if (d == NW_BF16)
-		return __bfloat162float(((const __nv_bfloat16 *)buf)[i]);
-	return ((const float *)buf)[i];
-}
-
-/* One rounding step of a same-dtype program (round to nearest even, like nw_round). */
-__device__ static float round_to(int d, float v)
-{
-	if (d == NW_F16)
-		return __half2float(__float2half_rn(v));
-	if (d == NW_BF16)
-		return __bfloat162float(__float2bfloat16_rn(v));
-	return v;
-}
-
-/* The plain programs' float operations, each rounded on its own (never fused). */
-__device__ static float fadd(float a, float b)
-{
-	return __fadd_rn(a, b);
-}
-
-__device__ static float fsub(float a, float b)
-{
-	return __fsub_rn(a, b);
-}
-
-__device__ static float fmul(float a, float b)
-{
-	return __fmul_rn(a, b);
-}
-
-__device__ static float fdiv(float a, float b)
-{
-	return __fdiv_rn(a, b);
-}
 
 __device__ static double d_add(double a, double b)
 {
@@ -126,12 +86,6 @@ __device__ static double block_max(double v)
 	for (w = 1; w < THREADS / 32; w++)
 		v = fmax(v, part[w]);
 	return v;
-}
-
-__device__ static void note_err(double *err, float p, double ref)
-{
-	if (isfinite(p) && fabs((double)p - ref) > *err)
-		*err = fabs((double)p - ref);
 }
 
 /* Per row of the forward's output buffer, after y's reference and errors. */

@@ -36,32 +36,13 @@ extern "C" {
 #include "nw_device.h"
 }
 #include "msda_point.h"
+#include "nw_device_math.cuh"
 #include "nw_order.h"
 
 #define THREADS 256
 
 /* Dynamic shared memory a block may have without asking for more. */
 #define SMEM_DEFAULT 49152
-
-/* Element i of a stored buffer, as float. */
-__device__ static float load(int d, const void *buf, long i)
-{
-	if (d == NW_F16)
-		return __half2float(((const __half *)buf)[i]);
-	if (d == NW_BF16)
-		return __bfloat162float(((const __nv_bfloat16 *)buf)[i]);
-	return ((const float *)buf)[i];
-}
-
-/* One rounding step of a same-dtype program (round to nearest even, like nw_round). */
-__device__ static float round_to(int d, float v)
-{
-	if (d == NW_F16)
-		return __half2float(__float2half_rn(v));
-	if (d == NW_BF16)
-		return __bfloat162float(__float2bfloat16_rn(v));
-	return v;
-}
 
 /* Block-wide maximum of one double, into every thread's return value. */
 __device__ static double block_max(double v)
@@ -79,12 +60,6 @@ __device__ static double block_max(double v)
 	for (w = 1; w < THREADS / 32; w++)
 		v = fmax(v, part[w]);
 	return v;
-}
-
-__device__ static void note_err(double *err, float p, double ref)
-{
-	if (isfinite(p) && fabs((double)p - ref) > *err)
-		*err = fabs((double)p - ref);
 }
 
 /* Float64 bilinear sample of point p for corner values v (msda_ref.c's order of terms). */

@@ -17,29 +17,10 @@ extern "C" {
 #include "nw_device.h"
 #include "softmax.h"
 }
+#include "nw_device_math.cuh"
 #include "nw_order.h"
 
 #define THREADS 256
-
-/* Element i of a stored buffer, as float. */
-__device__ static float load(int d, const void *buf, long i)
-{
-	if (d == NW_F16)
-		return __half2float(((const __half *)buf)[i]);
-	if (d == NW_BF16)
-		return __bfloat162float(((const __nv_bfloat16 *)buf)[i]);
-	return ((const float *)buf)[i];
-}
-
-/* One rounding step of a same-dtype program (round to nearest even, like nw_round). */
-__device__ static float round_to(int d, float v)
-{
-	if (d == NW_F16)
-		return __half2float(__float2half_rn(v));
-	if (d == NW_BF16)
-		return __bfloat162float(__float2bfloat16_rn(v));
-	return v;
-}
 
 /* Block-wide reduction of one double (max or sum) into every thread's return value. */
 __device__ static double block_reduce(double v, bool take_max)
@@ -129,12 +110,6 @@ __device__ static void fill_row(const float *row, long cols)
 static size_t row_shared_bytes(long cols)
 {
 	return cols <= ROW_SHARED_MAX ? (size_t)cols * sizeof(float) : 0;
-}
-
-__device__ static void note_err(double *err, float p, double ref)
-{
-	if (isfinite(p) && fabs((double)p - ref) > *err)
-		*err = fabs((double)p - ref);
 }
 
 /*
