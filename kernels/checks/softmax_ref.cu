@@ -185,7 +185,8 @@ static int cuda_fwd(enum nw_dtype d, const void *x, const void *x_dev, long rows
  * order (one thread per order), and each element's largest plain error.
  * out holds ref[n], plain_err[n], then one size of terms per row.
  */
-__global__ static void bwd_refs(int d, const void *y, const void *dy, long n, long cols, float *prod, double *out)
+__global__ static void bwd_refs(int d, const void *y, const void *dy, long n, long cols, float *prod,
+				double *out)
 {
 	__shared__ float dots[NW_ORDERS];
 	long off = (long)blockIdx.x * cols, j;
@@ -220,9 +221,10 @@ __global__ static void bwd_refs(int d, const void *y, const void *dy, long n, lo
 		double err = 0.0;
 
 		for (o = 0; o < NW_ORDERS; o++)
-			note_err(&err,
-				 round_to(d, load(d, y, off + j) * round_to(d, load(d, dy, off + j) - dots[o])),
-				 ref[off + j]);
+			note_err(
+			    &err,
+			    round_to(d, load(d, y, off + j) * round_to(d, load(d, dy, off + j) - dots[o])),
+			    ref[off + j]);
 		plain_err[off + j] = err;
 	}
 }
@@ -247,7 +249,8 @@ static int cuda_bwd(enum nw_dtype d, const void *y, const void *dy, const void *
 	if (!rc)
 		rc = nw_dev_alloc((void **)&prod, (size_t)n * sizeof(float));
 	if (!rc) {
-		bwd_refs<<<(unsigned)rows, THREADS, row_shared_bytes(cols)>>>(d, y_dev, dy_dev, n, cols, prod, out);
+		bwd_refs<<<(unsigned)rows, THREADS, row_shared_bytes(cols)>>>(d, y_dev, dy_dev, n, cols, prod,
+									      out);
 		rc = nw_dev_launched("softmax reference");
 	}
 	if (!rc)
