@@ -20,8 +20,7 @@
 #include "attention.h"
 #include "demolib.h"
 #include "numwatch_check.h"
-
-static const enum nw_dtype all_dtypes[] = {NW_F32, NW_F16, NW_BF16};
+#include "sdk_harness.h"
 
 static enum dl_dtype dl_of(enum nw_dtype d)
 {
@@ -171,25 +170,6 @@ static const struct attention_kernels planted = {"planted_fwd", "planted_bwd", p
 static const struct attention_kernels dv_tail = {"real_fwd", "dv_tail_bwd", real_fwd, dv_tail_bwd, NULL};
 static const struct attention_kernels nan_rows = {"nan_rows_fwd", "real_bwd", nan_rows_fwd, real_bwd, NULL};
 
-static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
-{
-	struct nw_trial t = {.dtype = d, .seed = seed, .family = family, .repeats = 1};
-
-	nw_trial_run(c, &t);
-	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
-			 (unsigned long long)seed, t.errmsg);
-	return t;
-}
-
-static struct nw_check with_kernels(const struct nw_check *c, const struct attention_kernels *k)
-{
-	struct nw_check p = *c;
-
-	p.kernels = k;
-	return p;
-}
-
 /* ---- families and shapes --------------------------------------------------------------------- */
 
 static void test_seeds_cover_every_family(void **state)
@@ -329,26 +309,6 @@ static void test_fully_masked_rows(void **state)
 }
 
 /* ---- planted bugs ------------------------------------------------------------------------------ */
-
-static bool ratio_over_one(const struct nw_tensor_result *r)
-{
-	return r->ratio > 1.0 && r->mismatch == 0 && r->unwritten == 0;
-}
-
-static bool nonfinite_mismatch(const struct nw_tensor_result *r)
-{
-	return r->mismatch == 1 && r->nonfinite == r->ref_nonfinite + 1;
-}
-
-static bool one_unwritten(const struct nw_tensor_result *r)
-{
-	return r->unwritten == 1;
-}
-
-static bool canary_broken(const struct nw_tensor_result *r)
-{
-	return r->canary >= 1 && r->unwritten == 0 && r->mismatch == 0;
-}
 
 /* Whether a seed's case is small (the planted bugs need no large case, and the tests run under ASan too). */
 static bool cheap(uint64_t seed)

@@ -17,9 +17,8 @@
 
 #include "demolib.h"
 #include "numwatch_check.h"
+#include "sdk_harness.h"
 #include "softmax.h"
-
-static const enum nw_dtype all_dtypes[] = {NW_F32, NW_F16, NW_BF16};
 
 static enum dl_dtype dl_of(enum nw_dtype d)
 {
@@ -140,25 +139,6 @@ static const struct softmax_kernels off_by_some = {"off_by_some_fwd", "real_bwd"
 static const struct softmax_kernels nan_kernel = {"nan_fwd", "real_bwd", nan_fwd, real_bwd, NULL};
 static const struct softmax_kernels unwritten = {"unwritten_fwd", "real_bwd", unwritten_fwd, real_bwd, NULL};
 static const struct softmax_kernels overrun = {"overrun_fwd", "real_bwd", overrun_fwd, real_bwd, NULL};
-
-static struct nw_trial run(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
-{
-	struct nw_trial t = {.dtype = d, .seed = seed, .family = family, .repeats = 1};
-
-	nw_trial_run(c, &t);
-	if (t.error)
-		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
-			 (unsigned long long)seed, t.errmsg);
-	return t;
-}
-
-static struct nw_check with_kernels(const struct nw_check *c, const struct softmax_kernels *k)
-{
-	struct nw_check p = *c;
-
-	p.kernels = k;
-	return p;
-}
 
 /* ---- families and shapes ------------------------------------------------------- */
 
@@ -329,26 +309,6 @@ static void expect_caught(const struct softmax_kernels *k, const char *what, int
 					 t.shape[1]);
 		}
 	}
-}
-
-static bool ratio_over_one(const struct nw_tensor_result *r)
-{
-	return r->ratio > 1.0 && r->mismatch == 0 && r->unwritten == 0;
-}
-
-static bool nonfinite_mismatch(const struct nw_tensor_result *r)
-{
-	return r->mismatch == 1 && r->nonfinite == r->ref_nonfinite + 1;
-}
-
-static bool one_unwritten(const struct nw_tensor_result *r)
-{
-	return r->unwritten == 1;
-}
-
-static bool canary_broken(const struct nw_tensor_result *r)
-{
-	return r->canary >= 1 && r->unwritten == 0 && r->mismatch == 0;
 }
 
 static void test_planted_wrong_value_is_caught(void **state)
