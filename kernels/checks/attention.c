@@ -283,12 +283,6 @@ static const struct attention_refs *refs_of(const struct attention_kernels *k)
 	return k->refs ? k->refs : &attention_refs_host;
 }
 
-/* A reference that failed: out of memory, or a device error already recorded. */
-static int refs_failed(struct nw_trial *t, int rc)
-{
-	return rc == -ENOMEM ? rc : nw_trial_device_error(t);
-}
-
 static int upload(struct nw_trial *t, void **dev, const void *host, long n, enum nw_dtype d)
 {
 	return nw_input_upload(t, dev, host, (size_t)n * nw_dtype_size(d));
@@ -327,12 +321,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	in = (struct attn_ref_in){
 	    .q = a.q, .k = a.k, .v = a.v, .q_dev = q_dev, .k_dev = k_dev, .v_dev = v_dev, .orders = a.orders};
 	t0 = nw_now();
-	rc = refs_of(k)->fwd(d, &a.s, &in, ref_o, ref_lse, err_o, err_lse);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->fwd(d, &a.s, &in, ref_o, ref_lse, err_o, err_lse), t0);
+	if (rc)
 		goto out;
-	}
 	if ((rc = nw_output_init(t, &out[0], "o", d, (size_t)a.nq)) ||
 	    (rc = nw_output_init(t, &out[1], "lse", NW_F32, (size_t)a.nlse)))
 		goto out;
@@ -434,12 +425,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 				  .orders = a.orders};
 	/* The forward's O (rounded to the dtype) and LSE (float): inputs of the backward. */
 	t0 = nw_now();
-	rc = refs->bwd_inputs(d, &a.s, &in, a.o_s, a.o, a.lse);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs->bwd_inputs(d, &a.s, &in, a.o_s, a.o, a.lse), t0);
+	if (rc)
 		goto out;
-	}
 	if ((rc = upload(t, &o_dev, a.o_s, a.nq, d)) ||
 	    (rc = nw_input_upload(t, &lse_dev, a.lse, (size_t)a.nlse * sizeof(float))))
 		goto out;
@@ -449,12 +437,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		double f;
 
 		t0 = nw_now();
-		rc = refs->bwd(d, &a.s, &in, ref, err, mag);
-		nw_phase_add(NW_PHASE_REFERENCE, t0);
-		if (rc) {
-			rc = refs_failed(t, rc);
+		rc = nw_reference_done(t, refs->bwd(d, &a.s, &in, ref, err, mag), t0);
+		if (rc)
 			goto out;
-		}
 		/* Keep the gradients inside the dtype's range (f16 with dout 1e3). */
 		f = ck_shrink(d, fmax(ck_max_abs(ref[0], a.nq),
 				      fmax(ck_max_abs(ref[1], a.nk), ck_max_abs(ref[2], a.nk))));

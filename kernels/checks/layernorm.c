@@ -236,12 +236,6 @@ static int alloc_refs(struct bufs *b, long n0, long n1, long n2)
 	return 0;
 }
 
-/* A reference that failed: out of memory, or a device error already recorded. */
-static int refs_failed(struct nw_trial *t, int rc)
-{
-	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
-}
-
 /* Draws the shape and x, gamma, beta (stored in the dtype and read back). */
 static int setup(const struct nw_check *c, struct nw_trial *t, struct bufs *b, long *rows, long *cols)
 {
@@ -308,12 +302,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	ro = (struct layernorm_ref_out){.ref = {b.ref[0], b.ref[1], b.ref[2]},
 					.plain_err = {b.plain_err[0], b.plain_err[1], b.plain_err[2]}};
 	t0 = nw_now();
-	rc = refs_of(k)->fwd(d, &in, &ro);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->fwd(d, &in, &ro), t0);
+	if (rc)
 		goto out;
-	}
 	if ((rc = nw_output_init(t, &b.out[0], "y", d, (size_t)n)) ||
 	    (rc = nw_output_init(t, &b.out[1], "mean", NW_F32, (size_t)rows)) ||
 	    (rc = nw_output_init(t, &b.out[2], "rstd", NW_F32, (size_t)rows)))
@@ -432,12 +423,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	ro = (struct layernorm_ref_out){.ref = {b.ref[0], b.ref[1], b.ref[2]},
 					.plain_err = {b.plain_err[0], b.plain_err[1], b.plain_err[2]}};
 	t0 = nw_now();
-	rc = refs_of(k)->bwd(d, &in, &ro);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->bwd(d, &in, &ro), t0);
+	if (rc)
 		goto out;
-	}
 	{
 		/* Keep the gradients inside the dtype's range (f16 with dy 1e3 on a constant row). */
 		double m = fmax(ck_max_abs(b.ref[0], n),
@@ -455,12 +443,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 				goto out;
 			in.dy_dev = b.dy_dev;
 			t0 = nw_now();
-			rc = refs_of(k)->bwd(d, &in, &ro);
-			nw_phase_add(NW_PHASE_REFERENCE, t0);
-			if (rc) {
-				rc = refs_failed(t, rc);
+			rc = nw_reference_done(t, refs_of(k)->bwd(d, &in, &ro), t0);
+			if (rc)
 				goto out;
-			}
 		}
 	}
 	if ((rc = nw_output_init(t, &b.out[0], "dx", d, (size_t)n)) ||

@@ -445,12 +445,6 @@ static const struct msda_refs *refs_of(const struct msda_kernels *k)
 	return k->refs ? k->refs : &msda_refs_host;
 }
 
-/* A reference that failed: out of memory, or a device error already recorded. */
-static int refs_failed(struct nw_trial *t, int rc)
-{
-	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
-}
-
 static struct msda_in inputs_of(const struct msda_data *m, const struct devbufs *dv)
 {
 	return (struct msda_in){.s = &m->s,
@@ -494,12 +488,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	in = inputs_of(&m, &dv);
 	ro = (struct msda_ref_out){.ref = {ref}, .plain_err = {plain_err}};
 	t0 = nw_now();
-	rc = refs_of(k)->fwd(d, &in, &ro);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->fwd(d, &in, &ro), t0);
+	if (rc)
 		goto out;
-	}
 	if ((rc = nw_output_init(t, &out, "out", d, (size_t)m.nout)))
 		goto out;
 	ctx = (struct launch_ctx){
@@ -569,12 +560,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 				   .plain_err = {plain_err[0], plain_err[1], plain_err[2]},
 				   .exclude = exclude};
 	t0 = nw_now();
-	rc = refs_of(k)->bwd(d, &in, &ro);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->bwd(d, &in, &ro), t0);
+	if (rc)
 		goto out;
-	}
 	{
 		/* Keep the gradients inside the dtype's range (f16 with values or dout of 1e3). */
 		double mx = fmax(ck_max_abs(ref[0], cnt[0]),
@@ -592,12 +580,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 				goto out;
 			in.dout_dev = dv.dout;
 			t0 = nw_now();
-			rc = refs_of(k)->bwd(d, &in, &ro);
-			nw_phase_add(NW_PHASE_REFERENCE, t0);
-			if (rc) {
-				rc = refs_failed(t, rc);
+			rc = nw_reference_done(t, refs_of(k)->bwd(d, &in, &ro), t0);
+			if (rc)
 				goto out;
-			}
 		}
 	}
 

@@ -149,12 +149,6 @@ static const struct softmax_refs *refs_of(const struct softmax_kernels *k)
 	return k->refs ? k->refs : &softmax_refs_host;
 }
 
-/* A reference that failed: out of memory, or a device error already recorded. */
-static int refs_failed(struct nw_trial *t, int rc)
-{
-	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
-}
-
 struct launch_ctx {
 	const struct softmax_kernels *k;
 	enum nw_dtype dtype;
@@ -219,12 +213,9 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		goto out;
 	/* Before the kernel runs: a kernel that scribbles on its input cannot bend the reference. */
 	t0 = nw_now();
-	rc = refs_of(k)->fwd(d, x, x_dev, rows, cols, ref, plain_err);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(t, refs_of(k)->fwd(d, x, x_dev, rows, cols, ref, plain_err), t0);
+	if (rc)
 		goto out;
-	}
 	rc = nw_output_init(t, &y, "y", d, (size_t)n);
 	if (rc)
 		goto out;
@@ -311,12 +302,10 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 	t0 = nw_now();
-	rc = refs_of(k)->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale);
-	nw_phase_add(NW_PHASE_REFERENCE, t0);
-	if (rc) {
-		rc = refs_failed(t, rc);
+	rc = nw_reference_done(
+	    t, refs_of(k)->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale), t0);
+	if (rc)
 		goto out;
-	}
 	rc = nw_output_init(t, &dx, "dx", d, (size_t)n);
 	if (rc)
 		goto out;

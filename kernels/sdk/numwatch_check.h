@@ -228,6 +228,12 @@ enum nw_phase {
 };
 double nw_now(void); /* monotonic seconds */
 void nw_phase_add(enum nw_phase p, double since);
+/*
+ * The end of a check's reference call begun at 'since': its time goes to
+ * NW_PHASE_REFERENCE, and its failure (-ENOMEM, or -EIO after a device error
+ * nw_device.h recorded) becomes the trial's error answer. Returns 0 or -EIO.
+ */
+int nw_reference_done(struct nw_trial *t, int rc, double since);
 
 /* Records the device's last error (nw_device.h) as an error answer; returns -EIO. */
 int nw_trial_device_error(struct nw_trial *t);

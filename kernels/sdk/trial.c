@@ -95,6 +95,14 @@ void nw_phase_add(enum nw_phase p, double since)
 		timing.phase[p] += nw_now() - since;
 }
 
+int nw_reference_done(struct nw_trial *t, int rc, double since)
+{
+	nw_phase_add(NW_PHASE_REFERENCE, since);
+	if (rc == 0)
+		return 0;
+	return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
+}
+
 static void timing_report(void)
 {
 	static const char *const names[NW_PHASES] = {"inputs", "reference", "outputs", "kernel", "compare"};
