@@ -690,18 +690,39 @@ static void print_none_row(const struct row *r)
 	       100.0 * r->o.right / r->o.runs, 100.0 * r->o.right_first / r->o.runs);
 }
 
-/* The targets, read off the rows (so that a rerun states its own numbers). */
-static void print_targets(const struct row *rows, unsigned nrows)
+/* The line of the target cell (128 commits, q = 0.05, one slot) for one model. */
+static void print_target_row(const struct row *r, double acc, double t)
 {
+	if (!r->c.seeded) {
+		printf(
+		    "- Race: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%%, %.2fx the bound; git "
+		    "bisect %s %.1fx our trials (r = %u, %.1f%%).\n",
+		    r->c.f, 100.0 * acc, t / r->bound,
+		    r->git_reached ? "matches it with" : "never matches it, at best with", r->g.trials / t,
+		    r->g.r, 100.0 * r->g.acc);
+		return;
+	}
+	printf("- Seeded: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%% in %.1f trials, %.2fx the "
+	       "bound log2 N / C(1, f); git bisect with fresh seeds %s %.2fx our trials (r = %u, %.1f%%); ",
+	       r->c.f, 100.0 * acc, t, t / r->bound,
+	       r->git_reached ? "matches it with" : "never matches it, at best with", r->g.trials / t, r->g.r,
+	       100.0 * r->g.acc);
+	printf("git bisect with the report's failing seed %s: %.1f%% in %.2fx our trials.\n",
+	       r->gs.acc >= acc ? "matches it" : "does not match it", 100.0 * r->gs.acc, r->gs.trials / t);
+}
+
+/* One model's targets (seeded or race), read off its rows. */
+static void print_model_targets(const struct row *rows, unsigned nrows, bool seeded)
+{
+	const char *model = seeded ? "Seeded" : "Race";
 	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo = 1e9, ratio_hi = 0.0;
 	bool have_acc = false, have_none = false;
 
-	printf("\n#### Targets\n\n");
 	for (unsigned i = 0; i < nrows; i++) {
 		const struct row *r = &rows[i];
 		double acc = (double)r->o.right / r->o.runs, t = r->o.trials / r->o.runs;
 
-		if (r->c.q_known > 0.0 || r->c.seeded)
+		if (r->c.q_known > 0.0 || r->c.seeded != seeded)
 			continue;
 		if (r->c.q <= 0.0) {
 			blame_free_min = fmin(blame_free_min, acc);
@@ -712,12 +733,7 @@ static void print_targets(const struct row *rows, unsigned nrows)
 			acc_min = fmin(acc_min, acc);
 			have_acc = true;
 			if (r->c.slots == 1)
-				printf("- Race: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%%, "
-				       "%.2fx the "
-				       "bound; git bisect %s %.1fx our trials (r = %u, %.1f%%).\n",
-				       r->c.f, 100.0 * acc, t / r->bound,
-				       r->git_reached ? "matches it with" : "never matches it, at best with",
-				       r->g.trials / t, r->g.r, 100.0 * r->g.acc);
+				print_target_row(r, acc, t);
 		}
 		if (r->c.slots == 1) {
 			ratio_lo = fmin(ratio_lo, t / r->bound);
@@ -725,73 +741,26 @@ static void print_targets(const struct row *rows, unsigned nrows)
 		}
 	}
 	if (have_acc)
-		printf(
-		    "- Race: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target 99%%): "
-		    "%s.\n",
-		    100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
+		printf("- %s: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target "
+		       "99%%): %s.\n",
+		       model, 100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
 	if (have_none)
-		printf("- Race: ranges without a culprit: nobody blamed in at least %.1f%% (target 100%%): "
-		       "%s.\n",
+		printf("- %s: nobody blamed in at least %.1f%% (target 100%%): %s.\n",
+		       seeded ? "Seeded, ranges without a culprit (the first pass's flaky seeds replayed)"
+			      : "Race: ranges without a culprit",
 		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
 	if (ratio_hi > 0.0)
-		printf("- Race: search trials against the bound, one slot, all culprit rows: %.2fx to %.2fx "
+		printf("- %s: search trials against the bound%s, one slot, all culprit rows: %.2fx to %.2fx "
 		       "(target 1.5x).\n",
-		       ratio_lo, ratio_hi);
+		       model, seeded ? " log2 N / C(1, f)" : "", ratio_lo, ratio_hi);
+}
 
-	/* The seeded model. */
-	acc_min = blame_free_min = 1.0;
-	ratio_lo = 1e9;
-	ratio_hi = 0.0;
-	have_acc = have_none = false;
-
-	for (unsigned i = 0; i < nrows; i++) {
-		const struct row *r = &rows[i];
-		double acc = (double)r->o.right / r->o.runs, t = r->o.trials / r->o.runs;
-
-		if (r->c.q_known > 0.0 || !r->c.seeded)
-			continue;
-		if (r->c.q <= 0.0) {
-			blame_free_min = fmin(blame_free_min, acc);
-			have_none = true;
-			continue;
-		}
-		if (r->c.n == 128 && r->c.q == 0.05) {
-			acc_min = fmin(acc_min, acc);
-			have_acc = true;
-			if (r->c.slots == 1) {
-				printf("- Seeded: 128 commits, q = 0.05, f = %g, one slot: accuracy %.1f%% "
-				       "in %.1f "
-				       "trials, %.2fx the bound log2 N / C(1, f); git bisect with fresh "
-				       "seeds %s "
-				       "%.2fx our trials (r = %u, %.1f%%); ",
-				       r->c.f, 100.0 * acc, t, t / r->bound,
-				       r->git_reached ? "matches it with" : "never matches it, at best with",
-				       r->g.trials / t, r->g.r, 100.0 * r->g.acc);
-				printf("git bisect with the report's failing seed %s: %.1f%% in %.2fx our "
-				       "trials.\n",
-				       r->gs.acc >= acc ? "matches it" : "does not match it",
-				       100.0 * r->gs.acc, r->gs.trials / t);
-			}
-		}
-		if (r->c.slots == 1) {
-			ratio_lo = fmin(ratio_lo, t / r->bound);
-			ratio_hi = fmax(ratio_hi, t / r->bound);
-		}
-	}
-	if (have_acc)
-		printf("- Seeded: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target "
-		       "99%%): "
-		       "%s.\n",
-		       100.0 * acc_min, acc_min >= 0.99 ? "met" : "not met");
-	if (have_none)
-		printf("- Seeded, ranges without a culprit (the first pass's flaky seeds replayed): nobody "
-		       "blamed in at least %.1f%% (target 100%%): %s.\n",
-		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
-	if (ratio_hi > 0.0)
-		printf(
-		    "- Seeded: search trials against the bound log2 N / C(1, f), one slot, all culprit rows: "
-		    "%.2fx to %.2fx (target 1.5x).\n",
-		    ratio_lo, ratio_hi);
+/* The targets, read off the rows (so that a rerun states its own numbers). */
+static void print_targets(const struct row *rows, unsigned nrows)
+{
+	printf("\n#### Targets\n\n");
+	print_model_targets(rows, nrows, false);
+	print_model_targets(rows, nrows, true);
 }
 
 int main(int argc, char **argv)
