@@ -146,6 +146,41 @@ static void test_rng_is_a_function_of_its_key(void **state)
 	assert_true(seen_lo && seen_hi);
 }
 
+/* Whole tensors drawn at once (threads or not) are the values of the one-at-a-time loop. */
+static void test_rng_fill_normals_matches_the_loop(void **state)
+{
+	enum { BIG = 20000, SMALL = 100 };
+	static double big[3][BIG], small[SMALL];
+	struct nw_normals jobs[] = {
+	    {"attention.fwd", 7, 1, 0, big[0], BIG, 2.0, 0.0},
+	    {"attention.fwd", 7, 2, 0, big[1], BIG, 1.0, 50.0},
+	    {"attention.fwd", 7, 3, 1, big[2], BIG, 1e-3, 0.0}, /* after one draw of its stream */
+	};
+	struct nw_normals one = {"softmax.fwd", 3, 1, 0, small, SMALL, 1.0, -4.0};
+	unsigned j;
+	long i;
+
+	(void)state;
+	nw_rng_fill_normals(jobs, 3); /* 60000 draws: in threads */
+	nw_rng_fill_normals(&one, 1); /* too few to pay for a thread */
+	for (j = 0; j < 3; j++) {
+		struct nw_rng r;
+
+		nw_rng_init(&r, jobs[j].name, jobs[j].seed, jobs[j].stream);
+		if (jobs[j].skip)
+			(void)nw_rng_u64(&r);
+		for (i = 0; i < BIG; i++)
+			assert_true(big[j][i] == jobs[j].offset + jobs[j].scale * nw_rng_normal(&r));
+	}
+	{
+		struct nw_rng r;
+
+		nw_rng_init(&r, "softmax.fwd", 3, 1);
+		for (i = 0; i < SMALL; i++)
+			assert_true(small[i] == -4.0 + nw_rng_normal(&r));
+	}
+}
+
 /* ---- metrics ------------------------------------------------------------- */
 
 #define N 64
@@ -254,6 +289,33 @@ static void test_metrics_error_within_budget_passes(void **state)
 	nw_compare(&r, "y", &s);
 	assert_true(r.ratio > 0.1 && r.ratio < 1.0);
 	assert_false(nw_tensor_failed(&r));
+}
+
+/* A plain error reduced per element (what a GPU reference copies back) gives the same result as the orders. */
+static void test_metrics_plain_err_equals_plain_orders(void **state)
+{
+	struct fixture *f = *state;
+	struct nw_compare_spec by_orders = spec_of(f), reduced = spec_of(f);
+	struct nw_tensor_result a, b;
+	double second[N], err[N];
+	int i;
+
+	for (i = 0; i < N; i++) {
+		second[i] = i % 5 ? f->ref[i] - 5e-8 : NAN; /* a non-finite plain value counts for nothing */
+		err[i] = fmax(fabs(f->plain[i] - f->ref[i]),
+			      isfinite(second[i]) ? fabs(second[i] - f->ref[i]) : 0.0);
+	}
+	by_orders.plain[1] = second;
+	by_orders.nplain = 2;
+	reduced.nplain = 0;
+	reduced.plain_err = err;
+	nw_store(NW_F32, f->out.host, 5, (float)(f->ref[5] + 9e-8));
+	nw_compare(&a, "y", &by_orders);
+	nw_compare(&b, "y", &reduced);
+	assert_true(a.plain_max_abs == b.plain_max_abs);
+	assert_true(a.plain_max_abs > 4.9e-8); /* the second order's error counts */
+	assert_true(a.budget == b.budget && a.ratio == b.ratio && a.max_abs == b.max_abs);
+	assert_int_equal(nw_tensor_failed(&a), nw_tensor_failed(&b));
 }
 
 static void test_metrics_nan_where_reference_is_finite_fails(void **state)
@@ -649,10 +711,12 @@ int main(void)
 	    cmocka_unit_test(test_bf16_known_values),
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_rng_is_a_function_of_its_key),
+	    cmocka_unit_test(test_rng_fill_normals_matches_the_loop),
 	    cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_error_within_budget_passes, setup_f32, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_plain_err_equals_plain_orders, setup_f32, teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_nan_where_reference_is_finite_fails, setup_f32,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_nonfinite_reference_must_be_matched, setup_f32,
