@@ -51,12 +51,8 @@ void ck_plain_free(struct ck_plain *pl)
 
 void ck_store_all(enum nw_dtype d, void *buf, double *v, long n)
 {
-	long i;
-
-	for (i = 0; i < n; i++) {
-		nw_store(d, buf, (size_t)i, (float)v[i]);
-		v[i] = (double)nw_load(d, buf, (size_t)i);
-	}
+	if (n > 0)
+		nw_store_n(d, buf, v, (size_t)n);
 }
 
 void ck_compare(struct nw_trial *t, const struct ck_tensor *c)

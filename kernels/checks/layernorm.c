@@ -111,8 +111,9 @@ static void gen_x(struct nw_rng *r, int family, long rows, long cols, double *x)
 		int kind = family == LN_EXTREME ? (int)nw_rng_range(r, 0, ROW_KINDS - 1) : ROW_NORMAL;
 		long hot = cols > 0 ? nw_rng_range(r, 0, cols - 1) : 0;
 
+		nw_rng_normals(r, row, cols); /* then shaped in place */
 		for (j = 0; j < cols; j++) {
-			double n = nw_rng_normal(r);
+			double n = row[j];
 
 			switch (kind) {
 			case ROW_OFFSET_1E3:
@@ -391,8 +392,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	for (i = 0; i < rows; i++) {
 		double s = t->family == LN_EXTREME ? dy_scales[nw_rng_range(&r, 0, 2)] : 1.0;
 
+		nw_rng_normals(&r, b.dy + i * cols, cols);
 		for (j = 0; j < cols; j++)
-			b.dy[i * cols + j] = s * nw_rng_normal(&r);
+			b.dy[i * cols + j] *= s;
 	}
 	ck_store_all(d, b.dys, b.dy, n);
 	/* The forward's statistics, as the kernel would have returned them (float). */

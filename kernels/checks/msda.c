@@ -349,8 +349,9 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_da
 	}
 
 	nw_rng_init(&r, c->name, t->seed, STREAM_VALUE);
+	nw_rng_normals(&r, m->value, m->nvalue);
 	for (i = 0; i < m->nvalue; i++)
-		m->value[i] = voff + vscale * nw_rng_normal(&r);
+		m->value[i] = voff + vscale * m->value[i];
 	ck_store_all(d, m->value_s, m->value, m->nvalue);
 
 	nw_rng_init(&r, c->name, t->seed, STREAM_LOC);
@@ -367,8 +368,9 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_da
 	for (g = 0; g < ngroups; g++) {
 		double *a = m->attn + g * L * P, mx = -INFINITY, sum = 0.0;
 
+		nw_rng_normals(&r, a, L * P);
 		for (i = 0; i < L * P; i++) {
-			a[i] = sigma * nw_rng_normal(&r);
+			a[i] *= sigma;
 			mx = fmax(mx, a[i]);
 		}
 		for (i = 0; i < L * P; i++) {
@@ -382,8 +384,9 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct msda_da
 
 	if (with_dout) {
 		nw_rng_init(&r, c->name, t->seed, STREAM_DOUT);
+		nw_rng_normals(&r, m->dout, m->nout);
 		for (i = 0; i < m->nout; i++)
-			m->dout[i] = dscale * nw_rng_normal(&r);
+			m->dout[i] *= dscale;
 		ck_store_all(d, m->dout_s, m->dout, m->nout);
 	}
 	return 0;

@@ -147,7 +147,62 @@ int nw_dev_launched(const char *what)
 }
 
 /*
- * Copies from pageable memory go through the driver's own staging in small
+ * Uploads do not wait. Their bytes go into a page-locked arena and the copy
+ * is queued on the default stream, ahead of the kernels that read them (a
+ * synchronous copy from pageable memory would first wait for the stream).
+ * A region of the arena is reused only once the stream has drained past its
+ * copy: a download or a timer stop waits for the stream, which frees the
+ * whole arena; an upload that does not fit waits for it first.
+ */
+#define ARENA_MIN   (1u << 20)
+#define ARENA_ALIGN 256
+
+static unsigned char *arena;
+static size_t arena_size, arena_used;
+
+static int arena_wait(void)
+{
+	cudaError_t e = cudaStreamSynchronize(NULL);
+
+	if (e != cudaSuccess)
+		return fail(e, "cudaMemcpy to device");
+	arena_used = 0;
+	return 0;
+}
+
+int nw_dev_upload(void *dst, const void *src, size_t bytes)
+{
+	size_t need = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN, want = ARENA_MIN;
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	if (arena_used + need > arena_size) {
+		if (arena_wait())
+			return -EIO;
+		if (need > arena_size) {
+			while (want < need)
+				want *= 2;
+			if (arena)
+				(void)cudaFreeHost(arena);
+			arena = NULL;
+			arena_size = 0;
+			e = cudaMallocHost((void **)&arena, want);
+			if (e != cudaSuccess)
+				return fail(e, "cudaMallocHost");
+			arena_size = want;
+		}
+	}
+	memcpy(arena + arena_used, src, bytes);
+	e = cudaMemcpyAsync(dst, arena + arena_used, bytes, cudaMemcpyHostToDevice, NULL);
+	if (e != cudaSuccess)
+		return fail(e, "cudaMemcpy to device");
+	arena_used += need;
+	return 0;
+}
+
+/*
+ * Copies to pageable memory go through the driver's own staging in small
  * pieces, at a fraction of the link's speed. Larger copies go through one
  * page-locked buffer of ours instead (grown to the largest copy, kept for
  * the runner's life): a memcpy on the host side is cheaper than the
@@ -175,26 +230,13 @@ static void *staging(size_t bytes)
 	if (cudaMallocHost(&stage, want) != cudaSuccess) {
 		(void)cudaGetLastError();
 		stage = NULL;
-		return NULL; /* copy from pageable memory, as without it */
+		return NULL; /* copy to pageable memory, as without it */
 	}
 	stage_size = want;
 	return stage;
 }
 
-int nw_dev_upload(void *dst, const void *src, size_t bytes)
-{
-	void *via;
-	cudaError_t e;
-
-	if (!info.available || broken)
-		return refuse();
-	via = staging(bytes);
-	if (via)
-		memcpy(via, src, bytes);
-	e = cudaMemcpy(dst, via ? via : src, bytes, cudaMemcpyHostToDevice);
-	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy to device");
-}
-
+/* A synchronous copy on the default stream: every upload before it is done, the arena free. */
 int nw_dev_download(void *dst, const void *src, size_t bytes)
 {
 	void *via;
@@ -206,6 +248,7 @@ int nw_dev_download(void *dst, const void *src, size_t bytes)
 	e = cudaMemcpy(via ? via : dst, src, bytes, cudaMemcpyDeviceToHost);
 	if (e != cudaSuccess)
 		return fail(e, "cudaMemcpy from device");
+	arena_used = 0;
 	if (via)
 		memcpy(dst, via, bytes);
 	return 0;
@@ -236,6 +279,7 @@ int nw_dev_timer_stop(double *us)
 	e = cudaEventSynchronize(ev_stop);
 	if (e != cudaSuccess)
 		return fail(e, "kernel");
+	arena_used = 0; /* the stream has run past every upload before the kernel */
 	e = cudaEventElapsedTime(&ms, ev_start, ev_stop);
 	if (e != cudaSuccess)
 		return fail(e, "cudaEventElapsedTime");

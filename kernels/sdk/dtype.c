@@ -153,6 +153,35 @@ void nw_store(enum nw_dtype d, void *buf, size_t i, float v)
 	}
 }
 
+void nw_store_n(enum nw_dtype d, void *buf, double *v, size_t n)
+{
+	uint16_t *h = buf;
+	float *f = buf;
+	size_t i;
+
+	/* One loop per dtype, the conversions inlined: inputs are tens of thousands of elements. */
+	switch (d) {
+	case NW_F16:
+		for (i = 0; i < n; i++) {
+			h[i] = nw_f32_to_f16((float)v[i]);
+			v[i] = (double)nw_f16_to_f32(h[i]);
+		}
+		break;
+	case NW_BF16:
+		for (i = 0; i < n; i++) {
+			h[i] = nw_f32_to_bf16((float)v[i]);
+			v[i] = (double)nw_bf16_to_f32(h[i]);
+		}
+		break;
+	default:
+		for (i = 0; i < n; i++) {
+			f[i] = (float)v[i];
+			v[i] = (double)f[i];
+		}
+		break;
+	}
+}
+
 float nw_round(enum nw_dtype d, float v)
 {
 	switch (d) {

@@ -62,6 +62,8 @@ float nw_bf16_to_f32(uint16_t b);
 /* Element i of a buffer of dtype d, as float / stored from float. */
 float nw_load(enum nw_dtype d, const void *buf, size_t i);
 void nw_store(enum nw_dtype d, void *buf, size_t i, float v);
+/* Stores v[0..n) (through float, as nw_store) and reads each stored value back into v. */
+void nw_store_n(enum nw_dtype d, void *buf, double *v, size_t n);
 /* v rounded to dtype d and back: one rounding step of a same-dtype program. */
 float nw_round(enum nw_dtype d, float v);
 
@@ -91,6 +93,8 @@ double nw_rng_uniform(struct nw_rng *r);
 /* Approximately standard normal (Irwin-Hall of 4 uniforms, unit variance, |v| < 3.47). */
 double nw_rng_normal(struct nw_rng *r);
 
+/* n draws of nw_rng_normal() at once, bit for bit (vectorised): out[i] is the i-th. */
+void nw_rng_normals(struct nw_rng *r, double *out, long n);
 /*
  * Whole tensors of normals: out[i] = offset + scale * (the i-th nw_rng_normal
  * of the stream (name, seed, stream)), exactly as that loop would draw them.
@@ -214,20 +218,24 @@ void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value);
 /*
  * Where a runner's time goes: with NW_TIMING=1 in its environment, a runner
  * prints the mean time per trial of each phase to stderr when it exits.
- * The SDK times inputs, outputs, kernel runs and comparisons itself; a
- * check times its references (nw_phase_add(NW_PHASE_REFERENCE, t0) with t0
- * from nw_now()); the rest of a trial is generation.
+ * The SDK times generation (up to the first input upload), inputs, outputs,
+ * kernel runs and comparisons itself; a check times its references
+ * (nw_reference_done, or nw_phase_add(NW_PHASE_REFERENCE, t0) with t0 from
+ * nw_now()); what is left is allocation, host-side set-up and clean-up.
  */
 enum nw_phase {
-	NW_PHASE_INPUTS,    /* allocating and uploading inputs */
-	NW_PHASE_REFERENCE, /* float64 reference and plain programs */
-	NW_PHASE_OUTPUTS,   /* allocating and arming outputs */
-	NW_PHASE_KERNEL,    /* the repeats: re-arm, launch, wait, fetch, digest */
-	NW_PHASE_COMPARE,   /* nw_compare */
+	NW_PHASE_GENERATION, /* the trial's start to its first input upload */
+	NW_PHASE_INPUTS,     /* allocating and uploading inputs */
+	NW_PHASE_REFERENCE,  /* float64 reference and plain programs */
+	NW_PHASE_OUTPUTS,    /* allocating and arming outputs */
+	NW_PHASE_KERNEL,     /* the repeats: re-arm, launch, wait, fetch, digest */
+	NW_PHASE_COMPARE,    /* nw_compare */
 	NW_PHASES,
 };
 double nw_now(void); /* monotonic seconds */
 void nw_phase_add(enum nw_phase p, double since);
+/* Ends the trial's generation phase at its first call (nw_input_upload calls it). */
+void nw_phase_inputs_begin(void);
 /*
  * The end of a check's reference call begun at 'since': its time goes to
  * NW_PHASE_REFERENCE, and its failure (-ENOMEM, or -EIO after a device error
@@ -365,5 +373,7 @@ void nw_order_fill(int order, long n, long *idx);
 /* FNV-1a 64, continuing from h (start with NW_FNV_OFFSET). */
 #define NW_FNV_OFFSET 0xcbf29ce484222325ull
 uint64_t nw_fnv1a(uint64_t h, const void *data, size_t len);
+/* The outputs' digest: a fast 64-bit hash (not FNV) continuing from h, for bytes that may differ. */
+uint64_t nw_digest(uint64_t h, const void *data, size_t len);
 
 #endif

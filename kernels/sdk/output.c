@@ -168,7 +168,7 @@ static int run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts
 			canary = count_canary(o);
 			if (canary > o->canary)
 				o->canary = canary;
-			h = nw_fnv1a(h, o->fetch + NW_GUARD_BYTES, bytes);
+			h = nw_digest(h, o->fetch + NW_GUARD_BYTES, bytes);
 			if (rep == 0)
 				memcpy(o->host, o->fetch + NW_GUARD_BYTES, bytes);
 		}
@@ -198,7 +198,10 @@ int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, en
 
 int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes)
 {
-	double t0 = nw_now();
+	double t0;
+
+	nw_phase_inputs_begin();
+	t0 = nw_now();
 	int rc = nw_input_upload_untimed(t, dev, host, bytes);
 
 	nw_phase_add(NW_PHASE_INPUTS, t0);

@@ -11,6 +11,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,11 +261,26 @@ static int command_line(int argc, char **argv)
 	return any_error ? 2 : any_fail ? 1 : 0;
 }
 
+/*
+ * Every trial allocates and frees its buffers (hundreds of KiB). glibc would
+ * hand large ones back to the kernel (mmap, heap trimming) and the next
+ * trial would fault in and zero fresh pages again, a page at a time: keep
+ * freed memory in the heap for the next trial instead.
+ */
+static void keep_freed_memory(void)
+{
+#ifdef __GLIBC__
+	(void)mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	(void)mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	const char *proto = getenv("NUMWATCH_PROTOCOL");
 
 	signal(SIGPIPE, SIG_IGN);
+	keep_freed_memory();
 	if (take_stdout())
 		return 2;
 	if (argc > 1)

@@ -149,7 +149,7 @@ static void test_rng_is_a_function_of_its_key(void **state)
 /* Whole tensors drawn at once (threads or not) are the values of the one-at-a-time loop. */
 static void test_rng_fill_normals_matches_the_loop(void **state)
 {
-	enum { BIG = 20000, SMALL = 100 };
+	enum { BIG = 50003, SMALL = 100 }; /* not multiples of a vector's lanes */
 	static double big[3][BIG], small[SMALL];
 	struct nw_normals jobs[] = {
 	    {"attention.fwd", 7, 1, 0, big[0], BIG, 2.0, 0.0},
@@ -161,7 +161,7 @@ static void test_rng_fill_normals_matches_the_loop(void **state)
 	long i;
 
 	(void)state;
-	nw_rng_fill_normals(jobs, 3); /* 60000 draws: in threads */
+	nw_rng_fill_normals(jobs, 3); /* 150009 draws: in threads */
 	nw_rng_fill_normals(&one, 1); /* too few to pay for a thread */
 	for (j = 0; j < 3; j++) {
 		struct nw_rng r;
@@ -179,6 +179,35 @@ static void test_rng_fill_normals_matches_the_loop(void **state)
 		for (i = 0; i < SMALL; i++)
 			assert_true(small[i] == -4.0 + nw_rng_normal(&r));
 	}
+}
+
+/* Every single-bit change of the bytes, the length or the start value changes the digest. */
+static void test_digest_sees_every_bit(void **state)
+{
+	unsigned char buf[77] = {0}; /* 9 words: two rounds of 4 lanes, one word left, 5 bytes */
+	uint64_t base, seen;
+	size_t i;
+	int b;
+
+	(void)state;
+	for (i = 0; i < sizeof(buf); i++)
+		buf[i] = (unsigned char)(i * 37 + 11);
+	base = nw_digest(NW_FNV_OFFSET, buf, sizeof(buf));
+	assert_true(nw_digest(NW_FNV_OFFSET, buf, sizeof(buf)) == base);
+	for (i = 0; i < sizeof(buf); i++)
+		for (b = 0; b < 8; b++) {
+			buf[i] ^= (unsigned char)(1u << b);
+			seen = nw_digest(NW_FNV_OFFSET, buf, sizeof(buf));
+			buf[i] ^= (unsigned char)(1u << b);
+			assert_true(seen != base);
+		}
+	/* Another word, a shorter buffer and another start value differ too. */
+	memcpy(buf, buf + 8, 8);
+	assert_true(nw_digest(NW_FNV_OFFSET, buf, sizeof(buf)) != base);
+	assert_true(nw_digest(NW_FNV_OFFSET, buf, sizeof(buf) - 1) !=
+		    nw_digest(NW_FNV_OFFSET, buf, sizeof(buf)));
+	assert_true(nw_digest(NW_FNV_OFFSET + 1, buf, sizeof(buf)) !=
+		    nw_digest(NW_FNV_OFFSET, buf, sizeof(buf)));
 }
 
 /* ---- metrics ------------------------------------------------------------- */
@@ -480,7 +509,7 @@ static void test_run_kernel_digest_and_repeats(void **state)
 	(void)state;
 	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
 	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
-	want = nw_fnv1a(NW_FNV_OFFSET, ones, sizeof(ones));
+	want = nw_digest(NW_FNV_OFFSET, ones, sizeof(ones));
 	assert_int_equal(w.calls, 3);
 	assert_true(t.digest == want);
 	assert_int_equal(t.digests_differ, 0);
@@ -712,6 +741,7 @@ int main(void)
 	    cmocka_unit_test(test_dtype_names),
 	    cmocka_unit_test(test_rng_is_a_function_of_its_key),
 	    cmocka_unit_test(test_rng_fill_normals_matches_the_loop),
+	    cmocka_unit_test(test_digest_sees_every_bit),
 	    cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32,
 					    teardown),
