@@ -190,34 +190,28 @@ if [[ ${NW_GPU_SKIP_RUNS:-0} == 1 ]]; then
 	exit 0
 fi
 log "C runner against plain PyTorch loops"
-# Seconds a command takes, its output discarded.
-run_time() {
-	local s e
-	s=$(date +%s.%N)
-	"$@" >/dev/null 2>&1
-	e=$(date +%s.%N)
-	python3 -c "print($e - $s)"
-}
 blob=$(cat "$G/prebuilt/$newest")
 mkdir -p /tmp/nwrun && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' \
 	"$G/blobs/$blob/numwatch-runner-cuda.xz" /tmp/nwrun/numwatch-runner-cuda && chmod +x /tmp/nwrun/numwatch-runner-cuda
 {
 	echo
-	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials, median of 3 rounds)"
+	echo "### Trials per second: numwatch's C runner against a plain PyTorch loop (500 trials, 5 rounds)"
 	echo
-	echo "One process each, taking turns on an otherwise idle GPU, three rounds. The PyTorch loop is timed"
-	echo "after 5 warm-up trials; the C runner's rate leaves out its start-up the same way:"
-	echo "(500 - 1) / (t(500 trials) - t(1 trial)). Brackets: the lowest and highest of the three rounds."
+	echo "One process each, taking turns on an otherwise idle GPU: each round runs the PyTorch loop, then"
+	echo "the C runner on the same check x dtype, so a pair shares the machine's state. Both leave out"
+	echo "start-up and warm-up: the PyTorch loop is timed after 5 warm-up trials, the C runner's rate is"
+	echo "its own (NW_TIMING=1: from the end of its first trial to the end of its last). *ratio*: the"
+	echo "median of the five rounds' C / PyTorch ratios, brackets the lowest and highest round."
 	echo
-	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio of medians |"
+	echo "| check | dtype | C runner trials/s | PyTorch loop trials/s | ratio (median of rounds) |"
 	echo "| --- | --- | ---: | ---: | ---: |"
 	: >/tmp/rates.txt
-	for round in 1 2 3; do
+	for round in 1 2 3 4 5; do
 		python3 bench/torch_loop.py --trials 500 --checks softmax.fwd,attention.fwd --dtypes f32,bf16 >/tmp/torch.txt 2>&1 || cat /tmp/torch.txt
 		while read -r _ check dtype n sec rate _; do
-			t1=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count 1)
-			tn=$(run_time /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n")
-			echo "$check $dtype $(python3 -c "print('%.1f' % (($n - 1) / ($tn - $t1)))") $rate" >>/tmp/rates.txt
+			c=$(NW_TIMING=1 /tmp/nwrun/numwatch-runner-cuda --check "$check" --dtype "$dtype" --seed 1000 --count "$n" 2>&1 >/dev/null |
+				awk '/trials\/s from the end/ {print $2}')
+			echo "$check $dtype ${c:-0} $rate" >>/tmp/rates.txt
 		done < <(grep '^torch ' /tmp/torch.txt)
 	done
 	python3 - /tmp/rates.txt <<'PY'
@@ -227,9 +221,10 @@ for line in open(sys.argv[1]):
     check, dtype, c, t = line.split()
     rows.setdefault((check, dtype), []).append((float(c), float(t)))
 for (check, dtype), v in rows.items():
-    cs, ts = [x[0] for x in v], [x[1] for x in v]
-    cm, tm = statistics.median(cs), statistics.median(ts)
-    print("| %s | %s | %.1f [%.0f-%.0f] | %.1f [%.0f-%.0f] | %.2f |" % (check, dtype, cm, min(cs), max(cs), tm, min(ts), max(ts), cm / tm))
+    cs, ts, rs = [x[0] for x in v], [x[1] for x in v], [x[0] / x[1] for x in v]
+    print("| %s | %s | %.1f [%.0f-%.0f] | %.1f [%.0f-%.0f] | %.2f [%.2f-%.2f] |" % (
+        check, dtype, statistics.median(cs), min(cs), max(cs), statistics.median(ts), min(ts), max(ts),
+        statistics.median(rs), min(rs), max(rs)))
 PY
 	echo
 	echo "### Where a C runner's trial goes (NW_TIMING=1, 500 trials, microseconds per trial)"
@@ -237,7 +232,8 @@ PY
 	echo '```'
 	for cd in $(sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
 		printf '%-14s %-5s ' "${cd%%:*}" "${cd##*:}"
-		NW_TIMING=1 /tmp/nwrun/numwatch-runner-cuda --check "${cd%%:*}" --dtype "${cd##*:}" --seed 1000 --count 500 2>&1 >/dev/null | tail -1
+		NW_TIMING=1 /tmp/nwrun/numwatch-runner-cuda --check "${cd%%:*}" --dtype "${cd##*:}" --seed 1000 --count 500 2>&1 >/dev/null |
+			grep '^timing: [0-9]* trials,' | sed 's/^timing: //' 
 	done
 	echo '```'
 	echo

@@ -22,7 +22,7 @@
  *            (float64, and plain rounded).
  *   rows:    a block per query row: the float64 softmax (P, LSE) or, in the
  *            backward, P = exp(scale S - LSE) and dS; the plain softmax (its
- *            row sums in each order, one thread per order) and, in the
+ *            row sums in each order, order_of_thread()) and, in the
  *            backward, its softmax backward.
  *   outputs: a block per output row (query rows for O and dQ, key rows for dK
  *            and dV), threads over (head_dim, order and one more): each
@@ -308,11 +308,12 @@ __global__ static void fwd_rows(int d, struct attn_dims s, int orders, bool stag
 			for (j = threadIdx.x; j < nv; j += blockDim.x)
 				e[j] = expf(fsub(Sf[off + j], mf));
 			__syncthreads();
-			if (threadIdx.x < orders) {
+			o = order_of_thread(orders);
+			if (o >= 0) {
 				float sum = 0.0f;
 
-				walk((int)threadIdx.x, nv, [&](long jj) { sum = fadd(sum, e[jj]); });
-				sums[threadIdx.x] = sum;
+				walk(o, nv, [&](long jj) { sum = fadd(sum, e[jj]); });
+				sums[o] = sum;
 			}
 			__syncthreads();
 			for (o = 0; o < orders; o++)

@@ -3,7 +3,7 @@
  * errors as softmax_ref.c, so that a GPU runner's trial is not bound by the
  * host CPU. Reductions in float64 may sum in any order (they are exact to
  * far below any dtype's rounding); the plain programs sum in exactly the
- * orders of nw_order.h, one thread per (row, order), as the host does.
+ * orders of nw_order.h, one warp per (row, order), as the host does.
  * One launch and a few copies per trial: at these sizes a trial's cost is
  * launches and synchronisations, not arithmetic.
  */
@@ -21,6 +21,7 @@ extern "C" {
 #include "nw_order.h"
 
 #define THREADS 256
+static_assert(THREADS / 32 >= NW_ORDERS, "a warp per reduction order (order_of_thread)");
 
 /* Block-wide reduction of one double (max or sum) into every thread's return value. */
 __device__ static double block_reduce(double v, bool take_max)
@@ -115,7 +116,7 @@ static size_t row_shared_bytes(long cols)
 /*
  * One block per row, everything in one launch: the float64 softmax, the
  * plain program's exp'd values (its max is a float max: exact in any
- * order), its row sum in each order (one thread per order), and each
+ * order), its row sum in each order (one warp per order), and each
  * element's largest plain error. out holds ref[n] then plain_err[n].
  */
 __global__ static void fwd_refs(int d, const void *x, long n, long cols, float *e, double *out)
@@ -140,8 +141,9 @@ __global__ static void fwd_refs(int d, const void *x, long n, long cols, float *
 	__syncthreads();
 	fill_row(e + off, cols);
 	__syncthreads();
-	if (threadIdx.x < NW_ORDERS)
-		sums[threadIdx.x] = ordered_sum(d, stage_row(e + off, cols), cols, (int)threadIdx.x);
+	o = order_of_thread(NW_ORDERS);
+	if (o >= 0)
+		sums[o] = ordered_sum(d, stage_row(e + off, cols), cols, o);
 	__syncthreads();
 	for (j = threadIdx.x; j < cols; j += THREADS) {
 		double err = 0.0;
@@ -182,7 +184,7 @@ static int cuda_fwd(enum nw_dtype d, const void *x, const void *x_dev, long rows
 /*
  * One block per row, in one launch: the float64 backward and the row's size
  * of terms, the plain program's rounded products dy * y, their sum in each
- * order (one thread per order), and each element's largest plain error.
+ * order (one warp per order), and each element's largest plain error.
  * out holds ref[n], plain_err[n], then one size of terms per row.
  */
 __global__ static void bwd_refs(int d, const void *y, const void *dy, long n, long cols, float *prod,
@@ -214,8 +216,9 @@ __global__ static void bwd_refs(int d, const void *y, const void *dy, long n, lo
 	__syncthreads();
 	fill_row(prod + off, cols);
 	__syncthreads();
-	if (threadIdx.x < NW_ORDERS)
-		dots[threadIdx.x] = ordered_sum(d, stage_row(prod + off, cols), cols, (int)threadIdx.x);
+	o = order_of_thread(NW_ORDERS);
+	if (o >= 0)
+		dots[o] = ordered_sum(d, stage_row(prod + off, cols), cols, o);
 	__syncthreads();
 	for (j = threadIdx.x; j < cols; j += THREADS) {
 		double err = 0.0;

@@ -36,6 +36,23 @@ __device__ static inline float round_to(int d, float v)
 	return v;
 }
 
+/*
+ * The reduction order this thread sums in a block that sums a row in
+ * 'orders' orders, or -1. Orders walk different paths (direction, stride,
+ * residues), and threads of one warp on different paths run one after
+ * another: so the orders go to different warps first (lane 0 of each), and
+ * share a warp only when there are more orders than warps.
+ */
+__device__ static inline int order_of_thread(int orders)
+{
+	int warps = (int)(blockDim.x / 32), lane = (int)(threadIdx.x % 32), o;
+
+	if (warps < 1)
+		return (int)threadIdx.x < orders ? (int)threadIdx.x : -1;
+	o = lane * warps + (int)(threadIdx.x / 32);
+	return o < orders ? o : -1;
+}
+
 /* The plain programs' float operations, each rounded on its own (never fused). */
 __device__ static inline float fadd(float a, float b)
 {
