@@ -190,7 +190,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_compare_spec spec = {0};
 	double *logits = NULL, *ref = NULL, *plain_err = NULL, t0;
 	void *x = NULL, *x_dev = NULL;
-	long rows, cols, n, i;
+	long rows, cols, n;
 	struct nw_rng r;
 	int rc;
 
@@ -208,8 +208,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 
 	nw_rng_init(&r, c->name, t->seed, STREAM_X);
 	gen_logits(&r, t->family, true, rows, cols, logits);
-	for (i = 0; i < n; i++)
-		nw_store(d, x, i, (float)logits[i]);
+	nw_store_n(d, x, logits, (size_t)n);
 
 	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
 	if (rc)
@@ -288,7 +287,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 			s += logits[i * cols + j];
 		}
 		for (j = 0; j < cols; j++)
-			nw_store(d, y, i * cols + j, (float)(logits[i * cols + j] / s));
+			logits[i * cols + j] /= s;
+		nw_store_n(d, (char *)y + i * cols * (long)nw_dtype_size(d), logits + i * cols, (size_t)cols);
 	}
 	nw_rng_init(&r, c->name, t->seed, STREAM_DY);
 	for (i = 0; i < rows; i++) {
@@ -297,7 +297,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 
 		nw_rng_normals(&r, row, cols);
 		for (j = 0; j < cols; j++)
-			nw_store(d, dy, i * cols + j, (float)(dy_scale * row[j]));
+			row[j] *= dy_scale;
+		nw_store_n(d, (char *)dy + i * cols * (long)nw_dtype_size(d), row, (size_t)cols);
 	}
 
 	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
