@@ -121,6 +121,14 @@ struct history {
 	unsigned fp_fails, fp_ran;
 	unsigned nfailing;
 	bool *failing_bad; /* [first_pass]: the seed is one of the culprit's (else it failed by a flake) */
+	/*
+	 * The failing seeds the bisection replays (bisect_params.failing_seeds),
+	 * as indexes into failing_bad: the daemon leaves out a deterministic
+	 * check's failing seeds whose repeats gave different outputs (a race or
+	 * a flake: the other repeat passed). Both models, with repeats = 2.
+	 */
+	unsigned nreplay;
+	unsigned *replay;
 };
 
 /* Options of the whole sweep. */
@@ -141,7 +149,8 @@ static void history_alloc(struct history *h, unsigned n)
 	memset(h, 0, sizeof(*h));
 	h->flags = malloc(n);
 	h->failing_bad = malloc(first_pass * sizeof(bool));
-	if (!h->flags || !h->failing_bad) {
+	h->replay = malloc(first_pass * sizeof(unsigned));
+	if (!h->flags || !h->failing_bad || !h->replay) {
 		fprintf(stderr, "bisect-sim: out of memory\n");
 		exit(1);
 	}
@@ -151,6 +160,7 @@ static void history_free(struct history *h)
 {
 	free(h->flags);
 	free(h->failing_bad);
+	free(h->replay);
 }
 
 /*
@@ -162,13 +172,16 @@ static void history_free(struct history *h)
 static void seeded_first_pass(struct history *h, struct rng *r)
 {
 	do {
-		h->fp_fails = h->nfailing = 0;
+		h->fp_fails = h->nfailing = h->nreplay = 0;
 		for (unsigned t = 0; t < first_pass; t++) {
 			bool bad = h->culprit != BISECT_NONE && rng_bern(r, h->q);
 			bool flake = rng_bern(r, h->f);
 
 			if (bad || flake) {
 				h->fp_fails++;
+				/* A culprit's seed fails the same way twice; a flake's other repeat passes (1 - f). */
+				if (bad || rng_bern(r, h->f))
+					h->replay[h->nreplay++] = h->nfailing;
 				h->failing_bad[h->nfailing++] = bad;
 			}
 		}
@@ -185,7 +198,7 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 	h->f = c->f;
 	h->seeded = c->seeded;
 	h->nel = 0;
-	h->nfailing = h->fp_fails = h->fp_ran = 0;
+	h->nfailing = h->nreplay = h->fp_fails = h->fp_ran = 0;
 	for (unsigned i = 0; i < c->n; i++) {
 		double u = rng_unif(r);
 
@@ -211,11 +224,18 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 		seeded_first_pass(h, r);
 }
 
-/* Whether failing seed s fails at commit j: for sure if it is the culprit's and j is at or after it. */
+/*
+ * Whether failing seed s (an index into failing_bad) fails at commit j.
+ * Seeded: for sure if it is the culprit's and j is at or after it, else at
+ * f. Race: as any seed does (the seed has nothing to do with the failure).
+ */
 static bool failing_seed_fails(const struct history *h, unsigned s, int j, struct rng *r)
 {
-	bool flake = rng_bern(r, h->f);
+	bool flake;
 
+	if (!h->seeded)
+		return rng_bern(r, rate_at(h, j));
+	flake = rng_bern(r, h->f);
 	return (h->failing_bad[s] && h->culprit != BISECT_NONE && j >= h->culprit) || flake;
 }
 
@@ -225,8 +245,8 @@ static unsigned run_failing(const struct history *h, int j, unsigned offset, uns
 {
 	unsigned fails = 0, t;
 
-	for (t = 0; t < max && offset + t < h->nfailing; t++) {
-		if (failing_seed_fails(h, offset + t, j, r)) {
+	for (t = 0; t < max && offset + t < h->nreplay; t++) {
+		if (failing_seed_fails(h, h->replay[offset + t], j, r)) {
 			fails++;
 			if (stop) {
 				t++;
@@ -363,15 +383,12 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	int culprit = BISECT_NONE, rc;
 	bool blamed = false, r50 = false, r90 = false;
 
-	bisect_params_default(&p);
-	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
-	p.flake_rate = fmax(c->f, 0.001);
-	p.q_known = c->q_known;
-	p.failing_seeds = h->seeded ? h->nfailing : 0;
-	rc = bisect_init(&b, c->n, h->flags, &p);
-	if (rc)
-		return rc;
-	/* The first pass that raised the regression: at least one failure, unless nothing can fail. */
+	/*
+	 * The first pass that raised the regression: at least one failure, unless
+	 * nothing can fail. Its failing seeds are replayed in both models, as the
+	 * daemon does (it cannot tell a race from a seeded bug): in a race they
+	 * fail again only as any seed does.
+	 */
 	if (h->seeded) {
 		fails = h->fp_fails;
 		ran = h->fp_ran;
@@ -379,7 +396,21 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 		do
 			fails = run_probe(h, (int)c->n - 1, first_pass, false, r, &ran);
 		while (fails == 0 && rate_at(h, (int)c->n - 1) > 0.0);
+		/* A race's failing seed is replayed only if its other repeat failed too (q). */
+		h->nfailing = fails;
+		h->nreplay = 0;
+		for (unsigned x = 0; x < fails; x++)
+			if (rng_bern(r, rate_at(h, (int)c->n - 1)))
+				h->replay[h->nreplay++] = x;
 	}
+	bisect_params_default(&p);
+	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
+	p.flake_rate = fmax(c->f, 0.001);
+	p.q_known = c->q_known;
+	p.failing_seeds = h->nreplay;
+	rc = bisect_init(&b, c->n, h->flags, &p);
+	if (rc)
+		return rc;
 	bisect_observe(&b, c->n - 1, fails, ran, false);
 	acc->nfailing += p.failing_seeds;
 	if (verbose && h->culprit != BISECT_NONE)

@@ -38,6 +38,12 @@
  * at q = 1 against 11; 3 seeds, or stopping at the first failure, cost more.
  */
 #define FAILING_PROBE_MAX 2
+/*
+ * Once a replayed failing seed is this sure to fail past the culprit (E[q_s]
+ * over the posterior), one per probe is enough: a second one would only
+ * repeat the first's answer.
+ */
+#define FAILING_SURE 0.99
 /* Confirmation: the rate tested is this quantile of q given the culprit. */
 #define CONFIRM_Q_QUANTILE 0.2
 /* Confirmation: the chance of withdrawing a right culprit, per test. */
@@ -531,6 +537,19 @@ out:
 	return t;
 }
 
+/* Failing seeds per probe: FAILING_PROBE_MAX, or one once they are as good as certain (FAILING_SURE). */
+static unsigned failing_probe_size(const struct bisect *b)
+{
+	double m = 0.0, z = 0.0;
+
+	for (unsigned i = 0; i < b->n; i++)
+		if (eligible(b, i)) {
+			m += b->post[i] * b->qbar_s[i];
+			z += b->post[i];
+		}
+	return z > 0.0 && m >= FAILING_SURE * z ? 1 : FAILING_PROBE_MAX;
+}
+
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout)
 {
 	double *eig = NULL, *mass = NULL;
@@ -626,8 +645,8 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 		if (b->par.failing_seeds > used) {
 			p->failing_seeds = true;
 			p->trials = b->par.failing_seeds - used;
-			if (p->trials > FAILING_PROBE_MAX)
-				p->trials = FAILING_PROBE_MAX;
+			if (p->trials > failing_probe_size(b))
+				p->trials = failing_probe_size(b);
 			p->stop_on_failure = false;
 		} else {
 			p->failing_seeds = false;

@@ -48,6 +48,20 @@ static const char running_sql[] =
     "SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
 
 /*
+ * The bad commit's failing seeds that a bisection replays, in order: all of
+ * them, but for a deterministic check not those whose repeats gave different
+ * outputs there. Such a seed failed by a race (or a flake): it fails again
+ * only as any seed does, and a replay that passes would be misread as
+ * evidence that the commit is clean or that the failure was a flake. Only
+ * trials from before the bisection count: the list never changes under it.
+ */
+#define REPLAYED_SQL                                                                                         \
+	"(SELECT coalesce(json_agg(u.seed ORDER BY u.o), '[]') FROM unnest(b.failing_seeds)"                 \
+	" WITH ORDINALITY u(seed, o) WHERE NOT (k.deterministic AND EXISTS (SELECT 1 FROM trials t"          \
+	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
+	"  AND t.digests_differ > 0 AND t.finished_at <= b.created_at)))"
+
+/*
  * Everything one step needs, as one JSON document: the range with each
  * commit's build, the good commit's runner hash, the plan results already
  * stored for the range (first runs: observations for free), every probe, and
@@ -55,7 +69,7 @@ static const char running_sql[] =
  */
 static const char load_sql[] =
     "SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
-    " 'check', k.name, 'failing_seeds', b.failing_seeds, 'good', g.id, 'good_sha', g.sha,"
+    " 'check', k.name, 'failing_seeds', " REPLAYED_SQL ", 'good', g.id, 'good_sha', g.sha,"
     " 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
     " 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
     "   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
@@ -72,6 +86,7 @@ static const char load_sql[] =
     "   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
     "   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
     "   FROM probes p WHERE p.bisection_id = b.id),"
+    " 'racy_seeds', cardinality(b.failing_seeds) - json_array_length(" REPLAYED_SQL "),"
     " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
@@ -228,6 +243,23 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 	free(log);
 }
 
+/* Whether the bisection's log (stored, or still to be stored) has an entry containing 'needle'. */
+static bool logged(struct ctx *c, const char *needle)
+{
+	json_t *logs[2] = {json_object_get(c->doc, "log"), c->log}, *e;
+	size_t i;
+
+	for (int k = 0; k < 2; k++)
+		json_array_foreach(logs[k], i, e)
+		{
+			const char *msg = json_string_value(json_object_get(e, "msg"));
+
+			if (msg && strstr(msg, needle))
+				return true;
+		}
+	return false;
+}
+
 /* The model, rebuilt from the stored range, plan results and probes. */
 static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 {
@@ -257,7 +289,11 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 			prev_hash = hash;
 	}
 	bisect_params_default(&par);
+	/* The failing seeds replayed first (REPLAYED_SQL: racy ones left out). */
 	par.failing_seeds = (unsigned)json_array_size(json_object_get(c->doc, "failing_seeds"));
+	if (jint(c->doc, "racy_seeds", 0) > 0 && !logged(c, "not replayed"))
+		log_event(c, "%lld failing seeds not replayed: their repeats differed (a race)",
+			  jint(c->doc, "racy_seeds", 0));
 	rc = bisect_init(m, n, flags, &par);
 	free(flags);
 	if (rc < 0)

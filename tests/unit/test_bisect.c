@@ -524,6 +524,59 @@ static void failing_seeds_first(void **state)
 }
 
 /*
+ * A seed-bound bug (its failing seeds fail at every commit from the culprit,
+ * 10, on): the failing seeds go two per probe until a replayed seed is as
+ * good as certain to fail past the culprit (E[q_s] over the posterior at
+ * least 0.99), then one per probe.
+ */
+static void failing_seeds_one_per_probe_once_certain(void **state)
+{
+	struct bisect_params p;
+	struct bisect b;
+	struct bisect_plan plan[1];
+	unsigned n, round, pairs = 0;
+	bool single = false;
+
+	(void)state;
+	bisect_params_default(&p);
+	p.failing_seeds = 4;
+	assert_int_equal(bisect_init(&b, 32, NULL, &p), 0);
+	assert_int_equal(bisect_observe(&b, 31, 4, 64, false), 0);
+	for (round = 0; round < 40 && !single; round++) {
+		unsigned c, fails, ran;
+
+		assert_int_equal(bisect_next_probes(&b, 1, plan, &n), 0);
+		if (n == 0)
+			break;
+		c = plan[0].commit;
+		if (plan[0].failing_seeds && plan[0].trials == 1) {
+			double m = 0.0, z = 0.0;
+
+			for (unsigned i = 0; i < b.n; i++) {
+				m += b.post[i] * b.qbar_s[i];
+				z += b.post[i];
+			}
+			assert_true(m >= 0.99 * z);
+			single = true;
+			break;
+		}
+		if (plan[0].failing_seeds) {
+			assert_int_equal(plan[0].trials, 2);
+			pairs++;
+			ran = 2;
+			fails = c >= 10 ? 2 : 0;
+		} else {
+			ran = c >= 10 ? 1 : plan[0].trials;
+			fails = c >= 10 ? 1 : 0;
+		}
+		assert_int_equal(bisect_observe(&b, c, fails, ran, plan[0].failing_seeds), 0);
+	}
+	assert_true(pairs >= 1); /* two at a time while q_s is still being learnt */
+	assert_true(single);
+	bisect_release(&b);
+}
+
+/*
  * The failing seeds, driven as daemon/bisector.c drives them: a probe
  * replays the list from the model's own count of failing-seed trials at its
  * commit (b->trial[1]), and the slot runs them in order, stopping at the
@@ -661,6 +714,7 @@ int main(void)
 	    cmocka_unit_test(json_rejects_garbage),
 	    cmocka_unit_test(confirmation),
 	    cmocka_unit_test(failing_seeds_first),
+	    cmocka_unit_test(failing_seeds_one_per_probe_once_certain),
 	    cmocka_unit_test(failing_seeds_as_the_daemon_runs_them),
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),
 	};

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# A race in a deterministic check is bisected with fresh seeds only: from the
+# culprit on, every trial fails with probability 50% and a failing trial's
+# repeats disagree (digests_differ). The bad commit's failing seeds fail again
+# only as any seed does, so the daemon does not replay them (a replay that
+# passed would read as "the failure was a flake"), says so in the
+# bisection's log, and still names the culprit: in the bisection it queues
+# by itself and in one started by hand over the whole history.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+NUMWATCH=$NW_BUILD_DIR/daemon/numwatch
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-race.XXXXXX")
+nw_atexit rm -rf "$work"
+culprit=${NW_BISECT_CULPRIT:-$((3 + RANDOM % 10))}
+echo "race planted at position $culprit (set NW_BISECT_CULPRIT to replay)"
+repo=$work/repo
+git init -q -b main "$repo"
+for i in $(seq 0 15); do
+	mode=good
+	((i >= culprit)) && mode=race
+	echo "$mode" >"$repo/mode"
+	echo "$i" >"$repo/version"
+	git -C "$repo" add -A
+	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
+done
+pg_start
+NW_PORT=$(nw_free_port)
+export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+[repository]
+name = race
+url = $repo
+poll_interval = 2
+[build]
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 32
+max = 32
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+tip_judged() { [[ $(pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id
+	WHERE c.position = 15") == regressed ]]; }
+nw_wait 300 "the newest commit judged regressed" tip_judged
+
+token=$("$NUMWATCH" token create race-test --config "$work/nw.conf" 2>/dev/null)
+good=$(pg_psql "SELECT sha FROM commits WHERE position = 0")
+bad=$(pg_psql "SELECT sha FROM commits WHERE position = 15")
+"$NUMWATCH" bisect --good "$good" --bad "$bad" --check fake.fwd --dtype f32 --token "$token" >/dev/null ||
+	fail "numwatch bisect failed"
+id=$(pg_psql "SELECT max(id) FROM bisections WHERE requested_by = 'token:race-test'")
+finished() { [[ $(pg_psql "SELECT count(*) FROM bisections WHERE state <> 'done'") == 0 ]]; }
+nw_wait 600 "the bisections finish" finished
+
+for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
+	row=$(pg_psql "SELECT b.outcome || ' ' || coalesce(c.position::text, '-') FROM bisections b
+		LEFT JOIN commits c ON c.id = b.culprit_id WHERE b.id = $b")
+	[[ $row == "culprit $culprit" ]] || fail "bisection $b ended '$row', the race is at $culprit"
+	replayed=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $b AND failing_seeds")
+	[[ $replayed == 0 ]] || fail "bisection $b replayed the race's failing seeds in $replayed probes"
+	said=$(pg_psql "SELECT count(*) FROM bisections, jsonb_array_elements(log) e
+		WHERE id = $b AND e->>'msg' LIKE '%not replayed: their repeats differed%'")
+	[[ $said == 1 ]] || fail "bisection $b's log says $said times (not once) why the failing seeds were not replayed"
+done
+echo "ok: $(pg_psql "SELECT count(*) FROM bisections") bisections named the race at $culprit with fresh seeds only" \
+	"(by hand: $(pg_psql "SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = $id") probe trials)"
