@@ -38,16 +38,22 @@ grid:
 
 - *race*: every trial at or after the culprit fails independently with rate q,
   every other trial with the baseline flake rate f. The hardest case: a seed
-  that failed once is no likelier to fail again. (These rows run with no
-  failing seeds given to the model.)
+  that failed once is no likelier to fail again. The daemon replays the
+  bad commit's failing seeds in every bisection, but not a deterministic
+  check's seeds whose two repeats gave different outputs (daemon/bisector.c):
+  a race's failing seed is left out unless its other repeat failed too
+  (probability q here; in practice a race's two wrong outputs rarely agree
+  bit for bit, so this replays more than the daemon would), and those kept
+  fail again at q, as any seed does.
 - *seeded*: a fixed share q of seeds fail, deterministically, at every commit
   from the culprit on and never before (a softmax tail bug fails exactly the
   seeds whose shape has C > 1024 and C % 4 != 0); every other trial fails at
   f. The seeds that failed in the bad commit's first pass (about 64 q of them,
   plus any flakes) are the bisection's failing seeds
-  (`bisect_params.failing_seeds`): bisect_next_probes replays them first at
-  each commit (at the bad commit first), two per probe and each once per
-  commit, and the simulator runs them in order
+  (`bisect_params.failing_seeds`; a flake's seed only if its other repeat
+  failed too, probability f): bisect_next_probes replays them first at
+  each commit (at the bad commit first), two per probe (one once E[q_s] is
+  at least 0.99) and each once per commit, and the simulator runs them in order
   from the first not yet run there; `bisect_observe` records those trials
   as failing-seed trials, which the model fits with their own rate q_s. Replayed at a commit at or after the
   culprit, a failing seed that is one of the culprit's fails for sure; one

@@ -152,7 +152,8 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * at or before the probed commit; a lone probe (one per round) stops short
  * at the passes that would end the search, since trials past them cannot
  * change its answer. Failing seeds are used first at each
- * commit while params.failing_seeds has some left there, two per probe, run
+ * commit while params.failing_seeds has some left there, two per probe (one
+ * once E[q_s] over the posterior is at least 0.99), run
  * whole (a failing-seed probe does not stop at its first failure), and the
  * first round replays them at the bad commit (whether they fail again there
  * says whether they fail for sure past the culprit). *nout is 0 when the
