@@ -152,7 +152,9 @@ int nw_dev_launched(const char *what)
  * synchronous copy from pageable memory would first wait for the stream).
  * A region of the arena is reused only once the stream has drained past its
  * copy: a download or a timer stop waits for the stream, which frees the
- * whole arena; an upload that does not fit waits for it first.
+ * whole arena; an upload that does not fit waits for it first. Like the
+ * kernel timer, this takes the library's kernels to run on the default
+ * stream (or streams that synchronise with it).
  */
 #define ARENA_MIN   (1u << 20)
 #define ARENA_ALIGN 256
