@@ -136,6 +136,32 @@ wait $daemon
 		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
 		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
 	echo
+	echo "### Failing seeds at the regressed commits, and those whose repeats differed"
+	echo
+	echo "A bisection replays the failing seeds first, but not a deterministic check's seeds whose two"
+	echo "repeats gave different outputs (a race: daemon/bisector.c). *differed*: such seeds."
+	echo
+	echo "| # | check | dtype | deterministic | failing seeds | differed |"
+	echo "| ---: | --- | --- | --- | ---: | ---: |"
+	sql "SELECT '| ' || c.position || ' | ' || k.name || ' | ' || s.dtype || ' | ' || k.deterministic || ' | ' ||
+		cardinality(s.failing_seeds) || ' | ' || (SELECT count(DISTINCT t.seed) FROM trials t WHERE t.commit_id = c.id
+		AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds) AND t.digests_differ > 0) || ' |'
+		FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+		WHERE s.verdict = 'regressed' ORDER BY c.position, k.name, s.dtype"
+	echo
+	echo "### Bisections the daemon queued by itself"
+	echo
+	echo "| check | dtype | range | outcome | culprit | probe trials | failing-seed trials | log |"
+	echo "| --- | --- | --- | --- | --- | ---: | ---: | --- |"
+	sql "SELECT '| ' || k.name || ' | ' || b.dtype || ' | ' || g.position || '..' || bd.position || ' | ' ||
+		coalesce(b.outcome, b.state) || ' | ' || coalesce((SELECT position::text FROM commits WHERE id = b.culprit_id), '-') ||
+		' | ' || (SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id) || ' | ' ||
+		(SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id AND failing_seeds) || ' | ' ||
+		coalesce((SELECT string_agg(e->>'msg', '; ') FROM jsonb_array_elements(b.log) e
+		WHERE e->>'msg' LIKE '%not replayed%'), '') || ' |'
+		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
+		JOIN commits bd ON bd.id = b.bad_commit_id ORDER BY b.id"
+	echo
 	echo "### $TRIALS seeds per check x dtype on the newest commit ($newest)"
 	echo
 	echo "| check | dtype | trials | failures | worst ratio |"
