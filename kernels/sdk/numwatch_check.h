@@ -64,6 +64,8 @@ float nw_load(enum nw_dtype d, const void *buf, size_t i);
 void nw_store(enum nw_dtype d, void *buf, size_t i, float v);
 /* Stores v[0..n) (through float, as nw_store) and reads each stored value back into v. */
 void nw_store_n(enum nw_dtype d, void *buf, double *v, size_t n);
+/* nw_f16_to_f32 of every f16 bit pattern, indexed by it (a table built on first use). */
+const float *nw_f16_values(void);
 /* v rounded to dtype d and back: one rounding step of a same-dtype program. */
 float nw_round(enum nw_dtype d, float v);
 
