@@ -541,7 +541,13 @@ out:
 static unsigned failing_probe_size(const struct bisect *b)
 {
 	double m = 0.0, z = 0.0;
+	bool replayed = false;
 
+	/* Before any replay E[q_s] is only the fresh seeds' rate: q_s is still to be learnt. */
+	for (unsigned i = 0; i < b->n; i++)
+		replayed |= b->trial[1][i] > 0;
+	if (!replayed)
+		return FAILING_PROBE_MAX;
 	for (unsigned i = 0; i < b->n; i++)
 		if (eligible(b, i)) {
 			m += b->post[i] * b->qbar_s[i];

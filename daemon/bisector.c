@@ -53,13 +53,16 @@ static const char running_sql[] =
  * outputs there. Such a seed failed by a race (or a flake): it fails again
  * only as any seed does, and a replay that passes would be misread as
  * evidence that the commit is clean or that the failure was a flake. Only
- * trials from before the bisection count: the list never changes under it.
+ * trials from before the bisection count, and the list is frozen in the
+ * bisection's posterior ('replayed') at its first save: a probe's seeds
+ * are picked by their place in it, so it must never change under them.
  */
 #define REPLAYED_SQL                                                                                         \
 	"(SELECT coalesce(json_agg(u.seed ORDER BY u.o), '[]') FROM unnest(b.failing_seeds)"                 \
 	" WITH ORDINALITY u(seed, o) WHERE NOT (k.deterministic AND EXISTS (SELECT 1 FROM trials t"          \
 	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
 	"  AND t.digests_differ > 0 AND t.finished_at <= b.created_at)))"
+#define FROZEN_REPLAYED_SQL "coalesce(b.posterior->'replayed', " REPLAYED_SQL "::jsonb)"
 
 /*
  * Everything one step needs, as one JSON document: the range with each
@@ -69,7 +72,7 @@ static const char running_sql[] =
  */
 static const char load_sql[] =
     "SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
-    " 'check', k.name, 'failing_seeds', " REPLAYED_SQL ", 'good', g.id, 'good_sha', g.sha,"
+    " 'check', k.name, 'failing_seeds', " FROZEN_REPLAYED_SQL ", 'good', g.id, 'good_sha', g.sha,"
     " 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
     " 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
     "   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
@@ -86,7 +89,7 @@ static const char load_sql[] =
     "   'failures', p.failures, 'purpose', p.purpose, 'failing', p.failing_seeds, 'round', p.round,"
     "   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
     "   FROM probes p WHERE p.bisection_id = b.id),"
-    " 'racy_seeds', cardinality(b.failing_seeds) - json_array_length(" REPLAYED_SQL "),"
+    " 'racy_seeds', cardinality(b.failing_seeds) - jsonb_array_length(" FROZEN_REPLAYED_SQL "),"
     " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
@@ -222,25 +225,9 @@ static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, co
 								 post[i], "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I, s:I}", "commits", commits, "none", none, "status", status,
-			 "trials", (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals);
-}
-
-static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
-		 json_t *posterior)
-{
-	char id[24], cul[24], conf[32];
-	char *post = json_dumps(posterior, JSON_COMPACT), *log = json_dumps(c->log, JSON_COMPACT);
-	const char *params[7] = {
-	    id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post, log};
-
-	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
-	snprintf(cul, sizeof(cul), "%lld", culprit);
-	snprintf(conf, sizeof(conf), "%.6f", confidence);
-	if (post && log)
-		db_query(c->b->d->db, update_sql, 7, params, on_query, NULL);
-	free(post);
-	free(log);
+	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:O}", "commits", commits, "none", none, "status", status,
+			 "trials", (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals,
+			 "replayed", json_object_get(c->doc, "failing_seeds"));
 }
 
 /* Whether the bisection's log (stored, or still to be stored) has an entry containing 'needle'. */
@@ -258,6 +245,30 @@ static bool logged(struct ctx *c, const char *needle)
 				return true;
 		}
 	return false;
+}
+
+static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
+		 json_t *posterior)
+{
+	char id[24], cul[24], conf[32], *post, *log;
+
+	/* Said once, with the first save (the log is stored with the posterior). */
+	if (jint(c->doc, "racy_seeds", 0) > 0 && !logged(c, "not replayed"))
+		log_event(c, "%lld failing seeds not replayed: their repeats differed (a race)",
+			  jint(c->doc, "racy_seeds", 0));
+	post = json_dumps(posterior, JSON_COMPACT);
+	log = json_dumps(c->log, JSON_COMPACT);
+	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
+	snprintf(cul, sizeof(cul), "%lld", culprit);
+	snprintf(conf, sizeof(conf), "%.6f", confidence);
+	if (post && log) {
+		const char *params[7] = {
+		    id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post, log};
+
+		db_query(c->b->d->db, update_sql, 7, params, on_query, NULL);
+	}
+	free(post);
+	free(log);
 }
 
 /* The model, rebuilt from the stored range, plan results and probes. */
@@ -291,9 +302,6 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	bisect_params_default(&par);
 	/* The failing seeds replayed first (REPLAYED_SQL: racy ones left out). */
 	par.failing_seeds = (unsigned)json_array_size(json_object_get(c->doc, "failing_seeds"));
-	if (jint(c->doc, "racy_seeds", 0) > 0 && !logged(c, "not replayed"))
-		log_event(c, "%lld failing seeds not replayed: their repeats differed (a race)",
-			  jint(c->doc, "racy_seeds", 0));
 	rc = bisect_init(m, n, flags, &par);
 	free(flags);
 	if (rc < 0)

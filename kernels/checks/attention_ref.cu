@@ -57,9 +57,10 @@ extern "C" {
 #include "nw_device_math.cuh"
 #include "nw_order.h"
 
-#define TILE      16    /* scores: TILE x TILE (query, key) per block */
-#define TILE_X    32    /* scores: head_dim chunk staged in shared memory */
-#define ROW_T     128   /* rows: threads per block */
+#define TILE   16  /* scores: TILE x TILE (query, key) per block */
+#define TILE_X 32  /* scores: head_dim chunk staged in shared memory */
+#define ROW_T  128 /* rows: threads per block */
+static_assert(ROW_T % 32 == 0 && ROW_T >= 8, "order_of_thread: whole warps, a thread per order");
 #define OUT_T     512   /* outputs: threads per block at most */
 #define STAGE_MAX 32768 /* bytes of a row (or column) staged in shared memory, at most */
 

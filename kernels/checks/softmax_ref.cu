@@ -21,7 +21,7 @@ extern "C" {
 #include "nw_order.h"
 
 #define THREADS 256
-static_assert(THREADS / 32 >= NW_ORDERS, "a warp per reduction order (order_of_thread)");
+static_assert(THREADS % 32 == 0 && THREADS / 32 >= NW_ORDERS, "a warp per reduction order (order_of_thread)");
 
 /* Block-wide reduction of one double (max or sum) into every thread's return value. */
 __device__ static double block_reduce(double v, bool take_max)

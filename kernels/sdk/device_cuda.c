@@ -189,9 +189,13 @@ int nw_dev_upload(void *dst, const void *src, size_t bytes)
 				(void)cudaFreeHost(arena);
 			arena = NULL;
 			arena_size = 0;
-			e = cudaMallocHost((void **)&arena, want);
-			if (e != cudaSuccess)
-				return fail(e, "cudaMallocHost");
+			if (cudaMallocHost((void **)&arena, want) != cudaSuccess) {
+				/* No page-locked memory: copy from pageable memory, waiting, as without it. */
+				(void)cudaGetLastError();
+				arena = NULL;
+				e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+				return e == cudaSuccess ? 0 : fail(e, "cudaMemcpy to device");
+			}
 			arena_size = want;
 		}
 	}
@@ -250,7 +254,8 @@ int nw_dev_download(void *dst, const void *src, size_t bytes)
 	e = cudaMemcpy(via ? via : dst, src, bytes, cudaMemcpyDeviceToHost);
 	if (e != cudaSuccess)
 		return fail(e, "cudaMemcpy from device");
-	arena_used = 0;
+	if (bytes > 0) /* a copy of nothing need not wait for the stream */
+		arena_used = 0;
 	if (via)
 		memcpy(dst, via, bytes);
 	return 0;

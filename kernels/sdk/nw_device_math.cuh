@@ -41,7 +41,9 @@ __device__ static inline float round_to(int d, float v)
  * 'orders' orders, or -1. Orders walk different paths (direction, stride,
  * residues), and threads of one warp on different paths run one after
  * another: so the orders go to different warps first (lane 0 of each), and
- * share a warp only when there are more orders than warps.
+ * share a warp only when there are more orders than warps. The block must
+ * have a multiple of 32 threads, at least 'orders' of them (static_assert it
+ * at the launch).
  */
 __device__ static inline int order_of_thread(int orders)
 {

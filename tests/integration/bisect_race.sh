@@ -65,6 +65,8 @@ for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
 	row=$(pg_psql "SELECT b.outcome || ' ' || coalesce(c.position::text, '-') FROM bisections b
 		LEFT JOIN commits c ON c.id = b.culprit_id WHERE b.id = $b")
 	[[ $row == "culprit $culprit" ]] || fail "bisection $b ended '$row', the race is at $culprit"
+	frozen=$(pg_psql "SELECT coalesce(posterior->'replayed', 'null')::text FROM bisections WHERE id = $b")
+	[[ $frozen == "[]" ]] || fail "bisection $b froze '$frozen' as its replayed failing seeds, expected []"
 	replayed=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $b AND failing_seeds")
 	[[ $replayed == 0 ]] || fail "bisection $b replayed the race's failing seeds in $replayed probes"
 	said=$(pg_psql "SELECT count(*) FROM bisections, jsonb_array_elements(log) e

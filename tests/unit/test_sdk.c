@@ -238,6 +238,20 @@ static void test_digest_sees_every_bit(void **state)
 			buf[i] ^= (unsigned char)(1u << b);
 			assert_true(seen != base);
 		}
+	/* Two flipped sign bits in one lane (negated floats 1 and 9, and 1 and 5 of a short buffer) do not cancel. */
+	{
+		float x[16], y[16];
+		int e;
+
+		for (e = 0; e < 16; e++)
+			x[e] = y[e] = (float)(e + 1);
+		y[1] = -y[1];
+		y[9] = -y[9];
+		assert_true(nw_digest(NW_FNV_OFFSET, x, sizeof(x)) != nw_digest(NW_FNV_OFFSET, y, sizeof(y)));
+		y[9] = -y[9];
+		y[5] = -y[5];
+		assert_true(nw_digest(NW_FNV_OFFSET, x, 24) != nw_digest(NW_FNV_OFFSET, y, 24));
+	}
 	/* Another word, a shorter buffer and another start value differ too. */
 	memcpy(buf, buf + 8, 8);
 	assert_true(nw_digest(NW_FNV_OFFSET, buf, sizeof(buf)) != base);
