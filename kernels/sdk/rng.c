@@ -136,7 +136,8 @@ static inline double uniform_at(uint64_t key, uint64_t ctr)
  * and the same double adds in the same order in every lane, so the values
  * are bit-identical whichever runs (the build turns off FMA contraction).
  */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* GCC 11 named the x86-64-v3/v4 levels; the watched library's own compiler may be older. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("O3")))
 #endif
 static void
