@@ -559,7 +559,7 @@ static unsigned failing_probe_size(const struct bisect *b)
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout)
 {
 	double *eig = NULL, *mass = NULL;
-	unsigned *pick = NULL, np = 0, left, cap;
+	unsigned *pick = NULL, np = 0, left, cap, seeds_per_probe;
 	int rc;
 
 	if (!b || !out || !nout || k == 0)
@@ -637,6 +637,7 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 			break;
 		pick[np++] = (unsigned)arg;
 	}
+	seeds_per_probe = failing_probe_size(b);
 	left = b->total_trials < b->par.max_trials ? b->par.max_trials - (unsigned)b->total_trials : 0;
 	cap = b->par.batch_max;
 	if (np && cap > left / np + 1)
@@ -651,8 +652,8 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 		if (b->par.failing_seeds > used) {
 			p->failing_seeds = true;
 			p->trials = b->par.failing_seeds - used;
-			if (p->trials > failing_probe_size(b))
-				p->trials = failing_probe_size(b);
+			if (p->trials > seeds_per_probe)
+				p->trials = seeds_per_probe;
 			p->stop_on_failure = false;
 		} else {
 			p->failing_seeds = false;

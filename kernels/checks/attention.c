@@ -267,16 +267,6 @@ static int launch_bwd(void *arg)
 	return c->k->bwd(c->dtype, c->s, c->q, c->kk, c->v, c->o, c->lse_in, c->dout, c->dq, c->dk, c->dv);
 }
 
-static double max_abs(const double *x, long n)
-{
-	double m = 0.0;
-	long i;
-
-	for (i = 0; i < n; i++)
-		m = fmax(m, fabs(x[i]));
-	return m;
-}
-
 /* The backend's references (attention.h); tests with their own kernel tables get the host's. */
 static const struct attention_refs *refs_of(const struct attention_kernels *k)
 {
@@ -345,7 +335,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .ref = ref_o,
 				       .plain_err = err_o,
 				       .factor = c->budget_factor,
-				       .floor_scale = ck_floor_scale(d, max_abs(a.v, a.nk), 0.0),
+				       .floor_scale = ck_floor_scale(d, ck_max_abs(a.v, a.nk), 0.0),
 				       .dims = odims,
 				       .ndim = 4,
 				       .tail_width = ATTN_TILE,

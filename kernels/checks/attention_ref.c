@@ -262,16 +262,6 @@ static void to_floats(const double *x, long n, float *f)
 		f[i] = (float)x[i];
 }
 
-static double max_abs(const double *x, long n)
-{
-	double m = 0.0;
-	long i;
-
-	for (i = 0; i < n; i++)
-		m = fmax(m, fabs(x[i]));
-	return m;
-}
-
 /* ---- the backward: reference and plain ----------------------------------------------------- */
 
 /*
@@ -290,8 +280,8 @@ static void ref_bwd_bh(const struct attn_dims *s, const double *q, const double 
 {
 
 	long sq = s->seqlen_q, sk = s->seqlen_k, D = s->head_dim, i, j, x;
-	double sc = (double)s->scale, mq = max_abs(q, sq * D), mk = max_abs(k, sk * D),
-	       mdo = max_abs(dout, sq * D);
+	double sc = (double)s->scale, mq = ck_max_abs(q, sq * D), mk = ck_max_abs(k, sk * D),
+	       mdo = ck_max_abs(dout, sq * D);
 	/* bt is free after the products */
 	double *S = w->S, *dP = w->dP, *colabs = w->bt, *colp = w->bt + sk;
 

@@ -89,27 +89,6 @@ __device__ static long visible(const struct attn_dims &s, long i)
 	return l < 0 ? 0 : l > s.seqlen_k ? s.seqlen_k : l;
 }
 
-/*
- * Calls f(j) for j over [0, n) in reduction order o: the residue loops of
- * nw_order_stride() visit exactly nw_order_at()'s sequence.
- */
-template <class F> __device__ static __forceinline__ void walk(int o, long n, F f)
-{
-	long k = nw_order_stride(o), r, j;
-
-	if (k < 0) {
-		for (j = n - 1; j >= 0; j--)
-			f(j);
-	} else if (k == 1 || n <= k) {
-		for (j = 0; j < n; j++)
-			f(j);
-	} else {
-		for (r = 0; r < k; r++)
-			for (j = r; j < n; j += k)
-				f(j);
-	}
-}
-
 /* The plain product chain of mm_ordered(): acc += a * b in order, zero a skipped, rounded once. */
 #define CHAIN(acc, a, b)                                                                                     \
 	do {                                                                                                 \
@@ -117,30 +96,6 @@ template <class F> __device__ static __forceinline__ void walk(int o, long n, F 
 		if (a_ != 0.0f)                                                                              \
 			acc = fadd(acc, fmul(a_, (b)));                                                      \
 	} while (0)
-
-/*
- * Block-wide reduction (sum, or a max that ignores NaN like fmax) of one
- * value into every thread's return value; all threads call it.
- */
-template <typename T, bool MAX> __device__ static T block_reduce(T v)
-{
-	__shared__ T part[32];
-	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = (blockDim.x + 31) / 32, w;
-
-	for (w = 16; w > 0; w /= 2) {
-		T o = __shfl_xor_sync(0xffffffffu, v, w);
-
-		v = MAX ? fmax(v, o) : v + o;
-	}
-	__syncthreads(); /* part[] may still be read from the last call */
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = part[0];
-	for (w = 1; w < nwarps; w++)
-		v = MAX ? fmax(v, part[w]) : v + part[w];
-	return v;
-}
 
 /* ---- scores --------------------------------------------------------------------------------- */
 

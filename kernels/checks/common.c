@@ -49,6 +49,16 @@ void ck_plain_free(struct ck_plain *pl)
 	memset(pl, 0, sizeof(*pl));
 }
 
+double *ck_loaded(enum nw_dtype d, const void *buf, long n)
+{
+	double *v = ck_doubles(n);
+	long i;
+
+	for (i = 0; v && i < n; i++)
+		v[i] = (double)nw_load(d, buf, (size_t)i);
+	return v;
+}
+
 void ck_store_all(enum nw_dtype d, void *buf, double *v, long n)
 {
 	if (n > 0)

@@ -26,6 +26,8 @@ void ck_plain_free(struct ck_plain *pl);
  * into v (so that references see exactly what the kernel sees).
  */
 void ck_store_all(enum nw_dtype d, void *buf, double *v, long n);
+/* The stored values of n elements of dtype d, as doubles (malloc'd; NULL when out of memory). */
+double *ck_loaded(enum nw_dtype d, const void *buf, long n);
 /* Rounds v to dtype d and back, in double: one rounding of a same-dtype program. */
 static inline double ck_round(enum nw_dtype d, double v)
 {

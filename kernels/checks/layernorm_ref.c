@@ -16,17 +16,6 @@
 #include "common.h"
 #include "layernorm.h"
 
-/* The stored values of n elements, as doubles (malloc'd; NULL when out of memory). */
-static double *loaded(enum nw_dtype d, const void *buf, long n)
-{
-	double *v = ck_doubles(n);
-	long i;
-
-	for (i = 0; v && i < n; i++)
-		v[i] = (double)nw_load(d, buf, (size_t)i);
-	return v;
-}
-
 /* Folds one order's plain results into the largest errors. */
 static void note_errs(double *plain_err, const double *plain, const double *ref, long n)
 {
@@ -101,8 +90,8 @@ static void plain_fwd(enum nw_dtype d, int o, const double *x, const double *gam
 static int host_fwd(enum nw_dtype d, const struct layernorm_in *in, struct layernorm_ref_out *out)
 {
 	long rows = in->rows, cols = in->cols, n = rows * cols, i, j;
-	double *x = loaded(d, in->x, n), *gamma = loaded(d, in->gamma, cols),
-	       *beta = loaded(d, in->beta, cols);
+	double *x = ck_loaded(d, in->x, n), *gamma = ck_loaded(d, in->gamma, cols),
+	       *beta = ck_loaded(d, in->beta, cols);
 	double *py = ck_doubles(n), *pm = ck_doubles(rows), *prs = ck_doubles(rows);
 	double *y = out->ref[0], *mean = out->ref[1], *rstd = out->ref[2], terms = 0.0;
 	float *xc = ck_floats(cols);
@@ -249,7 +238,8 @@ static void plain_bwd(enum nw_dtype d, int o, const double *x, const double *gam
 static int host_bwd(enum nw_dtype d, const struct layernorm_in *in, struct layernorm_ref_out *out)
 {
 	long rows = in->rows, cols = in->cols, n = rows * cols, i;
-	double *x = loaded(d, in->x, n), *gamma = loaded(d, in->gamma, cols), *dy = loaded(d, in->dy, n);
+	double *x = ck_loaded(d, in->x, n), *gamma = ck_loaded(d, in->gamma, cols),
+	       *dy = ck_loaded(d, in->dy, n);
 	double *mean = ck_doubles(rows), *rstd = ck_doubles(rows);
 	double *pdx = ck_doubles(n), *pdg = ck_doubles(cols), *pdb = ck_doubles(cols);
 	int rc = 0, o;

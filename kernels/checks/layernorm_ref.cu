@@ -52,42 +52,6 @@ __device__ static double d_mul(double a, double b)
 	return __dmul_rn(a, b);
 }
 
-/* Calls f(k) for k = nw_order_at(o, j, n), j = 0..n-1: the residue loops of nw_order_stride(). */
-template <class F> __device__ static void walk(int o, long n, F f)
-{
-	long k = nw_order_stride(o), r, j;
-
-	if (k < 0) {
-		for (j = n - 1; j >= 0; j--)
-			f(j);
-	} else if (k == 1 || n <= k) {
-		for (j = 0; j < n; j++)
-			f(j);
-	} else {
-		for (r = 0; r < k; r++)
-			for (j = r; j < n; j += k)
-				f(j);
-	}
-}
-
-/* Block-wide maximum of one double, into every thread's return value. */
-__device__ static double block_max(double v)
-{
-	__shared__ double part[THREADS / 32];
-	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, w;
-
-	for (w = 16; w > 0; w /= 2)
-		v = fmax(v, __shfl_down_sync(0xffffffffu, v, w));
-	__syncthreads();
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = part[0];
-	for (w = 1; w < THREADS / 32; w++)
-		v = fmax(v, part[w]);
-	return v;
-}
-
 /* Per row of the forward's output buffer, after y's reference and errors. */
 enum { FROW_MEAN, FROW_RSTD, FROW_MEAN_ERR, FROW_RSTD_ERR, FROW_TERMS, FROW_N };
 
@@ -156,7 +120,7 @@ __global__ static void fwd_refs(int d, const void *x, const void *gamma, const v
 		}
 		ey[off + j] = err;
 	}
-	terms = block_max(terms);
+	terms = block_reduce<double, true>(terms);
 	if (threadIdx.x == 0) {
 		double em = 0.0, er = 0.0;
 
@@ -308,7 +272,7 @@ __global__ static void bwd_refs(int d, const void *x, const void *gamma, const f
 			}
 			edx[off + j] = err;
 		}
-		terms = block_max(terms);
+		terms = block_reduce<double, true>(terms);
 		if (threadIdx.x == 0)
 			row_terms[i] = terms;
 	} else {
@@ -349,8 +313,8 @@ __global__ static void bwd_refs(int d, const void *x, const void *gamma, const f
 			rdb[j] = db;
 			edb[j] = eb;
 		}
-		ag = block_max(ag);
-		ab = block_max(ab);
+		ag = block_reduce<double, true>(ag);
+		ab = block_reduce<double, true>(ab);
 		if (threadIdx.x == 0) {
 			col_terms[cb] = ag;
 			col_terms[colblocks + cb] = ab;

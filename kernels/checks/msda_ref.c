@@ -39,17 +39,6 @@ static void ctx_free(struct ctx *m)
 	free(m->fp);
 }
 
-/* The stored values of n elements, as doubles (malloc'd; NULL when out of memory). */
-static double *loaded(enum nw_dtype d, const void *buf, long n)
-{
-	double *v = ck_doubles(n);
-	long i;
-
-	for (i = 0; v && i < n; i++)
-		v[i] = (double)nw_load(d, buf, (size_t)i);
-	return v;
-}
-
 static int ctx_init(struct ctx *m, enum nw_dtype d, const struct msda_in *in, bool with_dout)
 {
 	long i;
@@ -57,10 +46,10 @@ static int ctx_init(struct ctx *m, enum nw_dtype d, const struct msda_in *in, bo
 
 	memset(m, 0, sizeof(*m));
 	msda_geo_init(&m->g, in->s);
-	m->value = loaded(d, in->value, m->g.nvalue);
-	m->loc = loaded(d, in->loc, 2 * m->g.npts);
-	m->attn = loaded(d, in->attn, m->g.npts);
-	m->dout = with_dout ? loaded(d, in->dout, m->g.nout) : ck_doubles(1);
+	m->value = ck_loaded(d, in->value, m->g.nvalue);
+	m->loc = ck_loaded(d, in->loc, 2 * m->g.npts);
+	m->attn = ck_loaded(d, in->attn, m->g.npts);
+	m->dout = with_dout ? ck_loaded(d, in->dout, m->g.nout) : ck_doubles(1);
 	m->dp = malloc((size_t)(m->g.npts > 0 ? m->g.npts : 1) * sizeof(*m->dp));
 	m->fp = malloc((size_t)(m->g.npts > 0 ? m->g.npts : 1) * sizeof(*m->fp));
 	if (!m->value || !m->loc || !m->attn || !m->dout || !m->dp || !m->fp)

@@ -44,24 +44,6 @@ extern "C" {
 /* Dynamic shared memory a block may have without asking for more. */
 #define SMEM_DEFAULT 49152
 
-/* Block-wide maximum of one double, into every thread's return value. */
-__device__ static double block_max(double v)
-{
-	__shared__ double part[THREADS / 32];
-	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, w;
-
-	for (w = 16; w > 0; w /= 2)
-		v = fmax(v, __shfl_down_sync(0xffffffffu, v, w));
-	__syncthreads();
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = part[0];
-	for (w = 1; w < THREADS / 32; w++)
-		v = fmax(v, part[w]);
-	return v;
-}
-
 /* Float64 bilinear sample of point p for corner values v (msda_ref.c's order of terms). */
 __device__ static double dsample(const struct msda_dpoint *p, const double v[4])
 {
@@ -159,7 +141,7 @@ __global__ static void fwd_refs(int d, struct msda_geo g, const void *value, con
 		out[oi] = ref;
 		out[n + oi] = err;
 	}
-	mag = block_max(mag);
+	mag = block_reduce<double, true>(mag);
 	if (threadIdx.x == 0)
 		out[2 * n + blockIdx.x] = mag;
 }
@@ -407,8 +389,8 @@ __global__ static void bwd_grads(int d, struct msda_geo g, const void *value, co
 		out[lay.dloc_err + 2 * pi] = e[1];
 		out[lay.dloc_err + 2 * pi + 1] = e[2];
 	}
-	sl = block_max(sl);
-	ma = block_max(ma);
+	sl = block_reduce<double, true>(sl);
+	ma = block_reduce<double, true>(ma);
 	if (threadIdx.x == 0) {
 		long gb = (long)blockIdx.x - site_blocks;
 
@@ -528,7 +510,7 @@ __global__ static void bwd_dvalue(int d, struct msda_geo g, const void *attn, co
 		out[lay.dvalue + vi] = ref;
 		out[lay.dvalue_err + vi] = err;
 	}
-	mag = block_max(mag);
+	mag = block_reduce<double, true>(mag);
 	if (threadIdx.x == 0)
 		out[lay.value_terms + blockIdx.x] = mag;
 }

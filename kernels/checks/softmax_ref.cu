@@ -23,27 +23,6 @@ extern "C" {
 #define THREADS 256
 static_assert(THREADS % 32 == 0 && THREADS / 32 >= NW_ORDERS, "a warp per reduction order (order_of_thread)");
 
-/* Block-wide reduction of one double (max or sum) into every thread's return value. */
-__device__ static double block_reduce(double v, bool take_max)
-{
-	__shared__ double part[THREADS / 32];
-	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, w;
-
-	for (w = 16; w > 0; w /= 2) {
-		double o = __shfl_down_sync(0xffffffffu, v, w);
-
-		v = take_max ? fmax(v, o) : v + o;
-	}
-	__syncthreads();
-	if (lane == 0)
-		part[warp] = v;
-	__syncthreads();
-	v = part[0];
-	for (w = 1; w < THREADS / 32; w++)
-		v = take_max ? fmax(v, part[w]) : v + part[w];
-	return v;
-}
-
 /*
  * s + v[j] + v[j + step] + ... over the m = count elements from j, in that
  * order. Loads go eight at a time ahead of the adds: the adds form one
@@ -129,10 +108,10 @@ __global__ static void fwd_refs(int d, const void *x, long n, long cols, float *
 
 	for (j = threadIdx.x; j < cols; j += THREADS)
 		m = fmax(m, (double)load(d, x, off + j));
-	m = block_reduce(m, true);
+	m = block_reduce<double, true>(m);
 	for (j = threadIdx.x; j < cols; j += THREADS)
 		s += exp((double)load(d, x, off + j) - m);
-	s = block_reduce(s, false);
+	s = block_reduce<double, false>(s);
 	mf = (float)m;
 	for (j = threadIdx.x; j < cols; j += THREADS) {
 		ref[off + j] = exp((double)load(d, x, off + j) - m) / s;
@@ -202,15 +181,15 @@ __global__ static void bwd_refs(int d, const void *y, const void *dy, long n, lo
 		mag += fabs(t);
 		prod[off + j] = round_to(d, load(d, dy, off + j) * load(d, y, off + j));
 	}
-	dot = block_reduce(dot, false);
-	mag = block_reduce(mag, false);
+	dot = block_reduce<double, false>(dot);
+	mag = block_reduce<double, false>(mag);
 	for (j = threadIdx.x; j < cols; j += THREADS) {
 		double yj = (double)load(d, y, off + j), dyj = (double)load(d, dy, off + j);
 
 		ref[off + j] = yj * (dyj - dot);
 		scale = fmax(scale, fabs(yj) * (fabs(dyj) + mag));
 	}
-	scale = block_reduce(scale, true);
+	scale = block_reduce<double, true>(scale);
 	if (threadIdx.x == 0)
 		out[2 * n + blockIdx.x] = scale;
 	__syncthreads();

@@ -34,7 +34,9 @@ static long ordered_f32(float f)
 
 /*
  * Element i of an output as float, and whether it still holds the poison
- * (never written). f16 reads go through the table of nw_f16_values().
+ * (never written): nw_load and nw_is_poison in one inlined step, since this
+ * runs for every element of every trial. f16 reads go through the table of
+ * nw_f16_values().
  */
 static inline float element(enum nw_dtype d, const unsigned char *buf, size_t i, uint32_t poison,
 			    const float *f16, bool *unwritten)

@@ -15,6 +15,7 @@
 extern "C" {
 #include "numwatch_check.h"
 }
+#include "nw_order.h"
 
 /* Element i of a stored buffer, as float. */
 __device__ static inline float load(int d, const void *buf, long i)
@@ -81,6 +82,53 @@ __device__ static inline void note_err(double *err, float p, double ref)
 {
 	if (isfinite(p) && fabs((double)p - ref) > *err)
 		*err = fabs((double)p - ref);
+}
+
+/*
+ * Block-wide reduction (sum, or a max that ignores NaN like fmax) of one
+ * value into every thread's return value; all threads of the block call it.
+ * Float64 sums may add in any order: they are exact far below any dtype's
+ * rounding.
+ */
+template <typename T, bool MAX> __device__ static T block_reduce(T v)
+{
+	__shared__ T part[32];
+	int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = (blockDim.x + 31) / 32, w;
+
+	for (w = 16; w > 0; w /= 2) {
+		T o = __shfl_xor_sync(0xffffffffu, v, w);
+
+		v = MAX ? fmax(v, o) : v + o;
+	}
+	__syncthreads(); /* part[] may still be read from the last call */
+	if (lane == 0)
+		part[warp] = v;
+	__syncthreads();
+	v = part[0];
+	for (w = 1; w < nwarps; w++)
+		v = MAX ? fmax(v, part[w]) : v + part[w];
+	return v;
+}
+
+/*
+ * Calls f(j) for j over [0, n) in reduction order o: the residue loops of
+ * nw_order_stride() visit exactly nw_order_at()'s sequence.
+ */
+template <class F> __device__ static __forceinline__ void walk(int o, long n, F f)
+{
+	long k = nw_order_stride(o), r, j;
+
+	if (k < 0) {
+		for (j = n - 1; j >= 0; j--)
+			f(j);
+	} else if (k == 1 || n <= k) {
+		for (j = 0; j < n; j++)
+			f(j);
+	} else {
+		for (r = 0; r < k; r++)
+			for (j = r; j < n; j += k)
+				f(j);
+	}
 }
 
 #endif
