@@ -277,6 +277,29 @@ static unsigned run_probe(const struct history *h, int j, unsigned max, bool sto
 	return fails;
 }
 
+/*
+ * A fresh-seed probe split into plan->parts parts of about equal size, run
+ * at once on as many slots, each stopping at its own first failure if
+ * 'stop'. Returns the failures; *ran gets the trials, *longest the longest
+ * part if longer.
+ */
+static unsigned run_parts(const struct history *h, const struct bisect_plan *plan, bool stop, struct rng *r,
+			  unsigned *ran, unsigned *longest)
+{
+	unsigned parts = plan->parts ? plan->parts : 1, fails = 0, part_ran;
+
+	*ran = 0;
+	for (unsigned y = 0; y < parts; y++) {
+		unsigned size = plan->trials / parts + (y < plan->trials % parts);
+
+		fails += run_probe(h, (int)plan->commit, size, stop, r, &part_ran);
+		*ran += part_ran;
+		if (part_ran > *longest)
+			*longest = part_ran;
+	}
+	return fails;
+}
+
 struct ours {
 	double trials, rounds, wall, confirm_trials, log2_nel;
 	unsigned runs, right, right_first, ended_none, blamed;
@@ -435,11 +458,10 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 							plan[x].trials, stop, r, &ran);
 					acc->t_failing += ran;
 				} else {
-					fails =
-					    run_probe(h, (int)plan[x].commit, plan[x].trials, stop, r, &ran);
+					fails = run_parts(h, &plan[x], stop, r, &ran, &longest);
 				}
 				trials += ran;
-				if (ran > longest)
+				if (ran > longest && plan[x].parts <= 1)
 					longest = ran;
 				rc = bisect_observe(&b, plan[x].commit, fails, ran, plan[x].failing_seeds);
 				if (rc)

@@ -84,6 +84,8 @@ struct bisect_plan {
 	bool failing_seeds;   /* rerun the bad commit's failing seeds: the next 'trials' not yet run at
 				 'commit', from the count of failing-seed trials recorded there (trial[1]) */
 	bool stop_on_failure; /* a failure ends the probe (fresh seeds; the model takes any count) */
+	unsigned parts;       /* run as this many probes of disjoint fresh seeds, about trials / parts
+				 each, on as many slots at once (1: one probe) */
 };
 
 enum bisect_status {
@@ -146,7 +148,9 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * out[0..*nout-1]. With k = 1 the commit that maximises the expected
  * information of one trial about the culprit; with k > 1 the commits at the
  * quantiles m/(k+1) of the posterior (k-section, "no culprit" counted past
- * the end), topped up by information gain where quantiles coincide. Each
+ * the end), topped up by information gain where quantiles coincide; but
+ * where the one probe that k = 1 would run has at least k fresh trials, that
+ * probe alone, split into k parts (plan.parts) that run at once. Each
  * probe runs until its first failure, or until 'trials' passes, chosen so
  * that that many passes would halve the probability that the culprit lies
  * at or before the probed commit; a lone probe (one per round) stops short

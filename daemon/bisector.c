@@ -171,7 +171,11 @@ static void log_event(struct ctx *c, const char *fmt, ...)
 	json_array_append_new(c->log, json_pack("{s:s, s:I}", "msg", msg, "at", (json_int_t)time(NULL)));
 }
 
-/* Seeds as a PostgreSQL array literal; 'failing' picks from the bisection's failing seeds. */
+/*
+ * Seeds as a PostgreSQL array literal: 'failing' picks from the bisection's
+ * failing seeds from the offset-th on; else fresh seeds, the offset-th past
+ * the commit's highest on (the parts of one probe take disjoint ones).
+ */
 static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned offset, unsigned count)
 {
 	size_t cap = 2 + (size_t)count * 22, len = 0;
@@ -186,7 +190,8 @@ static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned off
 		start = c->b->d->cfg.trials_per_commit;
 	s[len++] = '{';
 	for (unsigned i = 0; i < count; i++) {
-		long long seed = failing ? json_integer_value(json_array_get(fs, offset + i)) : start + i;
+		long long seed =
+		    failing ? json_integer_value(json_array_get(fs, offset + i)) : start + offset + i;
 
 		len += (size_t)snprintf(s + len, cap - len, "%s%lld", i ? "," : "", seed);
 	}
@@ -196,10 +201,10 @@ static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned off
 }
 
 static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool failing, bool stop, int round,
-			const char *purpose, unsigned failing_offset)
+			const char *purpose, unsigned offset)
 {
 	char bid[24], cid[24], kid[16], rnd[16];
-	char *seeds = seed_list(c, commit, failing, failing_offset, trials);
+	char *seeds = seed_list(c, commit, failing, offset, trials);
 	const char *params[9] = {
 	    bid, cid, kid, jstr(c->doc, "dtype"), seeds, stop ? "t" : "f", rnd, purpose, failing ? "t" : "f"};
 
@@ -423,6 +428,20 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 			trials = offset < nfail ? (unsigned)(nfail - offset) : 0;
 		if (trials == 0)
 			continue;
+		if (plan[i].parts > 1) {
+			/* One long probe split over the slots: disjoint fresh seeds, each part its own job. */
+			for (unsigned y = 0, first = 0; y < plan[i].parts; y++) {
+				unsigned size = trials / plan[i].parts + (y < trials % plan[i].parts);
+
+				if (size)
+					queue_probe(c, commit, size, false, plan[i].stop_on_failure,
+						    round + 1, "search", first);
+				first += size;
+			}
+			log_event(c, "round %d: probe %.12s with %u fresh seeds in %u parts", round + 1,
+				  jstr(commit, "sha"), trials, plan[i].parts);
+			continue;
+		}
 		queue_probe(c, commit, trials, plan[i].failing_seeds, plan[i].stop_on_failure, round + 1,
 			    "search", offset);
 		log_event(c, "round %d: probe %.12s with %u %s seeds", round + 1, jstr(commit, "sha"), trials,

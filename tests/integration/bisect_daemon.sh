@@ -118,6 +118,11 @@ rerun=$(pg_psql "SELECT count(*) FROM (SELECT t.commit_id, t.seed FROM trials t 
 	WHERE k.name = 'fake.bwd' GROUP BY 1, 2 HAVING count(*) FILTER (WHERE t.outcome <> 'infra_error') > 2) x")
 [[ $rerun == 0 ]] || fail "$rerun seeds ran more than twice at one commit"
 echo "ok: unbuildable and same-binary commits never probed; no probe repeated after the restart"
+# A rare failure makes long probes: each is split over the two slots (two parts, one round, one commit).
+split=$(pg_psql "SELECT count(*) FROM (SELECT round, commit_id FROM probes WHERE bisection_id = $id
+	AND purpose = 'search' GROUP BY 1, 2 HAVING count(*) > 1) x")
+[[ $split -ge 1 ]] || fail "no probe was split over the two slots"
+echo "ok: $split probes split over the two slots, their seeds disjoint"
 
 # Automatic bisections (queued from the per-commit verdicts) never blame a commit before the culprit,
 # and start only from a decisively clean commit, so none should start past it either.

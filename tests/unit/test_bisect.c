@@ -98,9 +98,22 @@ static unsigned search(struct bisect *b, struct world *w, unsigned k)
 			assert_int_equal(b->flags[plan[x].commit], 0);
 			for (unsigned y = 0; y < x; y++)
 				assert_int_not_equal(plan[x].commit, plan[y].commit);
-			fails = run(w, (int)plan[x].commit, plan[x].trials, plan[x].stop_on_failure, &ran);
-			assert_int_equal(bisect_observe(b, plan[x].commit, fails, ran, plan[x].failing_seeds),
-					 0);
+			/* A split probe is the round's only one, of fresh seeds, a part per slot. */
+			assert_true(plan[x].parts >= 1 && plan[x].parts <= k);
+			if (plan[x].parts > 1) {
+				assert_int_equal(n, 1);
+				assert_false(plan[x].failing_seeds);
+				assert_true(plan[x].trials >= plan[x].parts);
+			}
+			/* Each part stops at its own first failure, as the daemon's jobs do. */
+			for (unsigned y = 0; y < plan[x].parts; y++) {
+				unsigned size =
+				    plan[x].trials / plan[x].parts + (y < plan[x].trials % plan[x].parts);
+
+				fails = run(w, (int)plan[x].commit, size, plan[x].stop_on_failure, &ran);
+				assert_int_equal(
+				    bisect_observe(b, plan[x].commit, fails, ran, plan[x].failing_seeds), 0);
+			}
 		}
 		rounds++;
 		assert_true(rounds < 10000);
@@ -240,6 +253,63 @@ static void deterministic_in_log2_rounds(void **state)
 			    worst4);
 		fail();
 	}
+}
+
+static void long_probes_split_over_the_slots(void **state)
+{
+	struct bisect_plan one, plan[4];
+	struct bisect b;
+	unsigned n, n1, sectioned = 0, trials1 = 0, trials4 = 0;
+
+	(void)state;
+	/*
+	 * A rare culprit (q = 0.05): the probe one slot would run is long, so
+	 * four slots split it (the same commit and trials, in four parts)
+	 * rather than probe four commits; the search still names the culprit,
+	 * in about the trials one slot takes.
+	 */
+	for (int bug = 3; bug < 64; bug += 10) {
+		struct world w = {.bug = bug, .q = 0.05, .f = 0.0, .rng = 7 + (uint64_t)bug};
+		int c;
+
+		assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+		assert_int_equal(bisect_observe(&b, 63, 3, 64, false), 0);
+		assert_int_equal(bisect_next_probes(&b, 1, &one, &n1), 0);
+		assert_int_equal(bisect_next_probes(&b, 4, plan, &n), 0);
+		assert_int_equal(n1, 1);
+		assert_true(one.trials >= 4);
+		assert_int_equal(n, 1);
+		assert_int_equal(plan[0].parts, 4);
+		assert_int_equal(plan[0].commit, one.commit);
+		assert_int_equal(plan[0].trials, one.trials);
+		search(&b, &w, 4);
+		assert_int_equal(bisect_done(&b, &c, NULL), BISECT_FOUND);
+		assert_int_equal(c, bug);
+		trials4 += (unsigned)b.total_trials - 64;
+		bisect_release(&b);
+
+		w.rng = 7 + (uint64_t)bug;
+		assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+		assert_int_equal(bisect_observe(&b, 63, 3, 64, false), 0);
+		search(&b, &w, 1);
+		trials1 += (unsigned)b.total_trials - 64;
+		bisect_release(&b);
+	}
+	if (trials4 > trials1 * 5 / 4) {
+		print_error("4 slots took %u trials, one slot %u\n", trials4, trials1);
+		fail();
+	}
+	/* A deterministic culprit's probes are one trial: four commits at once (k-section). */
+	assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 63, 64, 64, false), 0);
+	assert_int_equal(bisect_next_probes(&b, 4, plan, &n), 0);
+	assert_int_equal(n, 4);
+	for (unsigned x = 0; x < n; x++) {
+		assert_int_equal(plan[x].parts, 1);
+		sectioned++;
+	}
+	bisect_release(&b);
+	assert_int_equal(sectioned, 4);
 }
 
 static void unbuildable_and_same_binary_never_blamed(void **state)
@@ -707,6 +777,7 @@ int main(void)
 	    cmocka_unit_test(posterior_q_grid),
 	    cmocka_unit_test(bad_input),
 	    cmocka_unit_test(deterministic_in_log2_rounds),
+	    cmocka_unit_test(long_probes_split_over_the_slots),
 	    cmocka_unit_test(unbuildable_and_same_binary_never_blamed),
 	    cmocka_unit_test(flakes_only_end_in_no_culprit),
 	    cmocka_unit_test(rare_culprit_with_two_slots_and_resume),
