@@ -218,6 +218,25 @@ static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool fai
 	free(seeds);
 }
 
+/*
+ * Fresh seeds at one commit as 'parts' probes of about equal size, one job
+ * each, so that as many slots run them at once; their seeds are disjoint.
+ */
+static void queue_parts(struct ctx *c, json_t *commit, unsigned trials, unsigned parts, bool stop, int round,
+			const char *purpose)
+{
+	if (parts == 0)
+		parts = 1;
+	if (parts > trials)
+		parts = trials;
+	for (unsigned y = 0, first = 0; y < parts; y++) {
+		unsigned size = trials / parts + (y < trials % parts);
+
+		queue_probe(c, commit, size, false, stop, round, purpose, first);
+		first += size;
+	}
+}
+
 static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, const char *status)
 {
 	double *post = calloc(m->n, sizeof(double)), none = 0;
@@ -429,15 +448,8 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 		if (trials == 0)
 			continue;
 		if (plan[i].parts > 1) {
-			/* One long probe split over the slots: disjoint fresh seeds, each part its own job. */
-			for (unsigned y = 0, first = 0; y < plan[i].parts; y++) {
-				unsigned size = trials / plan[i].parts + (y < trials % plan[i].parts);
-
-				if (size)
-					queue_probe(c, commit, size, false, plan[i].stop_on_failure,
-						    round + 1, "search", first);
-				first += size;
-			}
+			queue_parts(c, commit, trials, plan[i].parts, plan[i].stop_on_failure, round + 1,
+				    "search");
 			log_event(c, "round %d: probe %.12s with %u fresh seeds in %u parts", round + 1,
 				  jstr(commit, "sha"), trials, plan[i].parts);
 			continue;
@@ -456,7 +468,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	int culprit = BISECT_NONE, parent, round;
 	double prob = 0;
 	struct bisect_confirm_result r;
-	unsigned cf, ct, pf, pt;
+	unsigned cf, ct, pf, pt, parts;
 	long long culprit_id, parent_id;
 	json_t *cc, *pc;
 
@@ -519,10 +531,14 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	}
 	if (open_probes(c, &round) > 0)
 		return;
+	/* The slots shared between the two commits: the same trials, sooner. */
+	parts = c->b->d->nslots > 1 ? c->b->d->nslots / 2 : 1;
 	if (r.more_culprit)
-		queue_probe(c, cc, r.more_culprit, false, false, round + 1, "confirm", 0);
+		queue_parts(c, cc, r.more_culprit, r.more_parent ? parts : 2 * parts, false, round + 1,
+			    "confirm");
 	if (r.more_parent)
-		queue_probe(c, pc, r.more_parent, false, false, round + 1, "confirm", 0);
+		queue_parts(c, pc, r.more_parent, r.more_culprit ? parts : 2 * parts, false, round + 1,
+			    "confirm");
 	log_event(c, "confirming %.12s: %u fresh seeds there, %u at its parent %.12s", jstr(cc, "sha"),
 		  r.more_culprit, r.more_parent, jstr(pc, "sha"));
 	save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
