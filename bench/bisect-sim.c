@@ -768,7 +768,7 @@ static void print_target_row(const struct row *r, double acc, double t)
 static void print_model_targets(const struct row *rows, unsigned nrows, bool seeded)
 {
 	const char *model = seeded ? "Seeded" : "Race";
-	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo = 1e9, ratio_hi = 0.0;
+	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo[2] = {1e9, 1e9}, ratio_hi[2] = {0.0, 0.0};
 	bool have_acc = false, have_none = false;
 
 	for (unsigned i = 0; i < nrows; i++) {
@@ -788,10 +788,8 @@ static void print_model_targets(const struct row *rows, unsigned nrows, bool see
 			if (r->c.slots == 1)
 				print_target_row(r, acc, t);
 		}
-		if (r->c.slots == 1) {
-			ratio_lo = fmin(ratio_lo, t / r->bound);
-			ratio_hi = fmax(ratio_hi, t / r->bound);
-		}
+		ratio_lo[r->c.slots > 1] = fmin(ratio_lo[r->c.slots > 1], t / r->bound);
+		ratio_hi[r->c.slots > 1] = fmax(ratio_hi[r->c.slots > 1], t / r->bound);
 	}
 	if (have_acc)
 		printf("- %s: accuracy at q = 0.05 over 128 commits, all rows: at least %.1f%% (target "
@@ -802,10 +800,12 @@ static void print_model_targets(const struct row *rows, unsigned nrows, bool see
 		       seeded ? "Seeded, ranges without a culprit (the first pass's flaky seeds replayed)"
 			      : "Race: ranges without a culprit",
 		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
-	if (ratio_hi > 0.0)
-		printf("- %s: search trials against the bound%s, one slot, all culprit rows: %.2fx to %.2fx "
-		       "(target 1.5x).\n",
-		       model, seeded ? " log2 N / C(1, f)" : "", ratio_lo, ratio_hi);
+	for (int k = 0; k < 2; k++)
+		if (ratio_hi[k] > 0.0)
+			printf("- %s: search trials against the bound%s, %s, all culprit rows: %.2fx to "
+			       "%.2fx (target 1.5x).\n",
+			       model, seeded ? " log2 N / C(1, f)" : "", k ? "four slots" : "one slot",
+			       ratio_lo[k], ratio_hi[k]);
 }
 
 /* The targets, read off the rows (so that a rerun states its own numbers). */
