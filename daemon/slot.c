@@ -26,6 +26,8 @@
 #define RESTART_MAX_MS  1000
 #define FINISH_RETRY_MS 500
 #define FINISH_RETRIES  20
+/* Stored with a deterministic check's trial whose repeats gave different outputs. */
+#define NONDETERMINISTIC_ERROR "repeats of this seed gave different outputs, but the check is deterministic"
 
 enum slot_state {
 	SLOT_IDLE,       /* no job; polling for one */
@@ -298,6 +300,18 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		return;
 	}
 	s->crash_streak = 0;
+	/*
+	 * PRODUCT.md: a deterministic check's repeats of one seed must give
+	 * identical digests. Outputs that differ run to run break that claim
+	 * (a race) even within tolerance, so the trial fails, and verdicts,
+	 * failure rates and bisections count it as any failure.
+	 */
+	if (outcome == OUTCOME_PASS && s->job.deterministic && t.digests_differ > 0) {
+		record(s, OUTCOME_FAIL, &t, NONDETERMINISTIC_ERROR);
+		proto_trial_release(&t);
+		advance(s);
+		return;
+	}
 	record(s, outcome, &t, NULL);
 	proto_trial_release(&t);
 	advance(s);

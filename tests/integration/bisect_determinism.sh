@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A deterministic check's determinism claim (PRODUCT.md: repeats of one seed
+# must give identical digests) is judged like any failure: from a random
+# commit on, every trial stays within tolerance but half of them report that
+# their repeats gave different outputs. The daemon fails those trials (and
+# says why), judges the commit regressed, keeps the commits before it clean,
+# and the bisection it queues by itself names the commit.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-nondet.XXXXXX")
+nw_atexit rm -rf "$work"
+culprit=${NW_BISECT_CULPRIT:-$((3 + RANDOM % 6))}
+echo "non-determinism planted at position $culprit (set NW_BISECT_CULPRIT to replay)"
+repo=$work/repo
+git init -q -b main "$repo"
+for i in $(seq 0 11); do
+	mode=good
+	((i >= culprit)) && mode=nondet
+	echo "$mode" >"$repo/mode"
+	echo "$i" >"$repo/version"
+	git -C "$repo" add -A
+	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
+done
+pg_start
+NW_PORT=$(nw_free_port)
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+[repository]
+name = nondet
+url = $repo
+poll_interval = 2
+[build]
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 32
+max = 32
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+finished() {
+	[[ $(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id
+		WHERE s.verdict NOT IN ('pending')") == 12 ]] &&
+		[[ $(pg_psql "SELECT count(*) FROM bisections") -ge 1 ]] &&
+		[[ $(pg_psql "SELECT count(*) FROM bisections WHERE state <> 'done'") == 0 ]]
+}
+nw_wait 600 "every commit judged and the bisections done" finished
+
+# Within tolerance, yet failed, with the reason stored.
+row=$(pg_psql "SELECT count(*) || ' ' || coalesce(max(t.ratio), 0) || ' ' || count(*) FILTER (WHERE t.error LIKE
+	'%different outputs, but the check is deterministic%') FROM trials t JOIN commits c ON c.id = t.commit_id
+	WHERE c.position >= $culprit AND t.outcome = 'fail'")
+read -r failed worst explained <<<"$row"
+((failed > 0)) || fail "no trial failed from the culprit on"
+[[ $failed == "$explained" ]] || fail "$failed failed trials, only $explained say why"
+awk -v r="$worst" 'BEGIN { exit !(r <= 1) }' || fail "a failed trial had ratio $worst: expected all within tolerance"
+[[ $(pg_psql "SELECT count(*) FROM trials t JOIN commits c ON c.id = t.commit_id
+	WHERE c.position < $culprit AND t.outcome <> 'pass'") == 0 ]] || fail "a trial before the culprit did not pass"
+echo "ok: $failed trials within tolerance failed the determinism claim, each saying why"
+
+verdicts=$(pg_psql "SELECT string_agg(c.position || ':' || s.verdict, ' ' ORDER BY c.position)
+	FROM stats s JOIN commits c ON c.id = s.commit_id")
+for v in $verdicts; do
+	pos=${v%%:*} verdict=${v#*:}
+	if ((pos < culprit)); then
+		[[ $verdict == clean ]] || fail "commit $pos judged $verdict before the culprit ($verdicts)"
+	elif ((pos == culprit)); then
+		[[ $verdict == regressed ]] || fail "the culprit judged $verdict ($verdicts)"
+	fi
+done
+echo "ok: clean before $culprit, regressed at it ($verdicts)"
+
+for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
+	row=$(pg_psql "SELECT b.outcome || ' ' || coalesce(c.position::text, '-') FROM bisections b
+		LEFT JOIN commits c ON c.id = b.culprit_id WHERE b.id = $b")
+	[[ $row == "culprit $culprit" ]] || fail "bisection $b ended '$row', the non-determinism starts at $culprit"
+done
+echo "ok: every bisection named $culprit"
