@@ -623,23 +623,6 @@ static int apply_drift(const struct stats_verdict_input *in, const struct stats_
 	return 0;
 }
 
-/*
- * Whether a deterministic check's baseline already broke its claim: a seed
- * that failed there and then passed (or gave different outputs on repeats,
- * which the daemon records as a failure). Then the library is not
- * deterministic at the baseline (a race that landed earlier), and pairing
- * seeds exactly would call every later commit regressed by chance: a
- * regression of such a candidate is decided by its failure rate against the
- * baseline's instead (stats_verdict()).
- */
-static bool baseline_breaks_determinism(const struct stats_verdict_input *in)
-{
-	for (unsigned i = 0; i < in->nseeds; i++)
-		if (classify(in->seeds[i].base_first, in->seeds[i].base_rerun) == SIDE_UNCONFIRMED)
-			return true;
-	return false;
-}
-
 static int verdict_deterministic(const struct stats_verdict_input *in, const struct stats_verdict_params *p,
 				 struct stats_evidence *ev)
 {
@@ -887,19 +870,7 @@ int stats_verdict(const struct stats_verdict_input *in, const struct stats_verdi
 		snprintf(ev->reason, sizeof(ev->reason), "infrastructure errors");
 		return 0;
 	}
-	if (in->deterministic) {
-		struct stats_evidence counted = *ev;
-
-		rc = verdict_deterministic(in, p, ev);
-		if (rc == 0 && ev->verdict == VERDICT_REGRESSED && ev->test == STATS_TEST_PAIRED &&
-		    baseline_breaks_determinism(in)) {
-			*ev = counted;
-			rc = verdict_nondeterministic(in, p, ev);
-			ev->baseline_nondeterministic = true;
-		}
-	} else {
-		rc = verdict_nondeterministic(in, p, ev);
-	}
+	rc = in->deterministic ? verdict_deterministic(in, p, ev) : verdict_nondeterministic(in, p, ev);
 	if (rc)
 		memset(ev, 0, sizeof(*ev));
 	return rc;
@@ -960,8 +931,6 @@ json_t *stats_evidence_json(const struct stats_evidence *ev)
 		if (json_object_set_new(o, "paired", x))
 			goto error;
 	}
-	if (ev->baseline_nondeterministic && json_object_set_new(o, "baseline_nondeterministic", json_true()))
-		goto error;
 	if (ev->drift_used) {
 		x = json_pack("{s:I, s:o, s:f, s:f, s:b, s:b, s:b}", "pairs", (json_int_t)ev->drift.pairs,
 			      "median_log_ratio", real_or_null(ev->drift.median_log_ratio), "p_greater",

@@ -268,8 +268,6 @@ struct stats_evidence {
 	struct stats_drift drift;
 	/* Deterministic counts. */
 	unsigned regressed_seeds, improved_seeds, both_fail_seeds, nondeterministic_seeds;
-	/* A deterministic check judged by rates: its baseline already broke the determinism claim. */
-	bool baseline_nondeterministic;
 	/* The seeds behind the verdict (the first STATS_EVIDENCE_SEEDS_MAX). */
 	int64_t seeds[STATS_EVIDENCE_SEEDS_MAX];
 	unsigned nseeds;      /* stored in seeds[] */
@@ -286,11 +284,7 @@ struct stats_evidence {
  * If every baseline failure failed twice there and passes on the candidate,
  * improved. Seeds failing twice on both sides are a stable property of the
  * library: flaky, with its rate. Otherwise clean, unless the paired
- * log(ratio) test finds drift (regressed, test "drift"). But when the
- * baseline itself has a seed that failed then passed (it is not
- * deterministic: a race landed earlier), a paired regression is decided as
- * for a non-deterministic check instead (baseline_nondeterministic), since
- * pairing seeds exactly would call every later commit regressed by chance.
+ * log(ratio) test finds drift (regressed, test "drift").
  *
  * Non-deterministic check: SPRT on the candidate's first runs, in seed
  * order, with p0 = max(baseline rate, p0_floor) and
