@@ -280,7 +280,9 @@ struct stats_evidence {
  * Deterministic check: a seed that fails on the candidate, fails again on
  * its rerun and passes on the baseline is a regression (decided at once).
  * A failure without its rerun, or a seed not run yet, leaves it pending.
- * A seed that fails then passes on its rerun shows non-determinism: flaky.
+ * A seed that fails then passes on its rerun shows non-determinism: the
+ * candidate is then judged by its failure rate as a non-deterministic check
+ * is (below): flaky at the baseline's rate, regressed clearly above it.
  * If every baseline failure failed twice there and passes on the candidate,
  * improved. Seeds failing twice on both sides are a stable property of the
  * library: flaky, with its rate. Otherwise clean, unless the paired

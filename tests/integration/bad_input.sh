@@ -77,9 +77,11 @@ pg_psql "SELECT error FROM trials t JOIN commits c ON c.id = t.commit_id WHERE c
 [[ $(outcomes segv) == "crash=16" ]] || fail "segfaulting runner: outcomes $(outcomes segv)"
 pg_psql "SELECT error FROM trials t JOIN commits c ON c.id = t.commit_id WHERE c.title = 'runner mode: segv' LIMIT 1" |
 	grep -q "signal 11.*about to crash" || fail "crash without signal and stderr tail"
-# One crash that does not come back on the rerun is flaky, not a regression.
+# One crash that does not come back on the rerun: the check is not deterministic there, so its
+# rate decides, with more trials (adaptive) until the SPRT accepts a rate that low as flaky.
 [[ $(verdict crashonce) == flaky ]] || fail "crash-once runner: verdict $(verdict crashonce)"
-[[ $(outcomes crashonce) == "crash=1,pass=8" ]] || fail "crash-once runner: outcomes $(outcomes crashonce)"
+[[ $(outcomes crashonce) =~ ^crash=1,pass=([0-9]+)$ ]] && ((BASH_REMATCH[1] > 8)) ||
+	fail "crash-once runner: outcomes $(outcomes crashonce), expected one crash and more than 8 passes"
 [[ $(verdict failing) == regressed ]] || fail "failing runner: verdict $(verdict failing)"
 echo "ok: runner misbehaviour recorded: garbage=$(outcomes garbage) hang=$(outcomes hang) segv=$(outcomes segv)"
 

@@ -382,11 +382,44 @@ static void det_improved_and_flaky(void **state)
 	/* One baseline failure was itself a flake (failed, then passed): not all improved. */
 	s[2] = seed(2, P, N, F, P);
 	assert_int_equal(decide(s, 4, true, &ev), VERDICT_CLEAN);
-	/* Non-determinism on the candidate: flaky. */
+}
+
+static void det_nondeterminism_judged_by_rates(void **state)
+{
+	static struct stats_seed s[300];
+	struct stats_evidence ev;
+	json_t *j;
+
+	/*
+	 * Seeds that fail, then pass on the rerun: the check is not deterministic
+	 * here, and the failure rate against the baseline's decides. One such
+	 * seed in 8 is undecided (more trials); in 300 it is the library's
+	 * flakiness; 5 in 64 against a clean baseline is a race this commit
+	 * brought.
+	 */
+	for (int i = 0; i < 300; i++)
+		s[i] = seed(i, P, N, P, N);
 	s[3] = seed(3, F, P, P, N);
-	assert_int_equal(decide(s, 4, true, &ev), VERDICT_FLAKY);
+	assert_int_equal(decide(s, 8, true, &ev), VERDICT_PENDING);
+	assert_true(ev.needs_trials > 0);
+	assert_int_equal(decide(s, 300, true, &ev), VERDICT_FLAKY);
 	assert_int_equal(ev.nondeterministic_seeds, 1);
+	assert_int_equal(ev.test, STATS_TEST_SPRT);
 	assert_int_equal(ev.seeds[0], 3);
+	for (int i = 10; i < 14; i++)
+		s[i] = seed(i, F, P, P, N);
+	assert_int_equal(decide(s, 64, true, &ev), VERDICT_REGRESSED);
+	assert_int_equal(ev.test, STATS_TEST_SPRT);
+	assert_int_equal(ev.nondeterministic_seeds, 5);
+	assert_int_equal(ev.seeds_total, 5);
+	j = stats_evidence_json(&ev);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(j, "nondeterministic_seeds")), 5);
+	json_decref(j);
+	/* The same rate on the baseline: the library's, flaky. */
+	for (int i = 20; i < 25; i++)
+		s[i] = seed(i, P, N, F, P);
+	assert_int_equal(decide(s, 64, true, &ev), VERDICT_FLAKY);
 }
 
 static void det_drift(void **state)
@@ -519,6 +552,8 @@ static void evidence_json(void **state)
 	x = json_object_get(j, "seeds");
 	assert_int_equal(json_array_size(x), 2);
 	assert_int_equal(json_integer_value(json_array_get(x, 1)), 1);
+	/* The baseline's side has its own key: the daemon adds the baseline's sha as "baseline". */
+	assert_non_null(json_object_get(json_object_get(j, "baseline_rate"), "wilson95"));
 	x = json_object_get(json_object_get(j, "candidate"), "wilson95");
 	assert_int_equal(json_array_size(x), 2);
 	assert_true(json_real_value(json_array_get(x, 0)) > 0.0);
@@ -543,6 +578,7 @@ int main(void)
 	    cmocka_unit_test(det_regressed),
 	    cmocka_unit_test(det_pending),
 	    cmocka_unit_test(det_improved_and_flaky),
+	    cmocka_unit_test(det_nondeterminism_judged_by_rates),
 	    cmocka_unit_test(det_drift),
 	    cmocka_unit_test(nondet_sprt),
 	    cmocka_unit_test(nondet_flaky_mcnemar_improved),
