@@ -23,19 +23,41 @@
 
 /*
  * A regression with a clean commit before it and no bisection yet gets one:
- * from the last clean commit to the first regressed commit after it. Only a
- * decisive clean counts as the good end: a clean verdict whose test ran out of
- * trials undecided may sit after a rare culprit. Muted checks are left alone.
+ * from a clean commit before it to the first regressed commit after that.
+ * Only a decisive clean counts as the good end: a clean verdict whose test
+ * ran out of trials undecided may sit after a rare culprit. And when the
+ * regression's failures are not bound to their seeds (a non-deterministic
+ * check, or a deterministic one whose seeds failed then passed or whose
+ * repeats differed: a race), a few clean commits in a row can sit after the
+ * culprit by chance: the good end is then the newest clean commit g such
+ * that, were the culprit at or before g, every clean trial from g up to the
+ * regression would have passed by chance with probability (1 - q)^n <= 1%
+ * (q: the lower end of the 95% Wilson interval of the regressed commit's
+ * failure rate, since a commit judged regressed tends to have failed more
+ * than its rate; n: those trials), or the oldest clean commit when none is. A seed-bound regression (q = 1 for its failing
+ * seeds, which every commit runs) takes the newest clean commit, as before.
+ * Muted checks are left alone.
  */
 static const char queue_sql[] =
     "INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
     " SELECT DISTINCT ON (s.check_id, s.dtype, g.id) c.repo_id, s.check_id, s.dtype, g.id, c.id, "
     "s.failing_seeds"
-    " FROM stats s JOIN commits c ON c.id = s.commit_id"
-    " CROSS JOIN LATERAL (SELECT c2.id FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
+    " FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id"
+    " CROSS JOIN LATERAL (SELECT CASE WHEN NOT k.deterministic OR s.evidence ? 'nondeterministic_seeds'"
+    "   OR coalesce((s.evidence->'paired'->>'nondeterministic')::int, 0) > 0"
+    "   OR EXISTS (SELECT 1 FROM trials t WHERE t.commit_id = c.id AND t.check_id = s.check_id"
+    "    AND t.dtype = s.dtype AND t.digests_differ > 0)"
+    "  THEN coalesce((s.evidence->'candidate'->'wilson95'->>0)::float8, 0.0) ELSE 1.0 END AS q) r"
+    " CROSS JOIN LATERAL (SELECT w.id FROM (SELECT c2.id, c2.position, s2.verdict, s2.evidence,"
+    "   sum(CASE WHEN s2.verdict = 'clean' THEN s2.trials ELSE 0 END)"
+    "    OVER (ORDER BY c2.position DESC) AS passed"
+    "  FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
     "  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
-    "  AND c2.position < c.position AND s2.verdict = 'clean'"
-    "  AND coalesce(s2.evidence->>'test', '') <> 'truncated' ORDER BY c2.position DESC LIMIT 1) g"
+    "  AND c2.position < c.position) w"
+    "  WHERE w.verdict = 'clean' AND coalesce(w.evidence->>'test', '') <> 'truncated'"
+    "  ORDER BY power(1.0 - least(r.q, 1.0), w.passed) <= 0.01 DESC,"
+    "   CASE WHEN power(1.0 - least(r.q, 1.0), w.passed) <= 0.01 THEN -w.position ELSE w.position END"
+    "  LIMIT 1) g"
     " WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
     "  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
     "   AND m.until > now())"

@@ -6,7 +6,9 @@
 # says why); their seeds mostly pass on the rerun, so the commit's failure
 # rate against its baseline decides (more trials while undecided), and it
 # is regressed at that commit, not left flaky. The commits before it stay
-# clean, and the bisection the daemon queues by itself names the commit.
+# clean, and the bisection the daemon queues by itself names the commit,
+# even when a commit after it passed every seed by chance (such a clean
+# commit is not taken as the good end alone: daemon/bisector.c, queue_sql).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -39,7 +41,7 @@ poll_interval = 2
 [build]
 command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
 [trials]
-per_commit = 32
+per_commit = 64
 max = 512
 [slots]
 slots = host, host
@@ -73,8 +75,12 @@ for v in $verdicts; do
 	pos=${v%%:*} verdict=${v#*:}
 	if ((pos < culprit)); then
 		[[ $verdict == clean ]] || fail "commit $pos judged $verdict before the culprit ($verdicts)"
-	elif ((pos == culprit)); then
-		[[ $verdict == regressed ]] || fail "the culprit judged $verdict ($verdicts)"
+	elif ((pos == culprit)) && [[ $verdict != regressed ]]; then
+		# 64 passes at a 10% race happen by chance (0.1%): then only the bisection below must be right.
+		failing=$(pg_psql "SELECT s.failures FROM stats s JOIN commits c ON c.id = s.commit_id
+			WHERE c.position = $culprit")
+		[[ $verdict == clean && $failing == 0 ]] || fail "the culprit judged $verdict ($verdicts)"
+		echo "note: the culprit's 64 seeds all passed by chance"
 	fi
 done
 echo "ok: clean before $culprit, regressed at it ($verdicts)"
