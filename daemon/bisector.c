@@ -112,7 +112,8 @@ static const char load_sql[] =
     "   'done', p.finished_at IS NOT NULL, 'seeds', cardinality(p.seeds)) ORDER BY p.id), '[]')"
     "   FROM probes p WHERE p.bisection_id = b.id),"
     " 'racy_seeds', cardinality(b.failing_seeds) - jsonb_array_length(" FROZEN_REPLAYED_SQL "),"
-    " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0), 'log', b.log)::text"
+    " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0),"
+    " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log)::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
 
@@ -162,6 +163,8 @@ static void on_query(PGresult *res, const char *error, void *data)
 struct ctx {
 	struct bisector *b;
 	long long withdrawals; /* culprits withdrawn so far; the search goes on after each, up to a limit */
+	long long
+	    confirm_from; /* a confirmation counts only probes of later rounds (the last withdrawal's) */
 	json_t *doc;
 	json_t *log; /* entries to append */
 };
@@ -271,9 +274,10 @@ static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, co
 								 post[i], "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:O}", "commits", commits, "none", none, "status", status,
-			 "trials", (json_int_t)m->total_trials, "withdrawals", (json_int_t)c->withdrawals,
-			 "replayed", json_object_get(c->doc, "failing_seeds"));
+	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:I, s:O}", "commits", commits, "none", none, "status",
+			 status, "trials", (json_int_t)m->total_trials, "withdrawals",
+			 (json_int_t)c->withdrawals, "confirm_from", (json_int_t)c->confirm_from, "replayed",
+			 json_object_get(c->doc, "failing_seeds"));
 }
 
 /* Whether the bisection's log (stored, or still to be stored) has an entry containing 'needle'. */
@@ -401,7 +405,11 @@ static unsigned open_probes(struct ctx *c, int *round)
 	return open;
 }
 
-/* Fresh-seed confirmation counts at one commit id. */
+/*
+ * Fresh-seed confirmation counts at one commit id, since the last withdrawal:
+ * a culprit named again after one is re-tested with new seeds, not judged
+ * again on the trials that withdrew it.
+ */
 static void confirm_counts(struct ctx *c, long long commit, unsigned *fails, unsigned *trials)
 {
 	json_t *p;
@@ -411,7 +419,7 @@ static void confirm_counts(struct ctx *c, long long commit, unsigned *fails, uns
 	json_array_foreach(json_object_get(c->doc, "probes"), i, p)
 	{
 		if (jint(p, "commit", 0) == commit && strcmp(jstr(p, "purpose"), "confirm") == 0 &&
-		    json_is_true(json_object_get(p, "done"))) {
+		    jint(p, "round", 0) > c->confirm_from && json_is_true(json_object_get(p, "done"))) {
 			*fails += (unsigned)jint(p, "failures", 0);
 			*trials += (unsigned)jint(p, "trials", 0);
 		}
@@ -531,6 +539,8 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	}
 	if (r.verdict == BISECT_WITHDRAWN) {
 		c->withdrawals++;
+		open_probes(c, &round);
+		c->confirm_from = round;
 		if (c->withdrawals >= MAX_WITHDRAWALS) {
 			log_event(
 			    c,
@@ -583,6 +593,7 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 	}
 	c.doc = json_loads(PQgetvalue(res, 0, 0), 0, NULL);
 	c.withdrawals = jint(c.doc, "withdrawals", 0);
+	c.confirm_from = jint(c.doc, "confirm_from", 0);
 	c.log = json_array();
 	if (!c.doc || !c.log)
 		goto out;
