@@ -8,8 +8,9 @@
 # trial (daemon/slot.c), a false claim would fail every commit. PREBUILT is
 # the folder bench/gpu-prebuild.sh wrote (its prebuilt/ and blobs/); the
 # runner needs libjansson (LD_LIBRARY_PATH). Prints one line per check x
-# dtype: commit, check, dtype, trials, failed, differed, differed but passed.
-set -uo pipefail
+# dtype: commit, check, dtype, deterministic=CLAIM, trials, failed, differed,
+# differed but passed (fewer trials than SEEDS: the runner stopped or timed out).
+set -euo pipefail
 pre=${1:?usage: gpu-determinism.sh PREBUILT [SEEDS] [REPEATS]}
 seeds=${2:-500}
 repeats=${3:-4}
@@ -25,14 +26,17 @@ for line in sys.stdin:
         t = json.loads(line)
     except ValueError:
         continue
-    d, f = t.get("digests_differ", 0) > 0, t.get("verdict") == "fail"
+    d, f = (t.get("digests_differ") or 0) > 0, t.get("verdict") == "fail"
     n, failed, differed, only = n + 1, failed + f, differed + d, only + (d and not f)
 print(n, failed, differed, only)'
 }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || echo "no nvidia-smi: not a GPU host"
 for prefix in $commits; do
-	sha=$(cd "$pre/prebuilt" && ls | grep "^$prefix" | head -1)
-	blob=$(cat "$pre/prebuilt/$sha")
+	sha=$(cd "$pre/prebuilt" && ls | grep "^$prefix" | head -1 || true)
+	if [[ -z $sha ]] || ! blob=$(cat "$pre/prebuilt/$sha") || [[ $blob == FAILED ]]; then
+		echo "$prefix: no runner built for it in $pre/prebuilt" >&2
+		continue
+	fi
 	xz -dc "$pre/blobs/$blob/numwatch-runner-cuda.xz" >"$tmp/runner" && chmod +x "$tmp/runner"
 	"$tmp/runner" --list 2>/dev/null | python3 -c '
 import json, sys
@@ -43,7 +47,7 @@ for c in json.load(sys.stdin)["checks"]:
 		continue
 	}
 	while read -r check dtype det; do
-		echo "${sha:0:12} $check $dtype deterministic=$det $(timeout 300 "$tmp/runner" --check "$check" \
-			--dtype "$dtype" --seed 0 --count "$seeds" --repeats "$repeats" 2>/dev/null | count)"
+		echo "${sha:0:12} $check $dtype deterministic=$det $( (timeout 300 "$tmp/runner" --check "$check" \
+			--dtype "$dtype" --seed 0 --count "$seeds" --repeats "$repeats" 2>/dev/null || true) | count)"
 	done <"$tmp/checks"
 done

@@ -663,13 +663,13 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 	if (k > 1) {
 		int j = np ? (int)pick[0] : most_informative(b, eig, pick, 0);
 
-		if (j >= 0) {
+		/* Judged by the probe's planned length; it may then stop short at the search's end. */
+		if (j >= 0 && b->par.failing_seeds <= b->trial[1][j] &&
+		    plan_trials(b, (unsigned)j, mass[j], probe_cap(b, 1)) >= k) {
 			plan_probe(b, (unsigned)j, mass[j], probe_cap(b, 1), seeds_per_probe, true, &out[0]);
-			if (!out[0].failing_seeds && out[0].trials >= k) {
-				out[0].parts = k;
-				*nout = 1;
-				goto out;
-			}
+			out[0].parts = out[0].trials < k ? out[0].trials : k;
+			*nout = 1;
+			goto out;
 		}
 	}
 	if (k - np > 1) {

@@ -149,8 +149,9 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * information of one trial about the culprit; with k > 1 the commits at the
  * quantiles m/(k+1) of the posterior (k-section, "no culprit" counted past
  * the end), topped up by information gain where quantiles coincide; but
- * where the one probe that k = 1 would run has at least k fresh trials, that
- * probe alone, split into k parts (plan.parts) that run at once. Each
+ * where the one probe that k = 1 would run plans at least k fresh trials,
+ * that probe alone, split into up to k parts (plan.parts) that run at once.
+ * Each
  * probe runs until its first failure, or until 'trials' passes, chosen so
  * that that many passes would halve the probability that the culprit lies
  * at or before the probed commit; a lone probe (one per round) stops short

@@ -498,7 +498,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	int culprit = BISECT_NONE, parent, round;
 	double prob = 0;
 	struct bisect_confirm_result r;
-	unsigned cf, ct, pf, pt, parts;
+	unsigned cf, ct, pf, pt, slots;
 	long long culprit_id, parent_id;
 	json_t *cc, *pc;
 
@@ -563,14 +563,14 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	}
 	if (open_probes(c, &round) > 0)
 		return;
-	/* The slots shared between the two commits: the same trials, sooner. */
-	parts = c->b->d->nslots > 1 ? c->b->d->nslots / 2 : 1;
+	/* The slots shared between the two commits (all to one when the other is decided): sooner. */
+	slots = c->b->d->nslots ? c->b->d->nslots : 1;
 	if (r.more_culprit)
-		queue_parts(c, cc, r.more_culprit, r.more_parent ? parts : 2 * parts, false, round + 1,
+		queue_parts(c, cc, r.more_culprit, r.more_parent ? (slots + 1) / 2 : slots, false, round + 1,
 			    "confirm");
 	if (r.more_parent)
-		queue_parts(c, pc, r.more_parent, r.more_culprit ? parts : 2 * parts, false, round + 1,
-			    "confirm");
+		queue_parts(c, pc, r.more_parent, r.more_culprit ? (slots > 1 ? slots / 2 : 1) : slots, false,
+			    round + 1, "confirm");
 	log_event(c, "confirming %.12s: %u fresh seeds there, %u at its parent %.12s", jstr(cc, "sha"),
 		  r.more_culprit, r.more_parent, jstr(pc, "sha"));
 	save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
