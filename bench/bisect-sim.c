@@ -769,6 +769,7 @@ static void print_model_targets(const struct row *rows, unsigned nrows, bool see
 {
 	const char *model = seeded ? "Seeded" : "Race";
 	double acc_min = 1.0, blame_free_min = 1.0, ratio_lo[2] = {1e9, 1e9}, ratio_hi[2] = {0.0, 0.0};
+	unsigned slots[2] = {1, 1};
 	bool have_acc = false, have_none = false;
 
 	for (unsigned i = 0; i < nrows; i++) {
@@ -788,6 +789,7 @@ static void print_model_targets(const struct row *rows, unsigned nrows, bool see
 			if (r->c.slots == 1)
 				print_target_row(r, acc, t);
 		}
+		slots[r->c.slots > 1] = r->c.slots;
 		ratio_lo[r->c.slots > 1] = fmin(ratio_lo[r->c.slots > 1], t / r->bound);
 		ratio_hi[r->c.slots > 1] = fmax(ratio_hi[r->c.slots > 1], t / r->bound);
 	}
@@ -802,9 +804,9 @@ static void print_model_targets(const struct row *rows, unsigned nrows, bool see
 		       100.0 * blame_free_min, blame_free_min >= 1.0 ? "met" : "not met");
 	for (int k = 0; k < 2; k++)
 		if (ratio_hi[k] > 0.0)
-			printf("- %s: search trials against the bound%s, %s, all culprit rows: %.2fx to "
-			       "%.2fx (target 1.5x).\n",
-			       model, seeded ? " log2 N / C(1, f)" : "", k ? "four slots" : "one slot",
+			printf("- %s: search trials against the bound%s, %u slot%s, all culprit rows: %.2fx "
+			       "to %.2fx (target 1.5x).\n",
+			       model, seeded ? " log2 N / C(1, f)" : "", slots[k], slots[k] > 1 ? "s" : "",
 			       ratio_lo[k], ratio_hi[k]);
 }
 

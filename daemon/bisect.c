@@ -657,7 +657,7 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 	 * over the k slots instead of probing k commits. Measured with
 	 * bench/bisect-sim, 128 commits, 4 slots, a race at q = 0.05: the
 	 * k-section took 711 trials and 279 trial-times of wall, the split
-	 * probe 481 and 145; at q = 0.3 and 1 probes are short and the
+	 * probe 471 and 142; at q = 0.3 and 1 probes are short and the
 	 * k-section stays.
 	 */
 	if (k > 1) {
