@@ -93,13 +93,27 @@ done
 history_s=$((SECONDS - t0))
 log "history done in ${history_s}s"
 
+# NW_GPU_SKIP_RUNS=1: no extra seeds and no PyTorch comparison; the wait below still lets the
+# bisections the history queued finish (their probes), up to RUNS_S.
 if [[ ${NW_GPU_SKIP_RUNS:-0} == 1 ]]; then
 	TRIALS=0
-	RUNS_S=0
 fi
 log "daemon: $TRIALS seeds of every check x dtype on the newest commit"
 newest=$(sql "SELECT sha FROM commits ORDER BY position DESC LIMIT 1")
 sql "INSERT INTO tokens (name, hash) VALUES ('gpu', sha256(convert_to('nw_gpu_suite', 'UTF8'))) ON CONFLICT DO NOTHING"
+# NW_GPU_BISECT="CHECK:DTYPE:GOOD:BAD" (positions): also a bisection by hand over that range.
+if [[ -n ${NW_GPU_BISECT:-} ]]; then
+	IFS=: read -r bcheck bdtype bgood bbad <<<"$NW_GPU_BISECT"
+	python3 - "$(sql "SELECT sha FROM commits WHERE position = $bgood")" \
+		"$(sql "SELECT sha FROM commits WHERE position = $bbad")" "$bcheck" "$bdtype" <<'PY'
+import json, sys, urllib.request
+good, bad, check, dtype = sys.argv[1:]
+req = urllib.request.Request("http://127.0.0.1:18080/api/v1/bisections", method="POST",
+    data=json.dumps({"good": good, "bad": bad, "check": check, "dtype": dtype}).encode(),
+    headers={"Authorization": "Bearer nw_gpu_suite", "Content-Type": "application/json"})
+print("bisection by hand:", urllib.request.urlopen(req, timeout=10).read().decode())
+PY
+fi
 runs_from=$(date +%s.%N)
 for cd in $( ((TRIALS > 0)) && sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
 	python3 - "$newest" "${cd%%:*}" "${cd##*:}" "$TRIALS" <<'PY'
@@ -112,7 +126,8 @@ print(urllib.request.urlopen(req, timeout=10).read().decode())
 PY
 done >/dev/null
 t0=$SECONDS
-until [[ $(sql "SELECT count(*) FROM jobs WHERE kind = 'probe' AND state IN ('queued', 'running')") == 0 ]]; do
+until [[ $(sql "SELECT count(*) FROM jobs WHERE kind = 'probe' AND state IN ('queued', 'running')") == 0 &&
+	$(sql "SELECT count(*) FROM bisections WHERE state <> 'done'") == 0 ]]; do
 	((SECONDS - t0 < RUNS_S)) || { log "runs: deadline passed"; break; }
 	sleep 2
 done
@@ -149,14 +164,18 @@ wait $daemon
 		FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
 		WHERE s.verdict = 'regressed' ORDER BY c.position, k.name, s.dtype"
 	echo
-	echo "### Bisections the daemon queued by itself"
+	echo "### Bisections the daemon queued by itself${NW_GPU_BISECT:+, and one by hand ($NW_GPU_BISECT)}"
 	echo
-	echo "| check | dtype | range | outcome | culprit | probe trials | failing-seed trials | log |"
-	echo "| --- | --- | --- | --- | --- | ---: | ---: | --- |"
+	echo "*split*: rounds whose probe at one commit was split over several slots (parts)."
+	echo
+	echo "| check | dtype | range | by | outcome | culprit | probe trials | failing-seed trials | split | log |"
+	echo "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |"
 	sql "SELECT '| ' || k.name || ' | ' || b.dtype || ' | ' || g.position || '..' || bd.position || ' | ' ||
-		coalesce(b.outcome, b.state) || ' | ' || coalesce((SELECT position::text FROM commits WHERE id = b.culprit_id), '-') ||
+		coalesce(b.requested_by, 'daemon') || ' | ' || coalesce(b.outcome, b.state) || ' | ' || coalesce((SELECT position::text FROM commits WHERE id = b.culprit_id), '-') ||
 		' | ' || (SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id) || ' | ' ||
 		(SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id AND failing_seeds) || ' | ' ||
+		(SELECT count(*) FROM (SELECT 1 FROM probes WHERE bisection_id = b.id AND purpose = 'search'
+		GROUP BY round, commit_id HAVING count(*) > 1) x) || ' | ' ||
 		coalesce((SELECT string_agg(e->>'msg', '; ') FROM jsonb_array_elements(b.log) e
 		WHERE e->>'msg' LIKE '%not replayed%'), '') || ' |'
 		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
