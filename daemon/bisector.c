@@ -71,19 +71,21 @@ static const char running_sql[] =
 
 /*
  * The bad commit's failing seeds that a bisection replays, in order: all of
- * them, but for a deterministic check not those whose repeats gave different
- * outputs there. Such a seed failed by a race (or a flake): it fails again
- * only as any seed does, and a replay that passes would be misread as
- * evidence that the commit is clean or that the failure was a flake. Only
- * trials from before the bisection count, and the list is frozen in the
- * bisection's posterior ('replayed') at its first save: a probe's seeds
- * are picked by their place in it, so it must never change under them.
+ * them but those that passed their rerun there (a seed-bound failure comes
+ * back; a race's or a flake's mostly does not) and, for a deterministic
+ * check, those whose repeats gave different outputs there (a race). Such a
+ * seed fails again only as any seed does, and a replay that passes would be
+ * misread as evidence that the commit is clean or that the failure was a
+ * flake. Only trials from before the bisection count, and the list is frozen
+ * in the bisection's posterior ('replayed') at its first save: a probe's
+ * seeds are picked by their place in it, so it must never change under them.
  */
 #define REPLAYED_SQL                                                                                         \
 	"(SELECT coalesce(json_agg(u.seed ORDER BY u.o), '[]') FROM unnest(b.failing_seeds)"                 \
-	" WITH ORDINALITY u(seed, o) WHERE NOT (k.deterministic AND EXISTS (SELECT 1 FROM trials t"          \
+	" WITH ORDINALITY u(seed, o) WHERE NOT EXISTS (SELECT 1 FROM trials t"                               \
 	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
-	"  AND t.digests_differ > 0 AND t.finished_at <= b.created_at)))"
+	"  AND t.finished_at <= b.created_at"                                                                \
+	"  AND ((t.attempt >= 1 AND t.outcome = 'pass') OR (k.deterministic AND t.digests_differ > 0))))"
 #define FROZEN_REPLAYED_SQL "coalesce(b.posterior->'replayed', " REPLAYED_SQL "::jsonb)"
 
 /*
@@ -304,8 +306,11 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 
 	/* Said once, with the first save (the log is stored with the posterior). */
 	if (jint(c->doc, "racy_seeds", 0) > 0 && !logged(c, "not replayed"))
-		log_event(c, "%lld failing seeds not replayed: their repeats differed (a race)",
-			  jint(c->doc, "racy_seeds", 0));
+		log_event(
+		    c,
+		    "%lld failing seeds not replayed: their repeats differed, or they passed their rerun"
+		    " (a race or a flake)",
+		    jint(c->doc, "racy_seeds", 0));
 	post = json_dumps(posterior, JSON_COMPACT);
 	log = json_dumps(c->log, JSON_COMPACT);
 	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
