@@ -586,12 +586,13 @@ static int most_informative(const struct bisect *b, const double *eig, const uns
  * One probe at j: the failing seeds not yet run there first (each once per
  * commit, run whole), then fresh seeds until the first failure, at most
  * plan_trials() of them; a lone probe (the round's only one) no further
- * than the passes that would end the search.
+ * than the passes that would end the search. Returns the fresh trials
+ * planned before that last cut (0 for failing seeds).
  */
-static void plan_probe(const struct bisect *b, unsigned j, double mass, unsigned cap,
-		       unsigned seeds_per_probe, bool lone, struct bisect_plan *p)
+static unsigned plan_probe(const struct bisect *b, unsigned j, double mass, unsigned cap,
+			   unsigned seeds_per_probe, bool lone, struct bisect_plan *p)
 {
-	unsigned used = b->trial[1][j];
+	unsigned used = b->trial[1][j], planned = 0;
 
 	*p = (struct bisect_plan){.commit = j, .stop_on_failure = true, .parts = 1};
 	if (b->par.failing_seeds > used) {
@@ -601,7 +602,7 @@ static void plan_probe(const struct bisect *b, unsigned j, double mass, unsigned
 			p->trials = seeds_per_probe;
 		p->stop_on_failure = false;
 	} else {
-		p->trials = plan_trials(b, j, mass, cap);
+		p->trials = planned = plan_trials(b, j, mass, cap);
 		if (lone)
 			p->trials = passes_to_done(b, j, p->trials);
 	}
@@ -609,6 +610,7 @@ static void plan_probe(const struct bisect *b, unsigned j, double mass, unsigned
 		p->trials = cap;
 	if (p->trials == 0)
 		p->trials = 1;
+	return planned;
 }
 
 /* The trials one probe may run when np probes share what is left of the budget. */
@@ -667,9 +669,8 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 		int j = np ? (int)pick[0] : most_informative(b, eig, pick, 0);
 
 		/* Judged by the probe's planned length; it may then stop short at the search's end. */
-		if (j >= 0 && b->par.failing_seeds <= b->trial[1][j] &&
-		    plan_trials(b, (unsigned)j, mass[j], probe_cap(b, 1)) >= k) {
-			plan_probe(b, (unsigned)j, mass[j], probe_cap(b, 1), seeds_per_probe, true, &out[0]);
+		if (j >= 0 && plan_probe(b, (unsigned)j, mass[j], probe_cap(b, 1), seeds_per_probe, true,
+					 &out[0]) >= k) {
 			out[0].parts = out[0].trials < k ? out[0].trials : k;
 			*nout = 1;
 			goto out;

@@ -46,8 +46,7 @@ for i in $(seq 0 63); do
 		echo "$i" >"$repo/version"
 	fi
 	[[ " ${broken[*]} " == *" $i "* ]] && echo "syntax error" >"$repo/broken"
-	git -C "$repo" add -A
-	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
+	nw_commit "$repo" "$i"
 done
 pg_start
 NW_PORT=$(nw_free_port)

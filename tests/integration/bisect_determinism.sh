@@ -19,35 +19,10 @@ nw_atexit rm -rf "$work"
 culprit=${NW_BISECT_CULPRIT:-$((3 + RANDOM % 6))}
 echo "non-determinism planted at position $culprit (set NW_BISECT_CULPRIT to replay)"
 repo=$work/repo
-git init -q -b main "$repo"
-for i in $(seq 0 11); do
-	mode=good
-	((i >= culprit)) && mode=nondet10
-	echo "$mode" >"$repo/mode"
-	echo "$i" >"$repo/version"
-	git -C "$repo" add -A
-	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
-done
+nw_mode_history "$repo" 12 "$culprit" good nondet10
 pg_start
 NW_PORT=$(nw_free_port)
-cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = nondet
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
-[trials]
-per_commit = 64
-max = 512
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-CONF
+nw_mode_conf "$work/nw.conf" nondet "$repo" 64 512
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 finished() {
 	[[ $(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id

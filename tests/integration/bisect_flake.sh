@@ -18,8 +18,7 @@ for i in 0 1 2 3 4 5 6 7; do
 	((i == 5)) && bwd=flake-signal
 	echo "$bwd" >"$repo/bwd_mode"
 	echo "$i" >"$repo/version"
-	git -C "$repo" add -A
-	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
+	nw_commit "$repo" "$i"
 done
 pg_start
 NW_PORT=$(nw_free_port)

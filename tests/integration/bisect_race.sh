@@ -17,36 +17,11 @@ nw_atexit rm -rf "$work"
 culprit=${NW_BISECT_CULPRIT:-$((3 + RANDOM % 10))}
 echo "race planted at position $culprit (set NW_BISECT_CULPRIT to replay)"
 repo=$work/repo
-git init -q -b main "$repo"
-for i in $(seq 0 15); do
-	mode=good
-	((i >= culprit)) && mode=race
-	echo "$mode" >"$repo/mode"
-	echo "$i" >"$repo/version"
-	git -C "$repo" add -A
-	git -C "$repo" -c user.name="Dev $i" -c user.email="dev$i@example.com" commit -qm "change $i"
-done
+nw_mode_history "$repo" 16 "$culprit" good race
 pg_start
 NW_PORT=$(nw_free_port)
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
-cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = race
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
-[trials]
-per_commit = 32
-max = 32
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-CONF
+nw_mode_conf "$work/nw.conf" race "$repo" 32 32
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 tip_judged() { [[ $(pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id
 	WHERE c.position = 15") == regressed ]]; }
@@ -75,3 +50,21 @@ for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
 done
 echo "ok: $(pg_psql "SELECT count(*) FROM bisections") bisections named the race at $culprit with fresh seeds only" \
 	"(by hand: $(pg_psql "SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = $id") probe trials)"
+
+# A range entirely after the race (its good end races too): the culprit it names fails its
+# confirmation at the parent, and after each withdrawal it is re-tested with new seeds, not
+# withdrawn again on the same trials; after three, nobody is blamed.
+late_good=$(pg_psql "SELECT sha FROM commits WHERE position = 13")
+"$NUMWATCH" bisect --good "$late_good" --bad "$bad" --check fake.fwd --dtype f32 --token "$token" >/dev/null ||
+	fail "numwatch bisect (range after the race) failed"
+late=$(pg_psql "SELECT max(id) FROM bisections WHERE requested_by = 'token:race-test'")
+nw_wait 600 "the bisection after the race finishes" finished
+outcome=$(pg_psql "SELECT outcome FROM bisections WHERE id = $late")
+[[ $outcome == withdrawn ]] || fail "the bisection of a range after the race ended '$outcome', expected withdrawn"
+rounds=$(pg_psql "SELECT count(DISTINCT round) FROM probes WHERE bisection_id = $late AND purpose = 'confirm'
+	AND commit_id = (SELECT id FROM commits WHERE position = 13)")
+((rounds >= 3)) || fail "three withdrawals rested on $rounds confirmation round(s) at the parent: expected new seeds each time"
+dup=$(pg_psql "SELECT count(*) FROM (SELECT pr.commit_id, s FROM probes pr, unnest(pr.seeds) s
+	WHERE pr.bisection_id = $late GROUP BY 1, 2 HAVING count(*) > 1) x")
+[[ $dup == 0 ]] || fail "$dup seeds ran twice at one commit in the bisection after the race"
+echo "ok: a range after the race: withdrawn three times, each on new seeds ($rounds confirmation rounds), nobody blamed"

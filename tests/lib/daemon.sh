@@ -8,10 +8,19 @@
 #                                test with DESC after TIMEOUT seconds
 #   nw_api PATH                  GET http://127.0.0.1:$NW_PORT$PATH (body on stdout)
 #   fail MSG                     prints MSG and the daemon log tail, exits 1
+#   nw_commit REPO N             commits all of REPO as "change N" by "Dev N"
+#   nw_mode_history REPO N CULPRIT BEFORE AFTER
+#                                a repo of N commits for the fake runner: its 'mode'
+#                                is BEFORE below position CULPRIT and AFTER from it on;
+#                                each commit has its own 'version' (its own binary)
+#   nw_mode_conf FILE NAME REPO PER_COMMIT MAX
+#                                a daemon config on two host slots that builds the
+#                                fake runner of REPO's 'mode' (port $NW_PORT)
 #
 # NW_BUILD_DIR (set by CMake) holds the built binaries.
 
 NW_BUILD_DIR=${NW_BUILD_DIR:?NW_BUILD_DIR must point at the build tree}
+NW_FAKE_RUNNER=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)/fake-runner
 NUMWATCHD=$NW_BUILD_DIR/daemon/numwatchd
 NW_DAEMON_PID=
 NW_DAEMON_LOG=
@@ -67,4 +76,40 @@ nw_api() {
 nw_all_final() {
 	[[ $(pg_psql "SELECT count(*) > 0 AND count(*) FILTER (WHERE commit_verdict(id) = 'pending') = 0
 		FROM commits WHERE reachable") == t ]]
+}
+
+nw_commit() {
+	git -C "$1" add -A
+	git -C "$1" -c user.name="Dev $2" -c user.email="dev$2@example.com" commit -qm "change $2"
+}
+
+nw_mode_history() {
+	local repo=$1 n=$2 culprit=$3 before=$4 after=$5 i
+	git init -q -b main "$repo"
+	for ((i = 0; i < n; i++)); do
+		if ((i >= culprit)); then echo "$after"; else echo "$before"; fi >"$repo/mode"
+		echo "$i" >"$repo/version"
+		nw_commit "$repo" "$i"
+	done
+}
+
+nw_mode_conf() {
+	cat >"$1" <<CONF
+[daemon]
+state_dir = $(dirname "$1")/state
+database = $NW_DATABASE
+[repository]
+name = $2
+url = $3
+poll_interval = 2
+[build]
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = $4
+max = $5
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
 }
