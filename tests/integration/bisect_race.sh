@@ -53,18 +53,24 @@ echo "ok: $(pg_psql "SELECT count(*) FROM bisections") bisections named the race
 
 # A range entirely after the race (its good end races too): the culprit it names fails its
 # confirmation at the parent, and after each withdrawal it is re-tested with new seeds, not
-# withdrawn again on the same trials; after three, nobody is blamed.
+# withdrawn again on the same trials; after three, nobody is blamed. (The parent passes a short
+# confirmation by chance now and then, 1/64 at this rate: then fewer withdrawals, each still
+# on its own round.)
 late_good=$(pg_psql "SELECT sha FROM commits WHERE position = 13")
 "$NUMWATCH" bisect --good "$late_good" --bad "$bad" --check fake.fwd --dtype f32 --token "$token" >/dev/null ||
 	fail "numwatch bisect (range after the race) failed"
 late=$(pg_psql "SELECT max(id) FROM bisections WHERE requested_by = 'token:race-test'")
 nw_wait 600 "the bisection after the race finishes" finished
-outcome=$(pg_psql "SELECT outcome FROM bisections WHERE id = $late")
-[[ $outcome == withdrawn ]] || fail "the bisection of a range after the race ended '$outcome', expected withdrawn"
+read -r outcome withdrawals <<<"$(pg_psql "SELECT outcome || ' ' || coalesce(posterior->>'withdrawals', '0')
+	FROM bisections WHERE id = $late")"
 rounds=$(pg_psql "SELECT count(DISTINCT round) FROM probes WHERE bisection_id = $late AND purpose = 'confirm'
 	AND commit_id = (SELECT id FROM commits WHERE position = 13)")
-((rounds >= 3)) || fail "three withdrawals rested on $rounds confirmation round(s) at the parent: expected new seeds each time"
+((withdrawals > 0)) || echo "note: the first confirmation passed the racing parent by chance"
+((rounds >= withdrawals)) ||
+	fail "$withdrawals withdrawals rested on $rounds confirmation round(s) at the parent: expected new seeds each time"
+[[ $outcome == withdrawn || ($outcome == culprit && withdrawals -lt 3) ]] ||
+	fail "the bisection of a range after the race ended '$outcome' after $withdrawals withdrawals"
 dup=$(pg_psql "SELECT count(*) FROM (SELECT pr.commit_id, s FROM probes pr, unnest(pr.seeds) s
 	WHERE pr.bisection_id = $late GROUP BY 1, 2 HAVING count(*) > 1) x")
 [[ $dup == 0 ]] || fail "$dup seeds ran twice at one commit in the bisection after the race"
-echo "ok: a range after the race: withdrawn three times, each on new seeds ($rounds confirmation rounds), nobody blamed"
+echo "ok: a range after the race: $withdrawals withdrawals on $rounds confirmation rounds ($outcome)"
