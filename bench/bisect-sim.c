@@ -24,9 +24,11 @@
  * not counted in the trials below, which are the search's own. In the
  * seeded model the seeds that failed there are the bisection's failing seeds
  * (bisect_params.failing_seeds), which the planner replays first at each
- * commit (at the bad commit first), two per probe, in order, as
- * daemon/bisector.c does. The model is told f (floored
- * at 0.001), as the daemon tells it the good side's rate.
+ * commit, two per probe, in order, as daemon/bisector.c does; what their
+ * reruns at the bad commit say (bisect_judge_seeds) decides, as in the
+ * daemon, whether a race's are replayed at all and whether a seed-bound
+ * failure's reruns count as their replay there. The model is told f
+ * (floored at 0.001), as the daemon tells it the good side's rate.
  *
  * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
  *   -r  bisections per row (400)      -j  worker processes (2)
@@ -403,6 +405,7 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	unsigned rounds = 0, fails, ran, nplan, attempts = 0;
 	unsigned long trials = 0, ctrials = 0, wall = 0;
 	enum bisect_status st;
+	enum bisect_seeds judged;
 	int culprit = BISECT_NONE, rc;
 	bool blamed = false, r50 = false, r90 = false;
 
@@ -430,11 +433,16 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
 	p.flake_rate = fmax(c->f, 0.001);
 	p.q_known = c->q_known;
-	p.failing_seeds = h->nreplay;
+	/* What the failing seeds' reruns say (each failing seed was rerun once; nreplay failed again). */
+	judged = bisect_judge_seeds(fails, ran, h->nfailing, h->nreplay, p.flake_rate);
+	p.failing_seeds = judged == BISECT_SEEDS_RACE ? 0 : h->nreplay;
 	rc = bisect_init(&b, c->n, h->flags, &p);
 	if (rc)
 		return rc;
 	bisect_observe(&b, c->n - 1, fails, ran, false);
+	/* Seed-bound: the kept seeds' failed reruns are their replay at the bad commit. */
+	if (judged == BISECT_SEEDS_BOUND)
+		bisect_observe(&b, c->n - 1, p.failing_seeds, p.failing_seeds, true);
 	acc->nfailing += p.failing_seeds;
 	if (verbose && h->culprit != BISECT_NONE)
 		acc->q_first += bisect_culprit_rate(&b, (unsigned)h->culprit);

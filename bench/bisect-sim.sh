@@ -39,20 +39,22 @@ grid:
 - *race*: every trial at or after the culprit fails independently with rate q,
   every other trial with the baseline flake rate f. The hardest case: a seed
   that failed once is no likelier to fail again. The daemon replays the
-  bad commit's failing seeds in every bisection, but not a deterministic
-  check's seeds whose two repeats gave different outputs (daemon/bisector.c):
-  a race's failing seed is left out unless its other repeat failed too, with
-  the same output (probability q here; on the H200, 10 to 12 of the missing-
-  barrier race's 20 failing seeds gave the same wrong output twice), and
-  those kept fail again at q, as any seed does.
+  bad commit's failing seeds that failed their rerun too (daemon/bisector.c):
+  a race's failing seed is kept with probability q here, and those kept fail
+  again at q, as any seed does. None is replayed when the reruns show a
+  race at odds of 99 (bisect_judge_seeds: they failed again at about the
+  first pass's rate), as in the daemon.
 - *seeded*: a fixed share q of seeds fail, deterministically, at every commit
   from the culprit on and never before (a softmax tail bug fails exactly the
   seeds whose shape has C > 1024 and C % 4 != 0); every other trial fails at
   f. The seeds that failed in the bad commit's first pass (about 64 q of them,
   plus any flakes) are the bisection's failing seeds
   (`bisect_params.failing_seeds`; a flake's seed only if its other repeat
-  failed too, probability f): bisect_next_probes replays them first at
-  each commit (at the bad commit first), two per probe (one once E[q_s] is
+  failed too, probability f). When the reruns show the failures seed-bound
+  at odds of 99 (bisect_judge_seeds), the kept seeds' failed reruns are
+  recorded as their replay at the bad commit, as the daemon does; else
+  bisect_next_probes replays them there first. It replays them first at
+  each commit, two per probe (one once E[q_s] is
   at least 0.99) and each once per commit, and the simulator runs them in order
   from the first not yet run there; `bisect_observe` records those trials
   as failing-seed trials, which the model fits with their own rate q_s. Replayed at a commit at or after the

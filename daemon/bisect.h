@@ -144,6 +144,24 @@ int bisect_posterior(struct bisect *b, double *out, double *none);
 double bisect_culprit_rate(struct bisect *b, unsigned commit);
 
 /*
+ * What the bad commit's reruns say about its failing seeds. A failing seed is
+ * run again before the verdict (PRODUCT.md); of 'reruns' such reruns,
+ * 'rerun_failures' failed again, against 'failures' of 'trials' in the first
+ * pass. A race's rerun fails at the first pass's rate p, as any seed does; a
+ * seed-bound failure's fails for sure, but for the share of failing seeds
+ * that were flakes (about f / p), which fail again at f. Either way must be
+ * 99 times likelier to be taken.
+ */
+enum bisect_seeds {
+	BISECT_SEEDS_UNSURE = 0, /* replay them, first at the bad commit, and learn q_s from the replays */
+	BISECT_SEEDS_BOUND, /* replay them; their failed reruns count as their replay at the bad commit */
+	BISECT_SEEDS_RACE,  /* do not replay them: fresh seeds tell as much, and stop at a failure */
+};
+enum bisect_seeds bisect_judge_seeds(unsigned failures, unsigned trials, unsigned reruns,
+				     unsigned rerun_failures, double flake_rate);
+const char *bisect_seeds_name(enum bisect_seeds s);
+
+/*
  * Plans the next round: up to k probes at distinct eligible commits, fills
  * out[0..*nout-1]. With k = 1 the commit that maximises the expected
  * information of one trial about the culprit; with k > 1 the commits at the

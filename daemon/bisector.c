@@ -18,6 +18,8 @@
 #define TICK_MS 2000
 /* Bisections advanced per step. */
 #define BATCH 8
+/* The highest baseline flake rate a bisection assumes (its culprits fail at 2 f or more). */
+#define FLAKE_RATE_MAX 0.1
 /* Culprits withdrawn before a bisection gives up blaming anyone. */
 #define MAX_WITHDRAWALS 3
 
@@ -87,6 +89,37 @@ static const char running_sql[] =
 	"  AND t.finished_at <= b.created_at"                                                                \
 	"  AND ((t.attempt >= 1 AND t.outcome = 'pass') OR (k.deterministic AND t.digests_differ > 0))))"
 #define FROZEN_REPLAYED_SQL "coalesce(b.posterior->'replayed', " REPLAYED_SQL "::jsonb)"
+/* Whether the bisection's replayed seeds and flake rate are frozen (settle() has run and saved). */
+#define FROZEN_SQL "coalesce(b.posterior ? 'replayed', false)"
+/*
+ * The bad commit's reruns of its failing seeds from before the bisection,
+ * [reruns, failed again] (each seed's first rerun that was not an
+ * infrastructure fault), for bisect_judge_seeds().
+ */
+#define RERUNS_SQL                                                                                           \
+	"(SELECT json_build_array(count(r.outcome), count(r.outcome) FILTER (WHERE r.outcome <> 'pass'))"    \
+	" FROM unnest(b.failing_seeds) u(seed) LEFT JOIN LATERAL (SELECT t.outcome FROM trials t"            \
+	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
+	"  AND t.attempt >= 1 AND t.outcome <> 'infra_error' AND t.finished_at <= b.created_at"              \
+	"  ORDER BY t.attempt LIMIT 1) r ON true)"
+/* Of the seeds REPLAYED_SQL keeps, those whose rerun failed: for a seed-bound failure, their replay there. */
+#define KEPT_RERUNS_SQL                                                                                      \
+	"(SELECT count(*) FROM jsonb_array_elements_text(" REPLAYED_SQL "::jsonb) e(seed) WHERE EXISTS"      \
+	" (SELECT 1 FROM trials t WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = "      \
+	"b.dtype"                                                                                            \
+	"  AND t.seed = e.seed::bigint AND t.attempt >= 1 AND t.outcome NOT IN ('pass', 'infra_error')"      \
+	"  AND t.finished_at <= b.created_at))"
+/*
+ * The good side's [trials, failures] for the baseline flake rate: the last
+ * 16 commits up to the good one whose verdict is not a regression (about a
+ * thousand trials at the default 64 per commit).
+ */
+#define GOOD_SIDE_SQL                                                                                        \
+	"(SELECT json_build_array(coalesce(sum(x.trials), 0), coalesce(sum(x.failures), 0)) FROM"            \
+	" (SELECT s.trials, s.failures FROM stats s JOIN commits c ON c.id = s.commit_id"                    \
+	"  WHERE s.check_id = b.check_id AND s.dtype = b.dtype AND c.repo_id = b.repo_id AND c.reachable"    \
+	"  AND c.position <= g.position AND s.verdict IN ('clean', 'flaky', 'improved')"                     \
+	"  ORDER BY c.position DESC LIMIT 16) x)"
 
 /*
  * Everything one step needs, as one JSON document: the range with each
@@ -96,7 +129,13 @@ static const char running_sql[] =
  */
 static const char load_sql[] =
     "SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
-    " 'check', k.name, 'failing_seeds', " FROZEN_REPLAYED_SQL ", 'good', g.id, 'good_sha', g.sha,"
+    " 'check', k.name, 'failing_seeds', " FROZEN_REPLAYED_SQL ", 'frozen', " FROZEN_SQL ","
+    " 'replayed_reruns', CASE WHEN " FROZEN_SQL " THEN coalesce((b.posterior->>'replayed_reruns')::int, 0)"
+    "  ELSE " KEPT_RERUNS_SQL " END,"
+    " 'flake_rate', (b.posterior->>'flake_rate')::float8, 'seeds', b.posterior->'seeds',"
+    " 'reruns', CASE WHEN NOT " FROZEN_SQL " THEN " RERUNS_SQL " END,"
+    " 'good_side', CASE WHEN NOT " FROZEN_SQL " THEN " GOOD_SIDE_SQL " END,"
+    " 'good', g.id, 'good_sha', g.sha,"
     " 'good_hash', (SELECT runner_hash FROM builds WHERE commit_id = g.id AND status = 'ok'),"
     " 'range', (SELECT coalesce(json_agg(json_build_object('id', c.id, 'sha', c.sha, 'build', bu.status,"
     "   'hash', bu.runner_hash, 'plan_trials', st.trials, 'plan_failures', st.failures,"
@@ -276,10 +315,12 @@ static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, co
 								 post[i], "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:I, s:O}", "commits", commits, "none", none, "status",
-			 status, "trials", (json_int_t)m->total_trials, "withdrawals",
+	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:I, s:O, s:I, s:f, s:O?}", "commits", commits, "none",
+			 none, "status", status, "trials", (json_int_t)m->total_trials, "withdrawals",
 			 (json_int_t)c->withdrawals, "confirm_from", (json_int_t)c->confirm_from, "replayed",
-			 json_object_get(c->doc, "failing_seeds"));
+			 json_object_get(c->doc, "failing_seeds"), "replayed_reruns",
+			 (json_int_t)jint(c->doc, "replayed_reruns", 0), "flake_rate", m->par.flake_rate,
+			 "seeds", json_object_get(c->doc, "seeds"));
 }
 
 /* Whether the bisection's log (stored, or still to be stored) has an entry containing 'needle'. */
@@ -326,6 +367,54 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 	free(log);
 }
 
+/*
+ * Settled at a bisection's first step and frozen in its posterior with the
+ * replayed seeds: the flake rate the model assumes, the good side's
+ * (failures + 1/2) / (trials + 1) between the model's default and
+ * FLAKE_RATE_MAX, and what the bad commit's reruns say about its failing
+ * seeds (bisect_judge_seeds): a race's are not replayed, and a seed-bound
+ * failure's failed reruns are their replay at the bad commit.
+ */
+static void settle(struct ctx *c, json_t *range)
+{
+	json_t *bad = json_array_get(range, json_array_size(range) - 1), *side, *reruns;
+	struct bisect_params def;
+	enum bisect_seeds judged;
+	long long nrerun, nagain,
+	    nfailing = (long long)json_array_size(json_object_get(c->doc, "failing_seeds"));
+	double f;
+
+	bisect_params_default(&def);
+	if (json_is_true(json_object_get(c->doc, "frozen"))) {
+		/* Bisections from before the flake rate was stored ran with the default. */
+		if (!json_is_number(json_object_get(c->doc, "flake_rate")))
+			json_object_set_new(c->doc, "flake_rate", json_real(def.flake_rate));
+		return;
+	}
+	side = json_object_get(c->doc, "good_side");
+	f = (json_number_value(json_array_get(side, 1)) + 0.5) /
+	    (json_number_value(json_array_get(side, 0)) + 1.0);
+	f = fmin(fmax(f, def.flake_rate), FLAKE_RATE_MAX);
+	json_object_set_new(c->doc, "flake_rate", json_real(f));
+	reruns = json_object_get(c->doc, "reruns");
+	nrerun = json_integer_value(json_array_get(reruns, 0));
+	nagain = json_integer_value(json_array_get(reruns, 1));
+	judged =
+	    bisect_judge_seeds((unsigned)jint(bad, "plan_failures", 0), (unsigned)jint(bad, "plan_trials", 0),
+			       (unsigned)nrerun, (unsigned)nagain, f);
+	json_object_set_new(c->doc, "seeds", json_string(bisect_seeds_name(judged)));
+	if (judged == BISECT_SEEDS_RACE && nfailing > 0) {
+		log_event(c,
+			  "%lld of %lld failing seeds failed again on their rerun, against %lld of %lld in "
+			  "the first"
+			  " pass: a race, so fresh seeds only",
+			  nagain, nrerun, jint(bad, "plan_failures", 0), jint(bad, "plan_trials", 0));
+		json_object_set_new(c->doc, "failing_seeds", json_array());
+	}
+	if (judged != BISECT_SEEDS_BOUND)
+		json_object_set_new(c->doc, "replayed_reruns", json_integer(0));
+}
+
 /* The model, rebuilt from the stored range, plan results and probes. */
 static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 {
@@ -334,6 +423,7 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	uint8_t *flags = calloc(n ? n : 1, 1);
 	struct bisect_params par;
 	const char *prev_hash = jstr(c->doc, "good_hash");
+	long long reruns;
 	json_t *p;
 	size_t i;
 	int rc;
@@ -354,13 +444,21 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 		if (strcmp(build, "ok") == 0)
 			prev_hash = hash;
 	}
+	settle(c, range);
 	bisect_params_default(&par);
-	/* The failing seeds replayed first (REPLAYED_SQL: racy ones left out). */
+	par.flake_rate = json_number_value(json_object_get(c->doc, "flake_rate"));
+	/* The failing seeds replayed first (REPLAYED_SQL and settle(): racy ones left out). */
 	par.failing_seeds = (unsigned)json_array_size(json_object_get(c->doc, "failing_seeds"));
 	rc = bisect_init(m, n, flags, &par);
 	free(flags);
 	if (rc < 0)
 		return rc;
+	/* A seed-bound failure's failed reruns: the failing seeds' replay at the bad commit. */
+	reruns = jint(c->doc, "replayed_reruns", 0);
+	if (reruns > (long long)par.failing_seeds)
+		reruns = par.failing_seeds;
+	if (reruns > 0 && !(m->flags[n - 1] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
+		bisect_observe(m, n - 1, (unsigned)reruns, (unsigned)reruns, true);
 	/* The plan's first runs are observations already paid for. */
 	for (i = 0; i < n; i++) {
 		json_t *commit = json_array_get(range, i);

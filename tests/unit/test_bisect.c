@@ -774,6 +774,63 @@ static void lone_probe_stops_at_the_decision(void **state)
 	assert_true(capped > 0);
 }
 
+/*
+ * bisect_judge_seeds(): the bad commit's reruns of its failing seeds tell a
+ * race (reruns fail at the first pass's rate) from a seed-bound failure
+ * (reruns fail again but for the flakes among them), each at odds of 99.
+ */
+static void failing_seeds_judged_by_their_reruns(void **state)
+{
+	(void)state;
+	/* A race at 30%: 19 of 64 failed, 6 of their reruns did. */
+	assert_int_equal(bisect_judge_seeds(19, 64, 19, 6, 0.001), BISECT_SEEDS_RACE);
+	/* A race at 5%: none of the 3 failed again. */
+	assert_int_equal(bisect_judge_seeds(3, 64, 3, 0, 0.001), BISECT_SEEDS_RACE);
+	/* Seed-bound: 3 of 3 failed again; with a flake among 4 at f = 0.5%, 3 of 4. */
+	assert_int_equal(bisect_judge_seeds(3, 64, 3, 3, 0.001), BISECT_SEEDS_BOUND);
+	assert_int_equal(bisect_judge_seeds(4, 64, 4, 3, 0.005), BISECT_SEEDS_BOUND);
+	/*
+	 * One of one failed again: 41 times likelier seed-bound (0.957 against
+	 * 0.023), short of 99. Two of three: either way short of 99.
+	 */
+	assert_int_equal(bisect_judge_seeds(1, 64, 1, 1, 0.001), BISECT_SEEDS_UNSURE);
+	assert_int_equal(bisect_judge_seeds(3, 64, 3, 2, 0.005), BISECT_SEEDS_UNSURE);
+	/* Everything fails: a race and a seed-bound failure look alike. */
+	assert_int_equal(bisect_judge_seeds(64, 64, 64, 64, 0.001), BISECT_SEEDS_UNSURE);
+	/* Nothing rerun, or counts that cannot be. */
+	assert_int_equal(bisect_judge_seeds(3, 64, 0, 0, 0.001), BISECT_SEEDS_UNSURE);
+	assert_int_equal(bisect_judge_seeds(3, 64, 3, 4, 0.001), BISECT_SEEDS_UNSURE);
+	assert_int_equal(bisect_judge_seeds(65, 64, 3, 3, 0.001), BISECT_SEEDS_UNSURE);
+	assert_int_equal(bisect_judge_seeds(0, 0, 3, 3, 0.001), BISECT_SEEDS_UNSURE);
+	assert_string_equal(bisect_seeds_name(BISECT_SEEDS_RACE), "race");
+	assert_string_equal(bisect_seeds_name(BISECT_SEEDS_BOUND), "seed_bound");
+}
+
+/*
+ * A seed-bound failure's reruns recorded as the replay at the bad commit:
+ * the first round goes straight into the range, one failing seed per probe
+ * once they are as good as certain, as bench/bisect-sim measures.
+ */
+static void seed_bound_reruns_skip_the_first_round(void **state)
+{
+	struct bisect b;
+	struct bisect_params p;
+	struct bisect_plan plan[4];
+	unsigned np = 0;
+
+	(void)state;
+	bisect_params_default(&p);
+	p.failing_seeds = 3;
+	assert_int_equal(bisect_init(&b, 64, NULL, &p), 0);
+	assert_int_equal(bisect_observe(&b, 63, 3, 64, false), 0);
+	assert_int_equal(bisect_observe(&b, 63, 3, 3, true), 0);
+	assert_int_equal(bisect_next_probes(&b, 1, plan, &np), 0);
+	assert_int_equal(np, 1);
+	assert_true(plan[0].commit < 63);
+	assert_true(plan[0].failing_seeds);
+	bisect_release(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -792,6 +849,8 @@ int main(void)
 	    cmocka_unit_test(failing_seeds_one_per_probe_once_certain),
 	    cmocka_unit_test(failing_seeds_as_the_daemon_runs_them),
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),
+	    cmocka_unit_test(failing_seeds_judged_by_their_reruns),
+	    cmocka_unit_test(seed_bound_reruns_skip_the_first_round),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

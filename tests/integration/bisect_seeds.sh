@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# What the bad commit's reruns say about its failing seeds, through the real
+# daemon, in one history with two regressions that it bisects by itself:
+# - fake.fwd (deterministic) starts failing seeds 3, 11, 19, 27 at a random
+#   commit: a seed-bound bug. Every failing seed failed its rerun too, so the
+#   bisection takes the reruns as the seeds' replay at the bad commit
+#   ('seeds': 'seed_bound'): no failing-seed probe there. (Every commit's
+#   plan ran those seeds already, so the range is decided from the plans; the
+#   replays into an untested range are unit-tested and simulated.)
+# - fake.bwd (non-deterministic) flakes once in 32 trials (seed 5 fails its
+#   first run at every commit) before another random commit, and fails 40%
+#   of its trials from it on: a race over a flaky baseline, bisected by hand
+#   (numwatch bisect). Its failing seeds' reruns fail about as often as any
+#   trial, so it bisects with fresh seeds only ('seeds': 'race'), assuming
+#   the flake rate its good side shows.
+# Each names its culprit; no bisection blames another commit.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-seeds.XXXXXX")
+nw_atexit rm -rf "$work"
+n=24
+fwd=${NW_BISECT_CULPRIT:-$((4 + RANDOM % 17))}
+bwd=${NW_BISECT_CULPRIT2:-$((4 + RANDOM % 17))}
+echo "seed-bound bug at $fwd, race at $bwd (set NW_BISECT_CULPRIT and NW_BISECT_CULPRIT2 to replay)"
+repo=$work/repo
+git init -q -b main "$repo"
+for ((i = 0; i < n; i++)); do
+	if ((i >= fwd)); then echo failing; else echo good; fi >"$repo/mode"
+	if ((i >= bwd)); then echo flaky40; else echo flakefirst; fi >"$repo/bwd_mode"
+	echo "$i" >"$repo/version"
+	nw_commit "$repo" "$i"
+done
+pg_start
+NW_PORT=$(nw_free_port)
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+[repository]
+name = seeds
+url = $repo
+poll_interval = 2
+[build]
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 32
+max = 256
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+NUMWATCH=$NW_BUILD_DIR/daemon/numwatch
+export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
+nw_wait 600 "every commit judged" nw_all_final
+token=$("$NUMWATCH" token create seeds-test --config "$work/nw.conf" 2>/dev/null)
+"$NUMWATCH" bisect --good "$(pg_psql "SELECT sha FROM commits WHERE position = $((bwd - 1))")" \
+	--bad "$(pg_psql "SELECT sha FROM commits WHERE position = $((n - 1))")" --check fake.bwd --dtype f32 \
+	--token "$token" >/dev/null || fail "numwatch bisect failed"
+bisected() { # CHECK POSITION: a bisection of CHECK whose range holds POSITION is done
+	[[ $(pg_psql "SELECT count(*) FROM bisections b JOIN checks k ON k.id = b.check_id
+		JOIN commits g ON g.id = b.good_commit_id JOIN commits c ON c.id = b.bad_commit_id
+		WHERE k.name = '$1' AND g.position < $2 AND c.position >= $2 AND b.state = 'done'") -ge 1 ]]
+}
+idle() { [[ $(pg_psql "SELECT count(*) FROM bisections WHERE state <> 'done'") == 0 ]]; }
+nw_wait 600 "fake.fwd's regression bisected" bisected fake.fwd "$fwd"
+nw_wait 600 "fake.bwd bisected by hand" bisected fake.bwd "$bwd"
+nw_wait 600 "every bisection done" idle
+
+row() { # CHECK CULPRIT: the field list of the bisection whose range holds CULPRIT
+	pg_psql "SELECT b.id, b.outcome, coalesce(c.position::text, '-'), coalesce(b.posterior->>'seeds', '-'),
+		coalesce(b.posterior->>'replayed_reruns', '-'), jsonb_array_length(b.posterior->'replayed'),
+		b.posterior->>'flake_rate', bd.position
+		FROM bisections b JOIN checks k ON k.id = b.check_id LEFT JOIN commits c ON c.id = b.culprit_id
+		JOIN commits g ON g.id = b.good_commit_id JOIN commits bd ON bd.id = b.bad_commit_id
+		WHERE k.name = '$1' AND g.position < $2 AND bd.position >= $2 ORDER BY b.id LIMIT 1" | tr '|' ' '
+}
+
+read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.fwd "$fwd")"
+[[ $outcome == culprit && $at == "$fwd" ]] || fail "fake.fwd: bisection $id ended '$outcome' at $at, the bug is at $fwd"
+[[ $seeds == seed_bound ]] || fail "fake.fwd: the failing seeds were judged '$seeds', expected seed_bound"
+((reruns >= 1 && reruns == replayed)) || fail "fake.fwd: $reruns of $replayed replayed seeds' reruns taken as their replay"
+at_bad=$(pg_psql "SELECT count(*) FROM probes p JOIN commits c ON c.id = p.commit_id WHERE p.bisection_id = $id
+	AND p.failing_seeds AND c.position = $bad")
+[[ $at_bad == 0 ]] || fail "fake.fwd: $at_bad failing-seed probes at the bad commit, whose reruns already said it"
+search=$(pg_psql "SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = $id AND purpose = 'search'")
+echo "ok: fake.fwd's seed-bound bug named at $fwd, its $replayed failing seeds' reruns taken as their replay" \
+	"($search search trials: every commit's plan had run them)"
+
+read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.bwd "$bwd")"
+[[ $outcome == culprit && $at == "$bwd" ]] || fail "fake.bwd: bisection $id ended '$outcome' at $at, the race is at $bwd"
+[[ $seeds == race || ($seeds != seed_bound && $replayed == 0) ]] ||
+	fail "fake.bwd: the failing seeds were judged '$seeds' ($replayed replayed), expected race"
+replays=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id AND failing_seeds")
+[[ $replays == 0 ]] || fail "fake.bwd: the race's failing seeds were replayed in $replays probes"
+# The good side's rate: (failures + 1/2) / (trials + 1) over its last 16 commits not regressed (one failure
+# planted per commit, among the 32 to 256 trials its verdict took).
+want=$(pg_psql "SELECT (sum(x.failures) + 0.5) / (sum(x.trials) + 1.0) FROM (SELECT s.failures, s.trials
+	FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd'
+	AND c.position < $bwd AND s.verdict IN ('clean', 'flaky', 'improved') ORDER BY c.position DESC LIMIT 16) x")
+awk -v f="$f" -v w="$want" 'BEGIN { exit !(f > 0.002 && f < 0.05 && f - w < 1e-9 && w - f < 1e-9) }' ||
+	fail "fake.bwd: assumed flake rate $f, the good side's is $want (one failure per commit planted)"
+echo "ok: fake.bwd's race named at $bwd with fresh seeds only ('$seeds'), assuming flake rate $f"
+
+wrong=$(pg_psql "SELECT string_agg(k.name || ' at ' || c.position, ', ') FROM bisections b
+	JOIN checks k ON k.id = b.check_id JOIN commits c ON c.id = b.culprit_id WHERE b.outcome = 'culprit'
+	AND c.position <> CASE k.name WHEN 'fake.fwd' THEN $fwd ELSE $bwd END")
+[[ -z $wrong ]] || fail "bisections blamed $wrong"
+echo "ok: $(pg_psql "SELECT count(*) FROM bisections") bisections, none blamed another commit"
