@@ -166,18 +166,23 @@ wait $daemon
 	echo
 	echo "### Bisections the daemon queued by itself${NW_GPU_BISECT:+, and one by hand ($NW_GPU_BISECT)}"
 	echo
-	echo "*split*: rounds whose probe at one commit was split over several slots (parts)."
+	echo "*split*: rounds whose probe at one commit was split over several slots (parts)." \
+		"*seeds*: what the bad commit's reruns said about its failing seeds (race: none replayed;" \
+		"seed_bound: the reruns count as their replay there), with the reruns taken so; *f*: the flake" \
+		"rate assumed (the good side's)."
 	echo
-	echo "| check | dtype | range | by | outcome | culprit | probe trials | failing-seed trials | split | log |"
-	echo "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | --- |"
+	echo "| check | dtype | range | by | outcome | culprit | probe trials | failing-seed trials | split | seeds | f | log |"
+	echo "| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |"
 	sql "SELECT '| ' || k.name || ' | ' || b.dtype || ' | ' || g.position || '..' || bd.position || ' | ' ||
 		coalesce(b.requested_by, 'daemon') || ' | ' || coalesce(b.outcome, b.state) || ' | ' || coalesce((SELECT position::text FROM commits WHERE id = b.culprit_id), '-') ||
 		' | ' || (SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id) || ' | ' ||
 		(SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id AND failing_seeds) || ' | ' ||
 		(SELECT count(*) FROM (SELECT 1 FROM probes WHERE bisection_id = b.id AND purpose = 'search'
 		GROUP BY round, commit_id HAVING count(*) > 1) x) || ' | ' ||
+		coalesce(b.posterior->>'seeds', '-') || coalesce(' (' || (b.posterior->>'replayed_reruns') || ')', '') ||
+		' | ' || coalesce(round((b.posterior->>'flake_rate')::numeric, 4)::text, '-') || ' | ' ||
 		coalesce((SELECT string_agg(e->>'msg', '; ') FROM jsonb_array_elements(b.log) e
-		WHERE e->>'msg' LIKE '%not replayed%'), '') || ' |'
+		WHERE e->>'msg' LIKE '%not replayed%' OR e->>'msg' LIKE '%fresh seeds only%'), '') || ' |'
 		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
 		JOIN commits bd ON bd.id = b.bad_commit_id ORDER BY b.id"
 	echo

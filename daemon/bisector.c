@@ -370,8 +370,9 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 /*
  * Settled at a bisection's first step and frozen in its posterior with the
  * replayed seeds: the flake rate the model assumes, the good side's
- * (failures + 1/2) / (trials + 1) between the model's default and
- * FLAKE_RATE_MAX, and what the bad commit's reruns say about its failing
+ * observed rate between the model's default and FLAKE_RATE_MAX (the
+ * default where the check has no results there: it is newer than the good
+ * commit), and what the bad commit's reruns say about its failing
  * seeds (bisect_judge_seeds): a race's are not replayed, and a seed-bound
  * failure's failed reruns are their replay at the bad commit.
  */
@@ -382,7 +383,7 @@ static void settle(struct ctx *c, json_t *range)
 	enum bisect_seeds judged;
 	long long nrerun, nagain,
 	    nfailing = (long long)json_array_size(json_object_get(c->doc, "failing_seeds"));
-	double f;
+	double f, trials;
 
 	bisect_params_default(&def);
 	if (json_is_true(json_object_get(c->doc, "frozen"))) {
@@ -392,8 +393,8 @@ static void settle(struct ctx *c, json_t *range)
 		return;
 	}
 	side = json_object_get(c->doc, "good_side");
-	f = (json_number_value(json_array_get(side, 1)) + 0.5) /
-	    (json_number_value(json_array_get(side, 0)) + 1.0);
+	trials = json_number_value(json_array_get(side, 0));
+	f = trials > 0 ? json_number_value(json_array_get(side, 1)) / trials : 0.0;
 	f = fmin(fmax(f, def.flake_rate), FLAKE_RATE_MAX);
 	json_object_set_new(c->doc, "flake_rate", json_real(f));
 	reruns = json_object_get(c->doc, "reruns");

@@ -29,7 +29,9 @@ repo=$work/repo
 git init -q -b main "$repo"
 for ((i = 0; i < n; i++)); do
 	if ((i >= fwd)); then echo failing; else echo good; fi >"$repo/mode"
-	if ((i >= bwd)); then echo flaky40; else echo flakefirst; fi >"$repo/bwd_mode"
+	# fake.bwd appears at commit 2: a bisection from before it has no good side to take a rate from.
+	if ((i >= bwd)); then echo flaky40; elif ((i >= 2)); then echo flakefirst; fi >"$repo/bwd_mode"
+	[[ -s $repo/bwd_mode ]] || rm "$repo/bwd_mode"
 	echo "$i" >"$repo/version"
 	nw_commit "$repo" "$i"
 done
@@ -44,7 +46,7 @@ name = seeds
 url = $repo
 poll_interval = 2
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; }
 [trials]
 per_commit = 32
 max = 256
@@ -59,6 +61,10 @@ export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
 nw_wait 600 "every commit judged" nw_all_final
 token=$("$NUMWATCH" token create seeds-test --config "$work/nw.conf" 2>/dev/null)
 "$NUMWATCH" bisect --good "$(pg_psql "SELECT sha FROM commits WHERE position = $((bwd - 1))")" \
+	--bad "$(pg_psql "SELECT sha FROM commits WHERE position = $((n - 1))")" --check fake.bwd --dtype f32 \
+	--token "$token" >/dev/null || fail "numwatch bisect failed"
+# And from before fake.bwd existed (commit 1): the default flake rate.
+"$NUMWATCH" bisect --good "$(pg_psql "SELECT sha FROM commits WHERE position = 1")" \
 	--bad "$(pg_psql "SELECT sha FROM commits WHERE position = $((n - 1))")" --check fake.bwd --dtype f32 \
 	--token "$token" >/dev/null || fail "numwatch bisect failed"
 bisected() { # CHECK POSITION: a bisection of CHECK whose range holds POSITION is done
@@ -97,14 +103,20 @@ read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.bwd "$bwd")"
 	fail "fake.bwd: the failing seeds were judged '$seeds' ($replayed replayed), expected race"
 replays=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id AND failing_seeds")
 [[ $replays == 0 ]] || fail "fake.bwd: the race's failing seeds were replayed in $replays probes"
-# The good side's rate: (failures + 1/2) / (trials + 1) over its last 16 commits not regressed (one failure
-# planted per commit, among the 32 to 256 trials its verdict took).
-want=$(pg_psql "SELECT (sum(x.failures) + 0.5) / (sum(x.trials) + 1.0) FROM (SELECT s.failures, s.trials
+# The good side's rate over its last 16 commits not regressed (one failure planted per commit, among the
+# 32 to 256 trials its verdict took).
+want=$(pg_psql "SELECT sum(x.failures)::float8 / sum(x.trials) FROM (SELECT s.failures, s.trials
 	FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd'
 	AND c.position < $bwd AND s.verdict IN ('clean', 'flaky', 'improved') ORDER BY c.position DESC LIMIT 16) x")
 awk -v f="$f" -v w="$want" 'BEGIN { exit !(f > 0.002 && f < 0.05 && f - w < 1e-9 && w - f < 1e-9) }' ||
 	fail "fake.bwd: assumed flake rate $f, the good side's is $want (one failure per commit planted)"
 echo "ok: fake.bwd's race named at $bwd with fresh seeds only ('$seeds'), assuming flake rate $f"
+read -r outcome at f <<<"$(pg_psql "SELECT b.outcome, coalesce(c.position::text, '-'), b.posterior->>'flake_rate'
+	FROM bisections b JOIN commits g ON g.id = b.good_commit_id LEFT JOIN commits c ON c.id = b.culprit_id
+	WHERE g.position = 1" | tr '|' ' ')"
+[[ $outcome == culprit && $at == "$bwd" && $f == 0.001 ]] ||
+	fail "fake.bwd from commit 1, before the check existed: '$outcome' at $at assuming flake rate $f (want 0.001)"
+echo "ok: from before fake.bwd existed, the default flake rate $f and the race named at $bwd"
 
 wrong=$(pg_psql "SELECT string_agg(k.name || ' at ' || c.position, ', ') FROM bisections b
 	JOIN checks k ON k.id = b.check_id JOIN commits c ON c.id = b.culprit_id WHERE b.outcome = 'culprit'
