@@ -567,19 +567,27 @@ static const char stats_sql[] =
 /*
  * The baseline: the nearest earlier commit whose verdict for this check x
  * dtype is final and not a regression, with its results (first and second,
- * infrastructure faults left out) for every seed it ran.
+ * infrastructure faults left out) for every seed it ran, and the trials and
+ * failures of the last 8 such commits (it among them), whose pooled rate
+ * the rate tests take as the library's (stats_verdict_input).
  */
 static const char baseline_sql[] =
-    "WITH base AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
+    "WITH recent AS (SELECT c.id, c.sha, c.position, s.trials, s.failures FROM commits c"
+    "  JOIN stats s ON s.commit_id = c.id"
     "  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
     "  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-    "  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)"
+    "  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC"
+    "  LIMIT 8),"
+    " base AS (SELECT id, sha FROM recent ORDER BY position DESC LIMIT 1),"
+    " pool AS (SELECT sum(trials) AS trials, sum(failures) AS failures FROM recent)"
     " SELECT base.id, base.sha, t.seed,"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"
-    "  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1]"
-    " FROM base LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2 AND t.dtype = $3"
-    " GROUP BY base.id, base.sha, t.seed";
+    "  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
+    "  pool.trials, pool.failures"
+    " FROM base CROSS JOIN pool LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2"
+    "  AND t.dtype = $3"
+    " GROUP BY base.id, base.sha, t.seed, pool.trials, pool.failures";
 
 /* The baseline lacks some of our seeds: run them there (once), and look at this job again later. */
 static const char need_baseline_sql[] =
@@ -737,6 +745,10 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		ss[i].base_ratio = NAN;
 	}
 	/* Rows come by seed; our seeds are sorted, so a binary search places each. */
+	if (PQntuples(res) > 0) {
+		in.pool_trials = (unsigned)db_get_ll(res, 0, 6, 0);
+		in.pool_failures = (unsigned)db_get_ll(res, 0, 7, 0);
+	}
 	for (int row = 0; row < PQntuples(res); row++) {
 		struct stats_seed key, *hit;
 

@@ -722,6 +722,7 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 				    const struct stats_verdict_params *p, struct stats_evidence *ev)
 {
 	struct sprt_params sp;
+	const struct stats_side *rate;
 	unsigned b = 0, c = 0, unpaired_fail = 0;
 	enum sprt_decision dec;
 	double p0;
@@ -738,7 +739,8 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 	 * the candidate fails clearly more often than the library already did.
 	 * Capping p0 below p1 keeps the test defined when the baseline fails often.
 	 */
-	p0 = fmax((double)ev->base.failures / ev->base.trials, p->p0_floor);
+	rate = ev->pool.trials ? &ev->pool : &ev->base;
+	p0 = fmax((double)rate->failures / rate->trials, p->p0_floor);
 	p0 = fmin(p0, 0.99);
 	sp = (struct sprt_params){
 	    .p0 = p0,
@@ -778,8 +780,10 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 	if (dec == SPRT_ACCEPT_H1 && b > c) {
 		ev->verdict = VERDICT_REGRESSED;
 		ev->test = STATS_TEST_SPRT;
-		snprintf(ev->reason, sizeof(ev->reason), "failure rate %u/%u, baseline %u/%u (SPRT, p0 %.3g)",
-			 ev->cand.failures, ev->cand.trials, ev->base.failures, ev->base.trials, sp.p0);
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "failure rate %u/%u, baseline %u/%u%s (SPRT, p0 %.3g)", ev->cand.failures,
+			 ev->cand.trials, rate->failures, rate->trials, ev->pool.trials ? " pooled" : "",
+			 sp.p0);
 	} else if (dec == SPRT_ACCEPT_H1 && unpaired_fail) {
 		/* The failing seeds may fail on the baseline too: run them there first. */
 		ev->verdict = VERDICT_PENDING;
@@ -814,8 +818,10 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		ev->test = dec == SPRT_UNDECIDED ? STATS_TEST_TRUNCATED : STATS_TEST_SPRT;
 		ev->verdict = ev->cand.failures ? VERDICT_FLAKY : VERDICT_CLEAN;
 		if (ev->cand.failures)
-			snprintf(ev->reason, sizeof(ev->reason), "fails at a low rate: %u/%u, baseline %u/%u",
-				 ev->cand.failures, ev->cand.trials, ev->base.failures, ev->base.trials);
+			snprintf(ev->reason, sizeof(ev->reason),
+				 "fails at a low rate: %u/%u, baseline %u/%u%s", ev->cand.failures,
+				 ev->cand.trials, rate->failures, rate->trials,
+				 ev->pool.trials ? " pooled" : "");
 		else
 			snprintf(ev->reason, sizeof(ev->reason), "no failure in %u trials", ev->cand.trials);
 	}
@@ -865,6 +871,11 @@ int stats_verdict(const struct stats_verdict_input *in, const struct stats_verdi
 	}
 	stats_wilson(ev->cand.failures, ev->cand.trials, z, &ev->cand.rate);
 	stats_wilson(ev->base.failures, ev->base.trials, z, &ev->base.rate);
+	if (in->pool_trials > 0 && in->pool_failures <= in->pool_trials) {
+		ev->pool.trials = in->pool_trials;
+		ev->pool.failures = in->pool_failures;
+		stats_wilson(ev->pool.failures, ev->pool.trials, z, &ev->pool.rate);
+	}
 	if (in->build_failed) {
 		ev->verdict = VERDICT_BUILD_FAILED;
 		snprintf(ev->reason, sizeof(ev->reason), "build failed");
@@ -913,6 +924,8 @@ json_t *stats_evidence_json(const struct stats_evidence *ev)
 	    json_object_set_new(o, "needs_baseline", json_integer(ev->needs_baseline)) ||
 	    json_object_set_new(o, "candidate", side_json(&ev->cand)) ||
 	    json_object_set_new(o, "baseline_rate", side_json(&ev->base)))
+		goto error;
+	if (ev->pool.trials && json_object_set_new(o, "baseline_pool", side_json(&ev->pool)))
 		goto error;
 	if (ev->sprt_used) {
 		x = json_pack("{s:o, s:o, s:f, s:f, s:o, s:o, s:o, s:s, s:I}", "p0",

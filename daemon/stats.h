@@ -234,6 +234,15 @@ struct stats_verdict_input {
 	bool infra_failed;              /* gave up after repeated infrastructure faults */
 	const struct stats_seed *seeds; /* borrowed; in the order the seeds were run */
 	unsigned nseeds;                /* <= NW_TRIALS_MAX */
+	/*
+	 * The baseline's failure rate pooled over the last commits not
+	 * regressed, the baseline among them (first runs; 0 trials: the
+	 * baseline's paired seeds alone). It is the rate the rate tests take
+	 * as the library's: one commit's trials are a small sample, and a 2%
+	 * flake that happened to pass all 165 trials at one commit made every
+	 * commit after it at 2% look like a regression.
+	 */
+	unsigned pool_trials, pool_failures;
 };
 
 /* Which test decided. */
@@ -259,6 +268,7 @@ struct stats_evidence {
 	unsigned needs_trials;   /* pending: more candidate trials (or reruns) asked for */
 	unsigned needs_baseline; /* pending: baseline runs asked for */
 	struct stats_side cand, base;
+	struct stats_side pool; /* the pooled baseline rate the SPRT took (0 trials: not pooled) */
 	/* Non-deterministic checks. */
 	bool sprt_used;
 	struct sprt sprt;
@@ -289,7 +299,8 @@ struct stats_evidence {
  * log(ratio) test finds drift (regressed, test "drift").
  *
  * Non-deterministic check: SPRT on the candidate's first runs, in seed
- * order, with p0 = max(baseline rate, p0_floor) and
+ * order, with p0 = max(baseline rate, p0_floor), the rate pooled over the
+ * last commits not regressed where given (stats_verdict_input), and
  * p1 = max(p1, p1_factor * p0); McNemar's exact test on the seeds both sides
  * ran. Regressed when the SPRT accepts H1 and the discordant seeds point the
  * same way (b > c), or when McNemar's one-sided p is below mcnemar_alpha.

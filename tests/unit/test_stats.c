@@ -536,6 +536,55 @@ static void nondet_flaky_mcnemar_improved(void **state)
 	assert_true(ev.needs_baseline >= 50);
 }
 
+/*
+ * The rate tests take the baseline's rate pooled over the last commits not
+ * regressed where the caller gives it. A 2% flake that passed all 165 paired
+ * seeds at the baseline commit made a candidate failing 8 of 256 (3%) a
+ * regression against the floor; against 22 of 1686 over eight commits it is
+ * the library's rate: flaky.
+ */
+static void nondet_pooled_baseline(void **state)
+{
+	static struct stats_seed s[256];
+	const int cf[] = {16, 48, 80, 112, 144, 176, 208, 240};
+	struct stats_verdict_params par;
+	struct stats_verdict_input in = {.seeds = s, .nseeds = 256};
+	struct stats_evidence ev;
+	json_t *j;
+
+	stats_verdict_params_default(&par);
+	par.max_trials = 256;
+	fill(s, 256, cf, 8, NULL, 0, 165);
+	assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+	assert_int_equal(ev.verdict, VERDICT_REGRESSED);
+	near(ev.sprt.par.p0, 0.002, 1e-15, "p0 floor");
+	in.pool_trials = 1686;
+	in.pool_failures = 22;
+	assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+	assert_int_equal(ev.verdict, VERDICT_FLAKY);
+	near(ev.sprt.par.p0, 22.0 / 1686, 1e-12, "p0 pooled");
+	near(ev.sprt.par.p1, 3 * 22.0 / 1686, 1e-12, "p1 = 3 p0");
+	assert_int_equal(ev.mcnemar.b, 5);
+	assert_string_equal(ev.reason, "fails at a low rate: 8/256, baseline 22/1686 pooled");
+	j = stats_evidence_json(&ev);
+	assert_non_null(j);
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "baseline_pool"), "trials")),
+			 1686);
+	json_decref(j);
+	/* A clear regression still is one: 40 of 256. */
+	{
+		int many[40];
+
+		for (int i = 0; i < 40; i++)
+			many[i] = 6 * i + 3;
+		fill(s, 256, many, 40, NULL, 0, 165);
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_REGRESSED);
+		assert_string_equal(ev.reason,
+				    "failure rate 40/256, baseline 22/1686 pooled (SPRT, p0 0.013)");
+	}
+}
+
 static void evidence_json(void **state)
 {
 	static struct stats_seed s[200];
@@ -582,6 +631,7 @@ int main(void)
 	    cmocka_unit_test(det_drift),
 	    cmocka_unit_test(nondet_sprt),
 	    cmocka_unit_test(nondet_flaky_mcnemar_improved),
+	    cmocka_unit_test(nondet_pooled_baseline),
 	    cmocka_unit_test(evidence_json),
 	};
 

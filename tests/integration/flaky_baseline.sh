@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# A non-deterministic check that fails 2% of its trials at every commit, with
+# no change in the library, is the library's flakiness, not a regression: once
+# the check has a baseline (a commit judged not regressed), no commit is judged
+# regressed. The rate tests take the baseline's rate pooled over its last eight
+# commits (daemon/slot.c, stats.h): against one commit's trials, a commit whose
+# flakes happened not to show made the next one look like a regression, and
+# every one after it (the baseline stays the last commit not regressed). The
+# flakes are drawn from a hash of each commit's version and the seed
+# (fake-runner's hflaky2), so the history is the same on every run.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib/pg.sh"
+. "$here/../lib/daemon.sh"
+
+work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-flaky.XXXXXX")
+nw_atexit rm -rf "$work"
+n=24
+repo=$work/repo
+git init -q -b main "$repo"
+echo good >"$repo/mode"
+echo hflaky2 >"$repo/bwd_mode"
+for ((i = 0; i < n; i++)); do
+	echo "$i" >"$repo/version"
+	nw_commit "$repo" "$i"
+done
+pg_start
+NW_PORT=$(nw_free_port)
+cat >"$work/nw.conf" <<CONF
+[daemon]
+state_dir = $work/state
+database = $NW_DATABASE
+[repository]
+name = flaky
+url = $repo
+poll_interval = 2
+[build]
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
+[trials]
+per_commit = 32
+max = 256
+[slots]
+slots = host, host
+[http]
+port = $NW_PORT
+CONF
+nw_daemon_start "$work/nw.conf" "$work/daemon.log"
+nw_wait 600 "every commit judged" nw_all_final
+
+verdicts=$(pg_psql "SELECT string_agg(c.position || ':' || s.verdict || '(' || s.failures || '/' || s.trials || ')', ' '
+	ORDER BY c.position) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd'")
+echo "fake.bwd: $verdicts"
+first=$(pg_psql "SELECT min(c.position) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd' AND s.verdict <> 'regressed'")
+[[ -n $first ]] && ((first < 6)) || fail "no commit among the first six judged without a regression: $verdicts"
+false_alarms=$(pg_psql "SELECT coalesce(string_agg(c.position::text, ' '), '') FROM stats s JOIN commits c ON c.id = s.commit_id
+	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.verdict = 'regressed' AND c.position > $first")
+[[ -z $false_alarms ]] || fail "a stable 2% flake judged regressed at commit(s) $false_alarms: $verdicts"
+pooled=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd' AND c.position > $first AND s.evidence ? 'baseline_pool'")
+((pooled > 0)) || fail "no verdict took a pooled baseline rate"
+blamed=$(pg_psql "SELECT count(*) FROM bisections WHERE outcome = 'culprit'")
+[[ $blamed == 0 ]] || fail "$blamed bisections blamed a commit of a history without a change"
+echo "ok: from commit $first on, none of $((n - 1 - first)) commits judged regressed ($pooled on a pooled baseline rate)"
