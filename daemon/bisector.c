@@ -447,6 +447,9 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	}
 	settle(c, range);
 	bisect_params_default(&par);
+	par.confidence = c->b->d->cfg.bisect_confidence;
+	par.prior_none = c->b->d->cfg.bisect_prior_none;
+	par.max_trials = c->b->d->cfg.bisect_max_trials;
 	par.flake_rate = json_number_value(json_object_get(c->doc, "flake_rate"));
 	/* The failing seeds replayed first (REPLAYED_SQL and settle(): racy ones left out). */
 	par.failing_seeds = (unsigned)json_array_size(json_object_get(c->doc, "failing_seeds"));

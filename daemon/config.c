@@ -54,6 +54,7 @@ enum opt_type {
 	OPT_TLS,          /* no, try or yes */
 	OPT_TOOLS,        /* comma-separated compute-sanitizer tools */
 	OPT_BOOL,         /* true/false, yes/no, on/off, 1/0; stored in a bool */
+	OPT_REAL,         /* a decimal number in [rmin, rmax]; stored in a double */
 };
 
 #define OPT_REQUIRED 0x1
@@ -68,6 +69,7 @@ struct option {
 	unsigned min, max;
 	const char *def; /* default for strings; NULL when computed or required */
 	unsigned def_num;
+	double rmin, rmax, rdef; /* OPT_REAL */
 };
 
 #define STR(sec, k, t, field, fl, d)                                                                         \
@@ -85,6 +87,12 @@ struct option {
 	{                                                                                                    \
 		.section = sec, .key = k, .type = OPT_BOOL, .offset = offsetof(struct config, field),        \
 		.def_num = d                                                                                 \
+	}
+
+#define REAL(sec, k, field, lo, hi, d)                                                                       \
+	{                                                                                                    \
+		.section = sec, .key = k, .type = OPT_REAL, .offset = offsetof(struct config, field),        \
+		.rmin = lo, .rmax = hi, .rdef = d                                                            \
 	}
 
 /*
@@ -145,10 +153,26 @@ static const struct option options[] = {
     BOOL("mail", "send_to_author", mail_send_to_author, 1),
     NUM("mail", "timeout", OPT_DURATION, mail_timeout_s, 1, 600, 60),
     NUM("mail", "retry", OPT_DURATION, mail_retry_s, 1, 3600, 60),
+
+    /* [verdict]: the statistics of stats_verdict() (stats.h), defaults as stats_verdict_params_default(). */
+    REAL("verdict", "p0_floor", verdict_p0_floor, 1e-6, 0.49, 0.002),
+    REAL("verdict", "p1", verdict_p1, 1e-6, 0.99, 0.02),
+    REAL("verdict", "p1_factor", verdict_p1_factor, 1.0, 100.0, 3.0),
+    REAL("verdict", "alpha", verdict_alpha, 1e-9, 0.49, 0.01),
+    REAL("verdict", "beta", verdict_beta, 1e-9, 0.49, 0.05),
+    NUM("verdict", "min_trials", OPT_UINT, verdict_min_trials, 1, NW_TRIALS_MAX, 20),
+    REAL("verdict", "mcnemar_alpha", verdict_mcnemar_alpha, 1e-9, 0.49, 0.01),
+    REAL("verdict", "drift_factor", verdict_drift_factor, 1.01, 1000.0, 2.0),
+    REAL("verdict", "drift_alpha", verdict_drift_alpha, 1e-9, 0.49, 0.001),
+
+    /* [bisect]: the search of bisect.c (bisect.h), defaults as bisect_params_default(). */
+    REAL("bisect", "confidence", bisect_confidence, 0.51, 0.999999, 0.99),
+    REAL("bisect", "prior_none", bisect_prior_none, 0.0, 0.9, 0.1),
+    NUM("bisect", "max_trials", OPT_UINT, bisect_max_trials, 1, 10000000, 50000),
 };
 
-static const char *const sections[] = {"daemon",    "repository", "build", "trials",
-				       "sanitizer", "slots",      "http",  "mail"};
+static const char *const sections[] = {"daemon", "repository", "build", "trials",  "sanitizer",
+				       "slots",  "http",       "mail",  "verdict", "bisect"};
 
 struct parser {
 	struct config cfg; /* filled here, moved to the caller's only on success */
@@ -603,6 +627,21 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 		return 0;
 	case OPT_SLOTS:
 		return parse_slots(p, value);
+	case OPT_REAL: {
+		char *end;
+		double x;
+
+		errno = 0;
+		x = strtod(value, &end);
+		if (end == value || *end || errno || !(x >= o->rmin && x <= o->rmax)) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected a number from %g to %g", value, o->key,
+			     o->rmin, o->rmax);
+			return -EINVAL;
+		}
+		*(double *)((char *)&p->cfg + o->offset) = x;
+		return 0;
+	}
 	case OPT_BOOL:
 		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "on") ||
 		    !strcmp(value, "1")) {
@@ -804,6 +843,8 @@ static int finish(struct parser *p)
 			*(unsigned *)((char *)cfg + o->offset) = o->def_num;
 		else if (o->type == OPT_BOOL)
 			*(bool *)((char *)cfg + o->offset) = o->def_num != 0;
+		else if (o->type == OPT_REAL)
+			*(double *)((char *)cfg + o->offset) = o->rdef;
 		else if (o->def && set_option(p, o, o->def) < 0)
 			return p->rc;
 	}
@@ -814,6 +855,12 @@ static int finish(struct parser *p)
 		goto oom;
 	if (!cfg->public_url && !(cfg->public_url = default_public_url(cfg)))
 		goto oom;
+	if (!(cfg->verdict_p1 > cfg->verdict_p0_floor)) {
+		find_option("verdict", "p1", &i);
+		fail(p, -EINVAL, p->seen[i], "[verdict] p1 (%g) must be above p0_floor (%g)", cfg->verdict_p1,
+		     cfg->verdict_p0_floor);
+		return p->rc;
+	}
 	/* Links are built as public_url + "/path": one slash, whatever the file says. */
 	for (i = strlen(cfg->public_url); i > 0 && cfg->public_url[i - 1] == '/'; i--)
 		cfg->public_url[i - 1] = '\0';

@@ -86,6 +86,22 @@ struct config {
 	bool mail_send_to_author; /* the culprit's author is a recipient */
 	unsigned mail_timeout_s;  /* deadline of one SMTP session */
 	unsigned mail_retry_s;    /* first retry after a failed send; doubles up to an hour */
+
+	/* [verdict]: stats_verdict_params (stats.h); [trials] max is its max_trials */
+	double verdict_p0_floor;  /* the lowest baseline failure rate the SPRT assumes */
+	double verdict_p1;        /* the SPRT's H1 rate at least ... */
+	double verdict_p1_factor; /* ... and at least this times p0 */
+	double verdict_alpha;     /* the SPRT's chance of flagging a commit at the baseline's rate */
+	double verdict_beta;      /* the SPRT's chance of missing one at p1 */
+	unsigned verdict_min_trials;
+	double verdict_mcnemar_alpha; /* one-sided p below which discordant seeds flag a regression */
+	double verdict_drift_factor;  /* median error growth that counts as drift ... */
+	double verdict_drift_alpha;   /* ... with a signed-rank p below this */
+
+	/* [bisect]: bisect_params (bisect.h) */
+	double bisect_confidence;   /* the search stops when one hypothesis holds this much */
+	double bisect_prior_none;   /* prior probability of "no culprit" (the first signal was a flake) */
+	unsigned bisect_max_trials; /* a search's budget: past it nobody is blamed */
 };
 
 /*

@@ -706,6 +706,22 @@ static bool extend_plan(struct slot *s, unsigned more)
 	return true;
 }
 
+/* The statistics as configured ([verdict], and [trials] max). */
+static void verdict_params(const struct config *cfg, struct stats_verdict_params *par)
+{
+	stats_verdict_params_default(par);
+	par->p0_floor = cfg->verdict_p0_floor;
+	par->p1 = cfg->verdict_p1;
+	par->p1_factor = cfg->verdict_p1_factor;
+	par->alpha = cfg->verdict_alpha;
+	par->beta = cfg->verdict_beta;
+	par->min_trials = cfg->verdict_min_trials;
+	par->max_trials = cfg->trials_max;
+	par->mcnemar_alpha = cfg->verdict_mcnemar_alpha;
+	par->drift_factor = cfg->verdict_drift_factor;
+	par->drift_alpha = cfg->verdict_drift_alpha;
+}
+
 static void on_baseline(PGresult *res, const char *error, void *data)
 {
 	struct slot *s = data;
@@ -776,8 +792,7 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 			ss[i].base_first = OUTCOME_PASS;
 	in.seeds = ss;
 	in.nseeds = s->nseeds;
-	stats_verdict_params_default(&par);
-	par.max_trials = s->d->cfg.trials_max;
+	verdict_params(&s->d->cfg, &par);
 	if (par.min_trials > par.max_trials)
 		par.min_trials = par.max_trials;
 	rc = stats_verdict(&in, &par, &ev);

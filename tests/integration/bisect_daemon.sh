@@ -5,7 +5,8 @@
 # binary unchanged. A bisection started by hand (numwatch bisect) over the
 # whole range, with two host slots, names the culprit; the daemon is killed
 # with SIGKILL mid-bisection and restarted, resumes from the stored probes,
-# still names it, and repeats no probe needlessly.
+# still names it (at the configured [bisect] confidence, 0.999), and repeats no
+# probe needlessly.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -71,6 +72,8 @@ timeout = 10
 slots = host, host
 [http]
 port = $NW_PORT
+[bisect]
+confidence = 0.999
 CONF
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 built() { [[ $(pg_psql "SELECT count(*) FROM builds") == 64 ]]; }
@@ -102,6 +105,8 @@ read -r what where confidence <<<"$outcome"
 stats=$(pg_psql "SELECT count(*) || ' probes, ' || coalesce(sum(trials), 0) || ' trials' FROM probes WHERE bisection_id = $id")
 [[ $what == culprit && $where == "$culprit" ]] ||
 	fail "bisection ended '$what' at '$where' (confidence $confidence), planted at $culprit; $stats"
+awk -v c="$confidence" 'BEGIN { exit !(c >= 0.999) }' ||
+	fail "the culprit was named with confidence $confidence, [bisect] confidence = 0.999 configured"
 echo "ok: culprit at position $culprit named with confidence $confidence ($stats)"
 
 # Never probed: the unbuildable and same-binary commits.

@@ -7,7 +7,8 @@
 # flakes happened not to show made the next one look like a regression, and
 # every one after it (the baseline stays the last commit not regressed). The
 # flakes are drawn from a hash of each commit's version and the seed
-# (fake-runner's hflaky2), so the history is the same on every run.
+# (fake-runner's hflaky2), so the history is the same on every run. The
+# SPRT runs at the configured [verdict] alpha.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -43,6 +44,8 @@ max = 256
 slots = host, host
 [http]
 port = $NW_PORT
+[verdict]
+alpha = 0.005
 CONF
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 nw_wait 600 "every commit judged" nw_all_final
@@ -60,6 +63,10 @@ false_alarms=$(pg_psql "SELECT coalesce(string_agg(c.position::text, ' '), '') F
 pooled=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
 	WHERE k.name = 'fake.bwd' AND c.position > $first AND s.evidence ? 'baseline_pool'")
 ((pooled > 0)) || fail "no verdict took a pooled baseline rate"
+alphas=$(pg_psql "SELECT count(*) || ' ' || count(*) FILTER (WHERE (s.evidence->'sprt'->>'alpha')::float8 = 0.005)
+	FROM stats s JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.evidence ? 'sprt'")
+read -r sprts configured <<<"$alphas"
+((sprts > 0 && sprts == configured)) || fail "$configured of $sprts SPRTs ran at the configured [verdict] alpha = 0.005"
 blamed=$(pg_psql "SELECT count(*) FROM bisections WHERE outcome = 'culprit'")
 [[ $blamed == 0 ]] || fail "$blamed bisections blamed a commit of a history without a change"
 echo "ok: from commit $first on, none of $((n - 1 - first)) commits judged regressed ($pooled on a pooled baseline rate)"

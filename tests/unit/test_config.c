@@ -784,6 +784,51 @@ static void test_small_error_buffer(void **state)
 	assert_int_equal(config_load(&cfg, "/tmp/nw-no-such-dir/x.conf", NULL, 0), -ENOENT);
 }
 
+/* [verdict] and [bisect]: the statistics' and the search's parameters, decimal numbers in ranges. */
+static void test_statistics(void **state)
+{
+	struct config cfg;
+
+	load_text(MINIMAL, &cfg, NULL);
+	assert_true(cfg.verdict_p0_floor == 0.002 && cfg.verdict_p1 == 0.02 && cfg.verdict_p1_factor == 3.0);
+	assert_true(cfg.verdict_alpha == 0.01 && cfg.verdict_beta == 0.05 && cfg.verdict_min_trials == 20);
+	assert_true(cfg.verdict_mcnemar_alpha == 0.01 && cfg.verdict_drift_factor == 2.0 &&
+		    cfg.verdict_drift_alpha == 0.001);
+	assert_true(cfg.bisect_confidence == 0.99 && cfg.bisect_prior_none == 0.1);
+	assert_int_equal(cfg.bisect_max_trials, 50000);
+	config_release(&cfg);
+
+	load_extra("[verdict]\np0_floor = 1e-3\np1 = 0.05\np1_factor = 2.5\nalpha = 0.001\nbeta = 0.1\n"
+		   "min_trials = 40\nmcnemar_alpha = 0.005\ndrift_factor = 1.5\ndrift_alpha = 0.0001\n"
+		   "[bisect]\nconfidence = 0.999\nprior_none = 0\nmax_trials = 20000\n",
+		   &cfg, NULL);
+	assert_true(cfg.verdict_p0_floor == 0.001 && cfg.verdict_p1 == 0.05 && cfg.verdict_p1_factor == 2.5);
+	assert_true(cfg.verdict_alpha == 0.001 && cfg.verdict_beta == 0.1 && cfg.verdict_min_trials == 40);
+	assert_true(cfg.verdict_mcnemar_alpha == 0.005 && cfg.verdict_drift_factor == 1.5 &&
+		    cfg.verdict_drift_alpha == 0.0001);
+	assert_true(cfg.bisect_confidence == 0.999 && cfg.bisect_prior_none == 0.0);
+	assert_int_equal(cfg.bisect_max_trials, 20000);
+	config_release(&cfg);
+
+	load_extra("[bisect]\nconfidence = 0.5\n", &cfg,
+		   "6: invalid value '0.5' for 'confidence': expected a number from 0.51 to 0.999999");
+	load_extra("[bisect]\nconfidence = 99%\n", &cfg,
+		   "6: invalid value '99%' for 'confidence': expected a number from 0.51 to 0.999999");
+	load_extra("[verdict]\nalpha = nan\n", &cfg,
+		   "6: invalid value 'nan' for 'alpha': expected a number from 1e-09 to 0.49");
+	load_extra("[verdict]\nbeta =\n", &cfg,
+		   "6: invalid value '' for 'beta': expected a number from 1e-09 to 0.49");
+	load_extra("[verdict]\np1 = 1e400\n", &cfg,
+		   "6: invalid value '1e400' for 'p1': expected a number from 1e-06 to 0.99");
+	load_extra("[verdict]\nmin_trials = 0\n", &cfg,
+		   "6: invalid value '0' for 'min_trials': expected a positive integer");
+	/* Each value in range, but the SPRT's two rates the wrong way round. */
+	load_extra("[verdict]\np0_floor = 0.01\np1 = 0.005\n", &cfg,
+		   "7: [verdict] p1 (0.005) must be above p0_floor (0.01)");
+	load_extra("[verdict]\np0_floor = 0.03\n", &cfg,
+		   "0: [verdict] p1 (0.02) must be above p0_floor (0.03)");
+}
+
 /* The example shipped in systemd/ must stay a valid file: users start from it. */
 static void test_shipped_example(void **state)
 {
@@ -806,27 +851,17 @@ static void test_shipped_example(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_defaults),
-	    cmocka_unit_test(test_every_option),
-	    cmocka_unit_test(test_public_url_default),
-	    cmocka_unit_test(test_repo_name_from_url),
-	    cmocka_unit_test(test_durations),
-	    cmocka_unit_test(test_integers),
-	    cmocka_unit_test(test_slots),
-	    cmocka_unit_test(test_slots_shared),
-	    cmocka_unit_test(test_unknown_key),
-	    cmocka_unit_test(test_unknown_section),
-	    cmocka_unit_test(test_missing_required),
-	    cmocka_unit_test(test_duplicate_key),
-	    cmocka_unit_test(test_cannot_open),
-	    cmocka_unit_test(test_unreadable_file),
-	    cmocka_unit_test(test_long_line),
-	    cmocka_unit_test(test_syntax_errors),
-	    cmocka_unit_test(test_comments_and_whitespace),
-	    cmocka_unit_test(test_string_values),
-	    cmocka_unit_test(test_error_after_allocations),
-	    cmocka_unit_test(test_small_error_buffer),
-	    cmocka_unit_test(test_shipped_example),
+	    cmocka_unit_test(test_defaults),           cmocka_unit_test(test_statistics),
+	    cmocka_unit_test(test_every_option),       cmocka_unit_test(test_public_url_default),
+	    cmocka_unit_test(test_repo_name_from_url), cmocka_unit_test(test_durations),
+	    cmocka_unit_test(test_integers),           cmocka_unit_test(test_slots),
+	    cmocka_unit_test(test_slots_shared),       cmocka_unit_test(test_unknown_key),
+	    cmocka_unit_test(test_unknown_section),    cmocka_unit_test(test_missing_required),
+	    cmocka_unit_test(test_duplicate_key),      cmocka_unit_test(test_cannot_open),
+	    cmocka_unit_test(test_unreadable_file),    cmocka_unit_test(test_long_line),
+	    cmocka_unit_test(test_syntax_errors),      cmocka_unit_test(test_comments_and_whitespace),
+	    cmocka_unit_test(test_string_values),      cmocka_unit_test(test_error_after_allocations),
+	    cmocka_unit_test(test_small_error_buffer), cmocka_unit_test(test_shipped_example),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
