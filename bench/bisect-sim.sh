@@ -39,7 +39,7 @@ grid:
 - *race*: every trial at or after the culprit fails independently with rate q,
   every other trial with the baseline flake rate f. The hardest case: a seed
   that failed once is no likelier to fail again. The daemon replays the
-  bad commit's failing seeds that failed their rerun too (daemon/bisector.c):
+  bad commit's failing seeds that did not pass their rerun (daemon/bisector.c):
   a race's failing seed is kept with probability q here, and those kept fail
   again at q, as any seed does. None is replayed when the reruns show a
   race at odds of 99 (bisect_judge_seeds: they failed again at about the

@@ -72,53 +72,65 @@ static const char running_sql[] =
     "SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
 
 /*
+ * The rerun of a failing seed at the bad commit: its second run there from
+ * before the bisection, infrastructure faults and sanitizer runs left out
+ * (the plan reruns every seed that failed; NULL when it has not yet).
+ */
+#define RERUN_SQL(seed)                                                                                      \
+	"(SELECT t.outcome FROM trials t WHERE t.commit_id = bd.id AND t.check_id = b.check_id"              \
+	"  AND t.dtype = b.dtype AND t.seed = " seed                                                         \
+	" AND t.outcome <> 'infra_error' AND t.sanitizer IS NULL"                                            \
+	"  AND t.finished_at <= b.created_at ORDER BY t.attempt OFFSET 1 LIMIT 1)"
+/*
  * The bad commit's failing seeds that a bisection replays, in order: all of
  * them but those that passed their rerun there (a seed-bound failure comes
  * back; a race's or a flake's mostly does not) and, for a deterministic
  * check, those whose repeats gave different outputs there (a race). Such a
  * seed fails again only as any seed does, and a replay that passes would be
  * misread as evidence that the commit is clean or that the failure was a
- * flake. Only trials from before the bisection count, and the list is frozen
- * in the bisection's posterior ('replayed') at its first save: a probe's
- * seeds are picked by their place in it, so it must never change under them.
+ * flake. Those whose rerun failed come first: for a seed-bound failure their
+ * reruns count as the replay at the bad commit (settle()), and the planner
+ * takes a commit's replays from the front of the list. Only trials from
+ * before the bisection count, and the list is frozen in the bisection's
+ * posterior ('replayed') at its first save: a probe's seeds are picked by
+ * their place in it, so it must never change under them.
  */
 #define REPLAYED_SQL                                                                                         \
-	"(SELECT coalesce(json_agg(u.seed ORDER BY u.o), '[]') FROM unnest(b.failing_seeds)"                 \
-	" WITH ORDINALITY u(seed, o) WHERE NOT EXISTS (SELECT 1 FROM trials t"                               \
-	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
-	"  AND t.finished_at <= b.created_at"                                                                \
-	"  AND ((t.attempt >= 1 AND t.outcome = 'pass') OR (k.deterministic AND t.digests_differ > 0))))"
+	"(SELECT coalesce(json_agg(u.seed ORDER BY u.rerun IS NULL, u.o), '[]') FROM"                        \
+	" (SELECT f.seed, f.o, " RERUN_SQL(                                                                  \
+	    "f.seed") " AS rerun FROM unnest(b.failing_seeds)"                                               \
+		      "  WITH ORDINALITY f(seed, o)) u WHERE u.rerun IS DISTINCT FROM 'pass'"                \
+		      "  AND NOT (k.deterministic AND EXISTS (SELECT 1 FROM trials t WHERE t.commit_id = "   \
+		      "bd.id"                                                                                \
+		      "   AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed AND "        \
+		      "t.digests_differ > 0"                                                                 \
+		      "   AND t.sanitizer IS NULL AND t.finished_at <= b.created_at)))"
 #define FROZEN_REPLAYED_SQL "coalesce(b.posterior->'replayed', " REPLAYED_SQL "::jsonb)"
 /* Whether the bisection's replayed seeds and flake rate are frozen (settle() has run and saved). */
 #define FROZEN_SQL "coalesce(b.posterior ? 'replayed', false)"
-/*
- * The bad commit's reruns of its failing seeds from before the bisection,
- * [reruns, failed again] (each seed's first rerun that was not an
- * infrastructure fault), for bisect_judge_seeds().
- */
+/* The bad commit's failing seeds' reruns, [reruns, failed again], for bisect_judge_seeds(). */
 #define RERUNS_SQL                                                                                           \
-	"(SELECT json_build_array(count(r.outcome), count(r.outcome) FILTER (WHERE r.outcome <> 'pass'))"    \
-	" FROM unnest(b.failing_seeds) u(seed) LEFT JOIN LATERAL (SELECT t.outcome FROM trials t"            \
-	"  WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed"  \
-	"  AND t.attempt >= 1 AND t.outcome <> 'infra_error' AND t.finished_at <= b.created_at"              \
-	"  ORDER BY t.attempt LIMIT 1) r ON true)"
-/* Of the seeds REPLAYED_SQL keeps, those whose rerun failed: for a seed-bound failure, their replay there. */
+	"(SELECT json_build_array(count(r.rerun), count(r.rerun) FILTER (WHERE r.rerun <> 'pass')) FROM"     \
+	" (SELECT " RERUN_SQL("u.seed") " AS rerun FROM unnest(b.failing_seeds) u(seed)) r)"
+/* Of the seeds REPLAYED_SQL keeps, those whose rerun failed (the first of its list). */
 #define KEPT_RERUNS_SQL                                                                                      \
-	"(SELECT count(*) FROM jsonb_array_elements_text(" REPLAYED_SQL "::jsonb) e(seed) WHERE EXISTS"      \
-	" (SELECT 1 FROM trials t WHERE t.commit_id = bd.id AND t.check_id = b.check_id AND t.dtype = "      \
-	"b.dtype"                                                                                            \
-	"  AND t.seed = e.seed::bigint AND t.attempt >= 1 AND t.outcome NOT IN ('pass', 'infra_error')"      \
-	"  AND t.finished_at <= b.created_at))"
+	"(SELECT count(*) FROM jsonb_array_elements_text(" REPLAYED_SQL "::jsonb) e(seed)"                   \
+	" WHERE " RERUN_SQL("e.seed::bigint") " IS NOT NULL)"
 /*
  * The good side's [trials, failures] for the baseline flake rate: the last
  * 16 commits up to the good one whose verdict is not a regression (about a
- * thousand trials at the default 64 per commit).
+ * thousand trials at the default 64 per commit), none before the last
+ * 'improved' one (a fix changed the rate there).
  */
 #define GOOD_SIDE_SQL                                                                                        \
 	"(SELECT json_build_array(coalesce(sum(x.trials), 0), coalesce(sum(x.failures), 0)) FROM"            \
 	" (SELECT s.trials, s.failures FROM stats s JOIN commits c ON c.id = s.commit_id"                    \
 	"  WHERE s.check_id = b.check_id AND s.dtype = b.dtype AND c.repo_id = b.repo_id AND c.reachable"    \
 	"  AND c.position <= g.position AND s.verdict IN ('clean', 'flaky', 'improved')"                     \
+	"  AND c.position >= coalesce((SELECT max(c2.position) FROM stats s2 JOIN commits c2"                \
+	"   ON c2.id = s2.commit_id WHERE s2.check_id = b.check_id AND s2.dtype = b.dtype"                   \
+	"   AND c2.repo_id = b.repo_id AND c2.reachable AND s2.verdict = 'improved'"                         \
+	"   AND c2.position <= g.position), 0)"                                                              \
 	"  ORDER BY c.position DESC LIMIT 16) x)"
 
 /*
@@ -463,6 +475,9 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 		reruns = par.failing_seeds;
 	if (reruns > 0 && !(m->flags[n - 1] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
 		bisect_observe(m, n - 1, (unsigned)reruns, (unsigned)reruns, true);
+	else if (reruns >
+		 0) /* a bad commit with its parent's binary is never observed: say none were taken */
+		json_object_set_new(c->doc, "replayed_reruns", json_integer(0));
 	/* The plan's first runs are observations already paid for. */
 	for (i = 0; i < n; i++) {
 		json_t *commit = json_array_get(range, i);

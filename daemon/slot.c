@@ -568,16 +568,21 @@ static const char stats_sql[] =
  * The baseline: the nearest earlier commit whose verdict for this check x
  * dtype is final and not a regression, with its results (first and second,
  * infrastructure faults left out) for every seed it ran, and the trials and
- * failures of the last 8 such commits (it among them), whose pooled rate
- * the rate tests take as the library's (stats_verdict_input).
+ * failures of the last 8 such commits (it among them; none before the last
+ * 'improved' one, where a fix changed the rate), whose pooled rate the rate
+ * tests take as the library's (stats_verdict_input).
  */
 static const char baseline_sql[] =
     "WITH recent AS (SELECT c.id, c.sha, c.position, s.trials, s.failures FROM commits c"
     "  JOIN stats s ON s.commit_id = c.id"
     "  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
     "  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-    "  AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC"
-    "  LIMIT 8),"
+    "  AND c.position < (SELECT position FROM commits WHERE id = $1)"
+    "  AND c.position >= coalesce((SELECT max(c2.position) FROM commits c2 JOIN stats s2 ON s2.commit_id = "
+    "c2.id"
+    "   WHERE s2.check_id = $2 AND s2.dtype = $3 AND s2.verdict = 'improved' AND c2.reachable"
+    "   AND c2.repo_id = c.repo_id AND c2.position < (SELECT position FROM commits WHERE id = $1)), 0)"
+    "  ORDER BY c.position DESC LIMIT 8),"
     " base AS (SELECT id, sha FROM recent ORDER BY position DESC LIMIT 1),"
     " pool AS (SELECT sum(trials) AS trials, sum(failures) AS failures FROM recent)"
     " SELECT base.id, base.sha, t.seed,"

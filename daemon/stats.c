@@ -623,6 +623,52 @@ static int apply_drift(const struct stats_verdict_input *in, const struct stats_
 	return 0;
 }
 
+/*
+ * Whether the pooled baseline rate (stats_verdict_input) stands for the
+ * library's: unless the baseline commit's own trials make it POOL_ODDS
+ * times less likely than their own rate does. A stable flake whose failures
+ * happened not to show at the baseline (0 of 165 at 2%: odds 28) keeps the
+ * pool; a fix inside it (0 of 64 after 7%: odds 104) does not, so that its
+ * revert is judged against the fixed rate.
+ */
+#define POOL_ODDS 99.0
+static bool pool_fits_baseline(const struct stats_verdict_input *in, const struct stats_side *base)
+{
+	double pool, own, odds;
+
+	if (in->pool_trials == 0 || in->pool_failures > in->pool_trials)
+		return false;
+	if (base->trials == 0)
+		return true;
+	pool = (double)in->pool_failures / in->pool_trials;
+	own = (double)base->failures / base->trials;
+	/* log L(own) - log L(pool) of the baseline's trials; 0 log 0 = 0. */
+	odds = (base->failures ? base->failures * (log(own) - log(pool)) : 0.0) +
+	       (base->trials - base->failures ? (base->trials - base->failures) * (log1p(-own) - log1p(-pool))
+					      : 0.0);
+	return !(odds >= log(POOL_ODDS));
+}
+
+/*
+ * How much likelier the candidate's own failure rate makes its trials than
+ * the pooled baseline rate does (log odds), when it fails less often; 0
+ * otherwise. POOL_ODDS of it is an improvement (a fix: the next commits'
+ * pool starts there); half of that asks for more trials first.
+ */
+static double below_pool(const struct stats_evidence *ev)
+{
+	double pool, own;
+
+	if (!ev->pool.trials || !ev->cand.trials)
+		return 0.0;
+	pool = (double)ev->pool.failures / ev->pool.trials;
+	own = (double)ev->cand.failures / ev->cand.trials;
+	if (!(own < pool))
+		return 0.0;
+	return (ev->cand.failures ? ev->cand.failures * (log(own) - log(pool)) : 0.0) +
+	       (ev->cand.trials - ev->cand.failures) * (log1p(-own) - log1p(-pool));
+}
+
 static int verdict_nondeterministic(const struct stats_verdict_input *in,
 				    const struct stats_verdict_params *p, struct stats_evidence *ev);
 
@@ -739,6 +785,11 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 	 * the candidate fails clearly more often than the library already did.
 	 * Capping p0 below p1 keeps the test defined when the baseline fails often.
 	 */
+	if (pool_fits_baseline(in, &ev->base)) {
+		ev->pool.trials = in->pool_trials;
+		ev->pool.failures = in->pool_failures;
+		stats_wilson(ev->pool.failures, ev->pool.trials, stats_z_from_alpha(0.05), &ev->pool.rate);
+	}
 	rate = ev->pool.trials ? &ev->pool : &ev->base;
 	p0 = fmax((double)rate->failures / rate->trials, p->p0_floor);
 	p0 = fmin(p0, 0.99);
@@ -809,6 +860,27 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		ev->needs_trials = sprt_passes_to_decide(&ev->sprt);
 		snprintf(ev->reason, sizeof(ev->reason), "needs more trials: %u", ev->needs_trials);
 		return 0;
+	} else if (below_pool(ev) >= log(POOL_ODDS)) {
+		/* Clearly below the library's pooled rate: a fix, though no paired seed shows it yet. */
+		ev->verdict = VERDICT_IMPROVED;
+		ev->test = STATS_TEST_SPRT;
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "failure rate %u/%u, below the baseline's %u/%u pooled", ev->cand.failures,
+			 ev->cand.trials, ev->pool.failures, ev->pool.trials);
+	} else if (below_pool(ev) >= 0.5 * log(POOL_ODDS) && dec != SPRT_UNDECIDED) {
+		/*
+		 * Perhaps a fix: more trials tell it from a flake that happened not to
+		 * show, so that a later revert is judged against the fixed rate. The
+		 * passes that would reach POOL_ODDS (each adds -log(1 - pool rate)).
+		 */
+		double step = -log1p(-(double)ev->pool.failures / ev->pool.trials);
+
+		ev->verdict = VERDICT_PENDING;
+		ev->test = STATS_TEST_SPRT;
+		ev->needs_trials = (unsigned)ceil((log(POOL_ODDS) - below_pool(ev)) / step);
+		snprintf(ev->reason, sizeof(ev->reason), "needs more trials: %u (below the baseline's rate?)",
+			 ev->needs_trials);
+		return 0;
 	} else {
 		/*
 		 * H0 accepted, or H1 accepted while the paired seeds show the baseline
@@ -871,11 +943,6 @@ int stats_verdict(const struct stats_verdict_input *in, const struct stats_verdi
 	}
 	stats_wilson(ev->cand.failures, ev->cand.trials, z, &ev->cand.rate);
 	stats_wilson(ev->base.failures, ev->base.trials, z, &ev->base.rate);
-	if (in->pool_trials > 0 && in->pool_failures <= in->pool_trials) {
-		ev->pool.trials = in->pool_trials;
-		ev->pool.failures = in->pool_failures;
-		stats_wilson(ev->pool.failures, ev->pool.trials, z, &ev->pool.rate);
-	}
 	if (in->build_failed) {
 		ev->verdict = VERDICT_BUILD_FAILED;
 		snprintf(ev->reason, sizeof(ev->reason), "build failed");

@@ -236,11 +236,13 @@ struct stats_verdict_input {
 	unsigned nseeds;                /* <= NW_TRIALS_MAX */
 	/*
 	 * The baseline's failure rate pooled over the last commits not
-	 * regressed, the baseline among them (first runs; 0 trials: the
-	 * baseline's paired seeds alone). It is the rate the rate tests take
-	 * as the library's: one commit's trials are a small sample, and a 2%
-	 * flake that happened to pass all 165 trials at one commit made every
-	 * commit after it at 2% look like a regression.
+	 * regressed, the baseline among them, none before an improvement
+	 * (first runs; 0 trials: the baseline's paired seeds alone). It is the
+	 * rate the rate tests take as the library's, unless the baseline's own
+	 * trials make it 99 times less likely than their own rate (a fix inside
+	 * the pool): one commit's trials are a small sample, and a 2% flake
+	 * that happened to pass all 165 trials at one commit made every commit
+	 * after it at 2% look like a regression.
 	 */
 	unsigned pool_trials, pool_failures;
 };
@@ -268,7 +270,7 @@ struct stats_evidence {
 	unsigned needs_trials;   /* pending: more candidate trials (or reruns) asked for */
 	unsigned needs_baseline; /* pending: baseline runs asked for */
 	struct stats_side cand, base;
-	struct stats_side pool; /* the pooled baseline rate the SPRT took (0 trials: not pooled) */
+	struct stats_side pool; /* the pooled baseline rate the rate tests took (0 trials: none) */
 	/* Non-deterministic checks. */
 	bool sprt_used;
 	struct sprt sprt;
@@ -300,7 +302,8 @@ struct stats_evidence {
  *
  * Non-deterministic check: SPRT on the candidate's first runs, in seed
  * order, with p0 = max(baseline rate, p0_floor), the rate pooled over the
- * last commits not regressed where given (stats_verdict_input), and
+ * last commits not regressed where given and the baseline's own trials do
+ * not rule it out (stats_verdict_input), and
  * p1 = max(p1, p1_factor * p0); McNemar's exact test on the seeds both sides
  * ran. Regressed when the SPRT accepts H1 and the discordant seeds point the
  * same way (b > c), or when McNemar's one-sided p is below mcnemar_alpha.

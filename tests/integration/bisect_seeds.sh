@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the bad commit's reruns say about its failing seeds, through the real
 # daemon, in one history with two regressions that it bisects by itself:
-# - fake.fwd (deterministic) starts failing seeds 3, 11, 19, 27 at a random
+# - fake.fwd (deterministic) starts failing seeds 3, 11, 19, ... at a random
 #   commit: a seed-bound bug. Every failing seed failed its rerun too, so the
 #   bisection takes the reruns as the seeds' replay at the bad commit
 #   ('seeds': 'seed_bound'): no failing-seed probe there. (Every commit's
@@ -48,7 +48,7 @@ poll_interval = 2
 [build]
 command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; }
 [trials]
-per_commit = 32
+per_commit = 64
 max = 256
 [slots]
 slots = host, host
@@ -104,7 +104,7 @@ read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.bwd "$bwd")"
 replays=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id AND failing_seeds")
 [[ $replays == 0 ]] || fail "fake.bwd: the race's failing seeds were replayed in $replays probes"
 # The good side's rate over its last 16 commits not regressed (one failure planted per commit, among the
-# 32 to 256 trials its verdict took).
+# 64 to 256 trials its verdict took).
 want=$(pg_psql "SELECT sum(x.failures)::float8 / sum(x.trials) FROM (SELECT s.failures, s.trials
 	FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd'
 	AND c.position < $bwd AND s.verdict IN ('clean', 'flaky', 'improved') ORDER BY c.position DESC LIMIT 16) x")

@@ -9,6 +9,10 @@
 # flakes are drawn from a hash of each commit's version and the seed
 # (fake-runner's hflaky2), so the history is the same on every run. The
 # SPRT runs at the configured [verdict] alpha.
+# Then a commit fixes the flake (64 passes: not yet evidence of a fix at 2%,
+# so `clean`) and the next one reverts it at 8%: flagged, and bisected to
+# itself. (A fix of a higher rate is judged `improved`, with more trials where
+# needed, so that the pool restarts there: tests/unit/test_stats.c.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -16,12 +20,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-flaky.XXXXXX")
 nw_atexit rm -rf "$work"
-n=24
+n=24 # the stable 2% part
 repo=$work/repo
 git init -q -b main "$repo"
 echo good >"$repo/mode"
-echo hflaky2 >"$repo/bwd_mode"
-for ((i = 0; i < n; i++)); do
+for ((i = 0; i < n + 2; i++)); do
+	if ((i < n)); then echo hflaky2; elif ((i == n)); then echo good; else echo hflaky8; fi >"$repo/bwd_mode"
 	echo "$i" >"$repo/version"
 	nw_commit "$repo" "$i"
 done
@@ -38,7 +42,7 @@ poll_interval = 2
 [build]
 command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
 [trials]
-per_commit = 32
+per_commit = 64
 max = 256
 [slots]
 slots = host, host
@@ -58,15 +62,27 @@ first=$(pg_psql "SELECT min(c.position) FROM stats s JOIN commits c ON c.id = s.
 	WHERE k.name = 'fake.bwd' AND s.verdict <> 'regressed'")
 [[ -n $first ]] && ((first < 6)) || fail "no commit among the first six judged without a regression: $verdicts"
 false_alarms=$(pg_psql "SELECT coalesce(string_agg(c.position::text, ' '), '') FROM stats s JOIN commits c ON c.id = s.commit_id
-	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.verdict = 'regressed' AND c.position > $first")
+	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.verdict = 'regressed' AND c.position > $first
+	AND c.position < $n")
 [[ -z $false_alarms ]] || fail "a stable 2% flake judged regressed at commit(s) $false_alarms: $verdicts"
-pooled=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
-	WHERE k.name = 'fake.bwd' AND c.position > $first AND s.evidence ? 'baseline_pool'")
-((pooled > 0)) || fail "no verdict took a pooled baseline rate"
+# The SPRT's p0: the pooled rate, where that is above the floor (and the baseline's trials do not rule it out).
+pooled=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id,
+	LATERAL (SELECT (s.evidence->'baseline_pool'->>'failures')::float8 / (s.evidence->'baseline_pool'->>'trials')::float8
+	AS rate) x WHERE k.name = 'fake.bwd' AND c.position > $first AND c.position < $n AND s.evidence ? 'sprt'
+	AND x.rate > 0.002
+	AND abs((s.evidence->'sprt'->>'p0')::float8 - x.rate) < 1e-12")
+((pooled > 0)) || fail "no SPRT took the pooled baseline rate as its p0"
 alphas=$(pg_psql "SELECT count(*) || ' ' || count(*) FILTER (WHERE (s.evidence->'sprt'->>'alpha')::float8 = 0.005)
 	FROM stats s JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.evidence ? 'sprt'")
 read -r sprts configured <<<"$alphas"
 ((sprts > 0 && sprts == configured)) || fail "$configured of $sprts SPRTs ran at the configured [verdict] alpha = 0.005"
-blamed=$(pg_psql "SELECT count(*) FROM bisections WHERE outcome = 'culprit'")
-[[ $blamed == 0 ]] || fail "$blamed bisections blamed a commit of a history without a change"
+blamed=$(pg_psql "SELECT coalesce(string_agg(c.position::text, ' '), '') FROM bisections b JOIN commits c ON c.id = b.culprit_id
+	WHERE b.outcome = 'culprit' AND c.position <> $((n + 1))")
+[[ -z $blamed ]] || fail "bisections blamed commit(s) $blamed, where nothing changed"
 echo "ok: from commit $first on, none of $((n - 1 - first)) commits judged regressed ($pooled on a pooled baseline rate)"
+
+verdict_at() { pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd' AND c.position = $1"; }
+[[ $(verdict_at "$n") =~ ^(clean|improved)$ ]] || fail "the fix (commit $n) judged $(verdict_at "$n"): $verdicts"
+[[ $(verdict_at $((n + 1))) == regressed ]] || fail "the fix's revert (commit $((n + 1))) judged $(verdict_at $((n + 1))): $verdicts"
+echo "ok: the fix judged $(verdict_at "$n"), its revert regressed"
