@@ -566,7 +566,9 @@ static const char stats_sql[] =
 
 /*
  * The baseline: the nearest earlier commit whose verdict for this check x
- * dtype is final and not a regression, with its results (first and second,
+ * dtype is final and not a regression (where every earlier one regressed,
+ * the check has failed since it first ran: the last of them, whose
+ * failures are then the library's, not this commit's), with its results (first and second,
  * infrastructure faults left out) for every seed it ran, and the trials and
  * failures of the last 8 such commits (it among them; none before the last
  * 'improved' one, where a fix changed the rate), whose pooled rate the rate
@@ -583,7 +585,11 @@ static const char baseline_sql[] =
     "   WHERE s2.check_id = $2 AND s2.dtype = $3 AND s2.verdict = 'improved' AND c2.reachable"
     "   AND c2.repo_id = c.repo_id AND c2.position < (SELECT position FROM commits WHERE id = $1)), 0)"
     "  ORDER BY c.position DESC LIMIT 8),"
-    " base AS (SELECT id, sha FROM recent ORDER BY position DESC LIMIT 1),"
+    " base AS ((SELECT id, sha FROM recent ORDER BY position DESC LIMIT 1) UNION ALL"
+    "  (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
+    "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'regressed' AND c.reachable"
+    "   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1) AND NOT EXISTS (SELECT 1 FROM recent)"
+    "   AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)),"
     " pool AS (SELECT sum(trials) AS trials, sum(failures) AS failures FROM recent)"
     " SELECT base.id, base.sha, t.seed,"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
@@ -788,9 +794,9 @@ static void on_baseline(PGresult *res, const char *error, void *data)
 		hit->base_ratio = db_get_double(res, row, 5, NAN);
 	}
 	/*
-	 * No earlier commit to compare with (the start of the history, or only
-	 * regressions before): the reference is a library that passes, so the
-	 * candidate is judged on its own failures.
+	 * No earlier commit to compare with (the start of the history): the
+	 * reference is a library that passes, so the candidate is judged on its
+	 * own failures.
 	 */
 	for (unsigned i = 0; !base_id && i < s->nseeds; i++)
 		if (ss[i].cand_first != OUTCOME_NONE)
