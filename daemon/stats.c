@@ -867,7 +867,8 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		snprintf(ev->reason, sizeof(ev->reason),
 			 "failure rate %u/%u, below the baseline's %u/%u pooled", ev->cand.failures,
 			 ev->cand.trials, ev->pool.failures, ev->pool.trials);
-	} else if (below_pool(ev) >= 0.5 * log(POOL_ODDS) && dec != SPRT_UNDECIDED) {
+	} else if (below_pool(ev) >= 0.5 * log(POOL_ODDS) && dec != SPRT_UNDECIDED &&
+		   (p->max_trials == 0 || ev->cand.trials < p->max_trials)) {
 		/*
 		 * Perhaps a fix: more trials tell it from a flake that happened not to
 		 * show, so that a later revert is judged against the fixed rate. The

@@ -625,6 +625,11 @@ static void nondet_pooled_baseline(void **state)
 		assert_int_equal(ev.verdict, VERDICT_PENDING);
 		assert_int_equal(ev.needs_trials, 16);
 		assert_string_equal(ev.reason, "needs more trials: 16 (below the baseline's rate?)");
+		/* At [trials] max there are no more to ask for: judged as it stands. */
+		par.max_trials = 48;
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_CLEAN);
+		par.max_trials = 256;
 		in.nseeds = 64;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_IMPROVED);
