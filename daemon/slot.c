@@ -567,8 +567,9 @@ static const char stats_sql[] =
 /*
  * The baseline: the nearest earlier commit whose verdict for this check x
  * dtype is final and not a regression (where every earlier one regressed,
- * the check has failed since it first ran: the last of them, whose
- * failures are then the library's, not this commit's), with its results (first and second,
+ * the check has failed since it first ran: the first of them, judged
+ * against no baseline, whose failures are then the library's; a later
+ * regression among them is still one), with its results (first and second,
  * infrastructure faults left out) for every seed it ran, and the trials and
  * failures of the last 8 such commits (it among them; none before the last
  * 'improved' one, where a fix changed the rate), whose pooled rate the rate
@@ -589,7 +590,7 @@ static const char baseline_sql[] =
     "  (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
     "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'regressed' AND c.reachable"
     "   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1) AND NOT EXISTS (SELECT 1 FROM recent)"
-    "   AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position DESC LIMIT 1)),"
+    "   AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position LIMIT 1)),"
     " pool AS (SELECT sum(trials) AS trials, sum(failures) AS failures FROM recent)"
     " SELECT base.id, base.sha, t.seed,"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"

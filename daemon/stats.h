@@ -239,8 +239,8 @@ struct stats_verdict_input {
 	 * regressed, the baseline among them, none before an improvement
 	 * (first runs; 0 trials: the baseline's paired seeds alone). It is the
 	 * rate the rate tests take as the library's, unless the baseline's own
-	 * trials make it 99 times less likely than their own rate (a fix inside
-	 * the pool): one commit's trials are a small sample, and a 2% flake
+	 * trials make it 1000 times less likely than their own, lower rate (a
+	 * fix inside the pool): one commit's trials are a small sample, and a 2% flake
 	 * that happened to pass all 165 trials at one commit made every commit
 	 * after it at 2% look like a regression.
 	 */

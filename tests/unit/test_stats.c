@@ -585,55 +585,69 @@ static void nondet_pooled_baseline(void **state)
 	}
 	/*
 	 * A fix inside the pool: 36 of 512 failed before it, the baseline commit
-	 * passes all its 64 seeds (the default first pass), and the candidate
-	 * fails 6 of 64 (a revert). The pooled 7% would put p1 at 21% and call
-	 * 9% the library's rate; the baseline's 0 of 64 make 7% 104 times less
-	 * likely than its own rate, so the pool is dropped and the revert is a
-	 * regression. At 0 of 48 (odds 33) the pool stands.
+	 * passes the 100 seeds of the candidate, which fails 9 of them (a
+	 * revert). The pooled 7% would put p1 at 21% and call 9% the library's
+	 * rate; the baseline's 0 of 100 make 7% 1470 times less likely than its
+	 * own rate, so the pool is dropped and the revert is a regression. At 0
+	 * of 64 (odds 106) the pool stands: 6 of 64 are then the library's rate.
 	 */
 	{
-		const int revert[] = {5, 15, 25, 35, 45, 55};
+		const int revert[] = {5, 15, 25, 35, 45, 55, 65, 75, 85};
 
-		fill(s, 64, revert, 6, NULL, 0, 64);
-		in.nseeds = 64;
+		fill(s, 100, revert, 9, NULL, 0, 100);
+		in.nseeds = 100;
 		in.pool_trials = 512;
 		in.pool_failures = 36;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_REGRESSED);
 		assert_int_equal(ev.pool.trials, 0);
 		near(ev.sprt.par.p0, 0.002, 1e-15, "p0: the baseline's own, floored");
-		fill(s, 64, revert, 6, NULL, 0, 48);
+		fill(s, 64, revert, 6, NULL, 0, 64);
+		in.nseeds = 64;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.pool.trials, 512);
 		near(ev.sprt.par.p0, 36.0 / 512, 1e-12, "p0 pooled");
+		assert_int_not_equal(ev.verdict, VERDICT_REGRESSED); /* more trials at the library's rate */
+		/* A baseline failing more often than the pool (6 of 64 against 2%) keeps it: 9 of 64 regress. */
+		{
+			const int base6[] = {1, 11, 21, 31, 41, 51},
+				  cand9[] = {2, 9, 16, 23, 30, 37, 44, 51, 58};
+
+			fill(s, 64, cand9, 9, base6, 6, 64);
+			in.pool_trials = 1000;
+			in.pool_failures = 20;
+			assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+			assert_int_equal(ev.pool.trials, 1000);
+			assert_int_equal(ev.verdict, VERDICT_REGRESSED);
+		}
 	}
 	/*
 	 * A fix judged by rate against the pool (7%; the baseline commit failed 4
-	 * of 64, no paired evidence of a fix yet): 0 of 48 make the pooled
-	 * rate 33 times less likely than 0% (log odds 3.49), past half of
-	 * log 99: more trials, the passes to reach 99 (1.11 / 0.0729 = 16).
-	 * At 0 of 64 (odds 104): improved.
+	 * of 96, no paired evidence of a fix yet): 0 of 48 make the pooled
+	 * rate 33 times less likely than 0% (log odds 3.50), past half of
+	 * log 1000: more trials, the passes to reach 1000 (3.41 / 0.0729 = 47).
+	 * At 0 of 96 (odds 1100): improved.
 	 */
 	{
 		const int base_fails[] = {7, 23, 39, 55}; /* the flaky baseline: the pool fits it */
 
-		fill(s, 64, NULL, 0, base_fails, 4, 64);
+		fill(s, 96, NULL, 0, base_fails, 4, 96);
 		in.nseeds = 48;
 		in.pool_trials = 512;
 		in.pool_failures = 36;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_PENDING);
-		assert_int_equal(ev.needs_trials, 16);
-		assert_string_equal(ev.reason, "needs more trials: 16 (below the baseline's rate?)");
+		assert_int_equal(ev.needs_trials, 47);
+		assert_string_equal(ev.reason, "needs more trials: 47 (below the baseline's rate?)");
 		/* At [trials] max there are no more to ask for: judged as it stands. */
 		par.max_trials = 48;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_CLEAN);
 		par.max_trials = 256;
-		in.nseeds = 64;
+		in.nseeds = 96;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_IMPROVED);
-		assert_string_equal(ev.reason, "failure rate 0/64, below the baseline's 36/512 pooled");
+		assert_string_equal(ev.reason, "failure rate 0/96, below the baseline's 36/512 pooled");
 	}
 }
 
