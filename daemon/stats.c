@@ -797,7 +797,20 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		stats_wilson(ev->pool.failures, ev->pool.trials, stats_z_from_alpha(0.05), &ev->pool.rate);
 	}
 	rate = ev->pool.trials ? &ev->pool : &ev->base;
-	p0 = fmax((double)rate->failures / rate->trials, p->p0_floor);
+	p0 = (double)rate->failures / rate->trials;
+	/*
+	 * A pool's rate is an estimate: the SPRT takes the top of its one-sigma
+	 * Wilson interval, so that a pool of few trials whose flakes happened
+	 * to be rare (3 of 242 at 2%) does not flag the next commits, each of
+	 * them then left out of the pool that would correct it.
+	 */
+	if (ev->pool.trials) {
+		struct stats_interval w;
+
+		if (stats_wilson(rate->failures, rate->trials, 1.0, &w) == 0)
+			p0 = w.hi;
+	}
+	p0 = fmax(p0, p->p0_floor);
 	p0 = fmin(p0, 0.99);
 	sp = (struct sprt_params){
 	    .p0 = p0,

@@ -301,7 +301,8 @@ struct stats_evidence {
  * log(ratio) test finds drift (regressed, test "drift").
  *
  * Non-deterministic check: SPRT on the candidate's first runs, in seed
- * order, with p0 = max(baseline rate, p0_floor), the rate pooled over the
+ * order, with p0 = max(baseline rate, p0_floor), the top of the one-sigma
+ * Wilson interval of the rate pooled over the
  * last commits not regressed where given and the baseline's own trials do
  * not rule it out (stats_verdict_input), and
  * p1 = max(p1, p1_factor * p0); McNemar's exact test on the seeds both sides

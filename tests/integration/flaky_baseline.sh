@@ -66,12 +66,14 @@ false_alarms=$(pg_psql "SELECT coalesce(string_agg(c.position::text, ' '), '') F
 	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.verdict = 'regressed' AND c.position > $first
 	AND c.position < $n")
 [[ -z $false_alarms ]] || fail "a stable 2% flake judged regressed at commit(s) $false_alarms: $verdicts"
-# The SPRT's p0: the pooled rate, where that is above the floor (and the baseline's trials do not rule it out).
+# The SPRT's p0 comes from the pooled rate, where that is above the floor (and the baseline's trials do not rule it out).
+# p0 is the top of the pooled rate's one-sigma Wilson interval (z = 1): (p + 1/2n + sqrt(p(1-p)/n + 1/4n^2)) / (1 + 1/n).
 pooled=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id,
-	LATERAL (SELECT (s.evidence->'baseline_pool'->>'failures')::float8 / (s.evidence->'baseline_pool'->>'trials')::float8
-	AS rate) x WHERE k.name = 'fake.bwd' AND c.position > $first AND c.position < $n AND s.evidence ? 'sprt'
-	AND x.rate > 0.002
-	AND abs((s.evidence->'sprt'->>'p0')::float8 - x.rate) < 1e-12")
+	LATERAL (SELECT (s.evidence->'baseline_pool'->>'failures')::float8 AS f,
+	(s.evidence->'baseline_pool'->>'trials')::float8 AS n) y,
+	LATERAL (SELECT (y.f / y.n + 1 / (2 * y.n) + sqrt(y.f / y.n * (1 - y.f / y.n) / y.n + 1 / (4 * y.n * y.n)))
+	/ (1 + 1 / y.n) AS hi) x WHERE k.name = 'fake.bwd' AND c.position > $first AND c.position < $n
+	AND s.evidence ? 'sprt' AND x.hi > 0.002 AND abs((s.evidence->'sprt'->>'p0')::float8 - x.hi) < 1e-9")
 ((pooled > 0)) || fail "no SPRT took the pooled baseline rate as its p0"
 alphas=$(pg_psql "SELECT count(*) || ' ' || count(*) FILTER (WHERE (s.evidence->'sprt'->>'alpha')::float8 = 0.005)
 	FROM stats s JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND s.evidence ? 'sprt'")

@@ -550,6 +550,7 @@ static void nondet_pooled_baseline(void **state)
 	struct stats_verdict_params par;
 	struct stats_verdict_input in = {.seeds = s, .nseeds = 256};
 	struct stats_evidence ev;
+	struct stats_interval w;
 	json_t *j;
 
 	stats_verdict_params_default(&par);
@@ -562,8 +563,11 @@ static void nondet_pooled_baseline(void **state)
 	in.pool_failures = 22;
 	assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 	assert_int_equal(ev.verdict, VERDICT_FLAKY);
-	near(ev.sprt.par.p0, 22.0 / 1686, 1e-12, "p0 pooled");
-	near(ev.sprt.par.p1, 3 * 22.0 / 1686, 1e-12, "p1 = 3 p0");
+	/* p0: the top of the pool's one-sigma Wilson interval, 0.01612 (the rate is 0.01305). */
+	assert_int_equal(stats_wilson(22, 1686, 1.0, &w), 0);
+	near(ev.sprt.par.p0, w.hi, 1e-12, "p0 pooled");
+	assert_true(ev.sprt.par.p0 > 0.0161 && ev.sprt.par.p0 < 0.0162);
+	near(ev.sprt.par.p1, 3 * w.hi, 1e-12, "p1 = 3 p0");
 	assert_int_equal(ev.mcnemar.b, 5);
 	assert_string_equal(ev.reason, "fails at a low rate: 8/256, baseline 22/1686 pooled");
 	j = stats_evidence_json(&ev);
@@ -581,7 +585,7 @@ static void nondet_pooled_baseline(void **state)
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_REGRESSED);
 		assert_string_equal(ev.reason,
-				    "failure rate 40/256, baseline 22/1686 pooled (SPRT, p0 0.013)");
+				    "failure rate 40/256, baseline 22/1686 pooled (SPRT, p0 0.0161)");
 	}
 	/*
 	 * A fix inside the pool: 36 of 512 failed before it, the baseline commit
@@ -606,7 +610,8 @@ static void nondet_pooled_baseline(void **state)
 		in.nseeds = 64;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.pool.trials, 512);
-		near(ev.sprt.par.p0, 36.0 / 512, 1e-12, "p0 pooled");
+		assert_int_equal(stats_wilson(36, 512, 1.0, &w), 0);
+		near(ev.sprt.par.p0, w.hi, 1e-12, "p0 pooled");
 		assert_int_not_equal(ev.verdict, VERDICT_REGRESSED); /* more trials at the library's rate */
 		/* A baseline failing more often than the pool (6 of 64 against 2%) keeps it: 9 of 64 regress. */
 		{
