@@ -13,7 +13,6 @@ runs=${2:-3}
 RATE=${RATE:-2} N=${N:-24} PER=${PER:-32} MAX=${MAX:-256}
 [[ -x $NW_BUILD_DIR/daemon/numwatchd ]] || { echo "flaky-verdicts.sh: no numwatchd in '$NW_BUILD_DIR'" >&2; exit 1; }
 one_run() (
-	here=$root/tests/integration
 	. "$root/tests/lib/pg.sh"
 	. "$root/tests/lib/daemon.sh"
 	work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-flaky-bench.XXXXXX")
@@ -28,24 +27,7 @@ one_run() (
 	done
 	pg_start
 	NW_PORT=$(nw_free_port)
-	cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = flaky
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
-[trials]
-per_commit = $PER
-max = $MAX
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-CONF
+	nw_mode_conf "$work/nw.conf" flaky "$repo" "$PER" "$MAX"
 	nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 	nw_wait 1800 "every commit judged" nw_all_final
 	pg_psql "SELECT string_agg(c.position || ':' || s.verdict || '(' || s.failures || '/' || s.trials || ')', ' '

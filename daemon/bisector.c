@@ -81,6 +81,15 @@ static const char running_sql[] =
 	"  AND t.dtype = b.dtype AND t.seed = " seed                                                         \
 	" AND t.outcome <> 'infra_error' AND t.sanitizer IS NULL"                                            \
 	"  AND t.finished_at <= b.created_at ORDER BY t.attempt OFFSET 1 LIMIT 1)"
+/* The failing seeds with their reruns, in order, for REPLAYED_SQL. */
+#define FAILING_RERUNS_SQL                                                                                   \
+	"(SELECT " RERUN_SQL("f.seed") " AS rerun, f.seed, f.o"                                              \
+				       " FROM unnest(b.failing_seeds) WITH ORDINALITY f(seed, o))"
+/* A deterministic check's seed whose repeats gave different outputs at the bad commit. */
+#define DIFFERED_SQL(seed)                                                                                   \
+	"(k.deterministic AND EXISTS (SELECT 1 FROM trials t WHERE t.commit_id = bd.id"                      \
+	"  AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = " seed " AND t.digests_differ > 0" \
+	"  AND t.sanitizer IS NULL AND t.finished_at <= b.created_at))"
 /*
  * The bad commit's failing seeds that a bisection replays, in order: all of
  * them but those that passed their rerun there (a seed-bound failure comes
@@ -96,42 +105,23 @@ static const char running_sql[] =
  * their place in it, so it must never change under them.
  */
 #define REPLAYED_SQL                                                                                         \
-	"(SELECT coalesce(json_agg(u.seed ORDER BY u.rerun IS NULL, u.o), '[]') FROM"                        \
-	" (SELECT f.seed, f.o, " RERUN_SQL(                                                                  \
-	    "f.seed") " AS rerun FROM unnest(b.failing_seeds)"                                               \
-		      "  WITH ORDINALITY f(seed, o)) u WHERE u.rerun IS DISTINCT FROM 'pass'"                \
-		      "  AND NOT (k.deterministic AND EXISTS (SELECT 1 FROM trials t WHERE t.commit_id = "   \
-		      "bd.id"                                                                                \
-		      "   AND t.check_id = b.check_id AND t.dtype = b.dtype AND t.seed = u.seed AND "        \
-		      "t.digests_differ > 0"                                                                 \
-		      "   AND t.sanitizer IS NULL AND t.finished_at <= b.created_at)))"
+	"(SELECT coalesce(json_agg(u.seed ORDER BY u.rerun IS NULL, u.o), '[]') FROM " FAILING_RERUNS_SQL    \
+	" u WHERE u.rerun IS DISTINCT FROM 'pass' AND NOT " DIFFERED_SQL("u.seed") ")"
 #define FROZEN_REPLAYED_SQL "coalesce(b.posterior->'replayed', " REPLAYED_SQL "::jsonb)"
 /* Whether the bisection's replayed seeds and flake rate are frozen (settle() has run and saved). */
 #define FROZEN_SQL "coalesce(b.posterior ? 'replayed', false)"
 /* The bad commit's failing seeds' reruns, [reruns, failed again], for bisect_judge_seeds(). */
 #define RERUNS_SQL                                                                                           \
-	"(SELECT json_build_array(count(r.rerun), count(r.rerun) FILTER (WHERE r.rerun <> 'pass')) FROM"     \
-	" (SELECT " RERUN_SQL("u.seed") " AS rerun FROM unnest(b.failing_seeds) u(seed)) r)"
+	"(SELECT json_build_array(count(r.rerun), count(r.rerun) FILTER (WHERE r.rerun <> 'pass'))"          \
+	" FROM " FAILING_RERUNS_SQL " r)"
 /* Of the seeds REPLAYED_SQL keeps, those whose rerun failed (the first of its list). */
 #define KEPT_RERUNS_SQL                                                                                      \
 	"(SELECT count(*) FROM jsonb_array_elements_text(" REPLAYED_SQL "::jsonb) e(seed)"                   \
 	" WHERE " RERUN_SQL("e.seed::bigint") " IS NOT NULL)"
-/*
- * The good side's [trials, failures] for the baseline flake rate: the last
- * 16 commits up to the good one whose verdict is not a regression (about a
- * thousand trials at the default 64 per commit), none before the last
- * 'improved' one (a fix changed the rate there).
- */
+/* The good side's [trials, failures] for the flake rate: library_rate() (sql/006) up to the good commit. */
 #define GOOD_SIDE_SQL                                                                                        \
-	"(SELECT json_build_array(coalesce(sum(x.trials), 0), coalesce(sum(x.failures), 0)) FROM"            \
-	" (SELECT s.trials, s.failures FROM stats s JOIN commits c ON c.id = s.commit_id"                    \
-	"  WHERE s.check_id = b.check_id AND s.dtype = b.dtype AND c.repo_id = b.repo_id AND c.reachable"    \
-	"  AND c.position <= g.position AND s.verdict IN ('clean', 'flaky', 'improved')"                     \
-	"  AND c.position >= coalesce((SELECT max(c2.position) FROM stats s2 JOIN commits c2"                \
-	"   ON c2.id = s2.commit_id WHERE s2.check_id = b.check_id AND s2.dtype = b.dtype"                   \
-	"   AND c2.repo_id = b.repo_id AND c2.reachable AND s2.verdict = 'improved'"                         \
-	"   AND c2.position <= g.position), 0)"                                                              \
-	"  ORDER BY c.position DESC LIMIT 16) x)"
+	"(SELECT json_build_array(r.trials, r.failures)"                                                     \
+	" FROM library_rate(b.repo_id, b.check_id, b.dtype, g.position, 16) r)"
 
 /*
  * Everything one step needs, as one JSON document: the range with each
@@ -418,10 +408,9 @@ static void settle(struct ctx *c, json_t *range)
 	json_object_set_new(c->doc, "seeds", json_string(bisect_seeds_name(judged)));
 	if (judged == BISECT_SEEDS_RACE && nfailing > 0) {
 		log_event(c,
-			  "%lld of %lld failing seeds failed again on their rerun, against %lld of %lld in "
-			  "the first"
-			  " pass: a race, so fresh seeds only",
-			  nagain, nrerun, jint(bad, "plan_failures", 0), jint(bad, "plan_trials", 0));
+			  "%lld of %lld failing seeds failed again on their rerun, against %lld of %lld %s",
+			  nagain, nrerun, jint(bad, "plan_failures", 0), jint(bad, "plan_trials", 0),
+			  "in the first pass: a race, so fresh seeds only");
 		json_object_set_new(c->doc, "failing_seeds", json_array());
 	}
 	if (judged != BISECT_SEEDS_BOUND)
@@ -473,11 +462,12 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	reruns = jint(c->doc, "replayed_reruns", 0);
 	if (reruns > (long long)par.failing_seeds)
 		reruns = par.failing_seeds;
-	if (reruns > 0 && !(m->flags[n - 1] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
+	/* A bad commit with its parent's binary is never observed: then none were taken. */
+	if (reruns > 0 && (m->flags[n - 1] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
+		reruns = 0;
+	json_object_set_new(c->doc, "replayed_reruns", json_integer(reruns));
+	if (reruns > 0)
 		bisect_observe(m, n - 1, (unsigned)reruns, (unsigned)reruns, true);
-	else if (reruns >
-		 0) /* a bad commit with its parent's binary is never observed: say none were taken */
-		json_object_set_new(c->doc, "replayed_reruns", json_integer(0));
 	/* The plan's first runs are observations already paid for. */
 	for (i = 0; i < n; i++) {
 		json_t *commit = json_array_get(range, i);

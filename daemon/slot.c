@@ -570,28 +570,21 @@ static const char stats_sql[] =
  * the check has failed since it first ran: the first of them, judged
  * against no baseline, whose failures are then the library's; a later
  * regression among them is still one), with its results (first and second,
- * infrastructure faults left out) for every seed it ran, and the trials and
- * failures of the last 8 such commits (it among them; none before the last
- * 'improved' one, where a fix changed the rate), whose pooled rate the rate
- * tests take as the library's (stats_verdict_input).
+ * infrastructure faults left out) for every seed it ran, and the library's
+ * recent rate (library_rate(), sql/006: the last 8 commits not regressed),
+ * which the rate tests pool (stats_verdict_input).
  */
 static const char baseline_sql[] =
-    "WITH recent AS (SELECT c.id, c.sha, c.position, s.trials, s.failures FROM commits c"
-    "  JOIN stats s ON s.commit_id = c.id"
+    "WITH cand AS (SELECT repo_id, position FROM commits WHERE id = $1),"
+    " nonreg AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id, cand"
     "  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
-    "  AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1)"
-    "  AND c.position < (SELECT position FROM commits WHERE id = $1)"
-    "  AND c.position >= coalesce((SELECT max(c2.position) FROM commits c2 JOIN stats s2 ON s2.commit_id = "
-    "c2.id"
-    "   WHERE s2.check_id = $2 AND s2.dtype = $3 AND s2.verdict = 'improved' AND c2.reachable"
-    "   AND c2.repo_id = c.repo_id AND c2.position < (SELECT position FROM commits WHERE id = $1)), 0)"
-    "  ORDER BY c.position DESC LIMIT 8),"
-    " base AS ((SELECT id, sha FROM recent ORDER BY position DESC LIMIT 1) UNION ALL"
-    "  (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id"
+    "  AND c.repo_id = cand.repo_id AND c.position < cand.position ORDER BY c.position DESC LIMIT 1),"
+    " base AS (SELECT id, sha FROM nonreg UNION ALL"
+    "  (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id, cand"
     "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'regressed' AND c.reachable"
-    "   AND c.repo_id = (SELECT repo_id FROM commits WHERE id = $1) AND NOT EXISTS (SELECT 1 FROM recent)"
-    "   AND c.position < (SELECT position FROM commits WHERE id = $1) ORDER BY c.position LIMIT 1)),"
-    " pool AS (SELECT sum(trials) AS trials, sum(failures) AS failures FROM recent)"
+    "   AND c.repo_id = cand.repo_id AND c.position < cand.position AND NOT EXISTS (SELECT 1 FROM nonreg)"
+    "   ORDER BY c.position LIMIT 1)),"
+    " pool AS (SELECT r.* FROM cand, library_rate(cand.repo_id, $2::int, $3::text, cand.position - 1, 8) r)"
     " SELECT base.id, base.sha, t.seed,"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
     "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"

@@ -22,24 +22,7 @@ for i in 0 1 2 3 4 5 6 7; do
 done
 pg_start
 NW_PORT=$(nw_free_port)
-cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = flake
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s, %s\n' "\$(cat version)" "\$(cat bwd_mode)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
-[trials]
-per_commit = 16
-max = 400
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-CONF
+nw_mode_conf "$work/nw.conf" flake "$repo" 16 400
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 flagged() { [[ $(pg_psql "SELECT count(*) FROM bisections") -ge 1 ]]; }
 nw_wait 90 "the flake's signal queues a bisection" flagged

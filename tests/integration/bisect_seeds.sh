@@ -37,24 +37,7 @@ for ((i = 0; i < n; i++)); do
 done
 pg_start
 NW_PORT=$(nw_free_port)
-cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = seeds
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; }
-[trials]
-per_commit = 64
-max = 256
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-CONF
+nw_mode_conf "$work/nw.conf" seeds "$repo" 64 256
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 NUMWATCH=$NW_BUILD_DIR/daemon/numwatch
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT

@@ -31,26 +31,7 @@ for ((i = 0; i < n + 2; i++)); do
 done
 pg_start
 NW_PORT=$(nw_free_port)
-cat >"$work/nw.conf" <<CONF
-[daemon]
-state_dir = $work/state
-database = $NW_DATABASE
-[repository]
-name = flaky
-url = $repo
-poll_interval = 2
-[build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$here/fake-runner" "\$r" && printf '# version %s\n' "\$(cat version)" >>"\$r" && cp mode bwd_mode "\$NUMWATCH_BUILD_DIR/"
-[trials]
-per_commit = 64
-max = 256
-[slots]
-slots = host, host
-[http]
-port = $NW_PORT
-[verdict]
-alpha = 0.005
-CONF
+nw_mode_conf "$work/nw.conf" flaky "$repo" 64 256 "[verdict]\nalpha = 0.005"
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 nw_wait 600 "every commit judged" nw_all_final
 

@@ -13,9 +13,11 @@
 #                                a repo of N commits for the fake runner: its 'mode'
 #                                is BEFORE below position CULPRIT and AFTER from it on;
 #                                each commit has its own 'version' (its own binary)
-#   nw_mode_conf FILE NAME REPO PER_COMMIT MAX
+#   nw_mode_conf FILE NAME REPO PER_COMMIT MAX [EXTRA]
 #                                a daemon config on two host slots that builds the
-#                                fake runner of REPO's 'mode' (port $NW_PORT)
+#                                fake runner of REPO's 'mode' (and 'bwd_mode', where a
+#                                commit has one: fake.bwd), port $NW_PORT; EXTRA (lines
+#                                of config, e.g. "[verdict]\nalpha = 0.005") is appended
 #
 # NW_BUILD_DIR (set by CMake) holds the built binaries.
 
@@ -103,7 +105,7 @@ name = $2
 url = $3
 poll_interval = 2
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; }
 [trials]
 per_commit = $4
 max = $5
@@ -112,4 +114,5 @@ slots = host, host
 [http]
 port = $NW_PORT
 CONF
+	[[ -z ${6:-} ]] || printf '%b\n' "$6" >>"$1"
 }
