@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # What the bad commit's reruns say about its failing seeds, through the real
-# daemon, in one history with two regressions that it bisects by itself:
+# daemon, in one history with two regressions, each bisected by hand:
 # - fake.fwd (deterministic) starts failing seeds 3, 11, 19, ... at a random
-#   commit: a seed-bound bug. Every failing seed failed its rerun too, so the
-#   bisection takes the reruns as the seeds' replay at the bad commit
-#   ('seeds': 'seed_bound'): no failing-seed probe there. (Every commit's
-#   plan ran those seeds already, so the range is decided from the plans; the
-#   replays into an untested range are unit-tested and simulated.)
+#   commit: a seed-bound bug. The history is first judged with fake.fwd left
+#   out of the plans ([trials] checks), then the configuration is reloaded
+#   (SIGHUP) and one more commit judges it: regressed, with nothing tested
+#   before it. Every failing seed failed its rerun too, so the bisection over
+#   the whole untested range takes the reruns as the seeds' replay at the bad
+#   commit ('seeds': 'seed_bound': no failing-seed probe there) and replays
+#   them into the range, one per probe once they are as good as certain:
+#   about log2 N probes, each a trial or two.
 # - fake.bwd (non-deterministic) flakes once in 32 trials (seed 5 fails its
 #   first run at every commit) before another random commit, and fails 40%
 #   of its trials from it on: a race over a flaky baseline, bisected by hand
@@ -27,22 +30,39 @@ bwd=${NW_BISECT_CULPRIT2:-$((4 + RANDOM % 17))}
 echo "seed-bound bug at $fwd, race at $bwd (set NW_BISECT_CULPRIT and NW_BISECT_CULPRIT2 to replay)"
 repo=$work/repo
 git init -q -b main "$repo"
-for ((i = 0; i < n; i++)); do
+commit_at() { # I: commit position I of the history
+	local i=$1
 	if ((i >= fwd)); then echo failing; else echo good; fi >"$repo/mode"
 	# fake.bwd appears at commit 2: a bisection from before it has no good side to take a rate from.
 	if ((i >= bwd)); then echo flaky40; elif ((i >= 2)); then echo flakefirst; fi >"$repo/bwd_mode"
 	[[ -s $repo/bwd_mode ]] || rm "$repo/bwd_mode"
 	echo "$i" >"$repo/version"
 	nw_commit "$repo" "$i"
-done
+}
+for ((i = 0; i < n; i++)); do commit_at "$i"; done
 pg_start
 NW_PORT=$(nw_free_port)
-nw_mode_conf "$work/nw.conf" seeds "$repo" 64 256
+nw_mode_conf "$work/nw.conf" seeds "$repo" 64 256 "[trials]\nchecks = fake.bwd"
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 NUMWATCH=$NW_BUILD_DIR/daemon/numwatch
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
-nw_wait 600 "every commit judged" nw_all_final
+bwd_judged() { [[ $(pg_psql "SELECT count(*) FROM stats s JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd' AND s.verdict <> 'pending'") == $((n - 2)) ]]; }
+nw_wait 600 "fake.bwd judged at commits 2 to $((n - 1))" bwd_judged
+# Every check from here on; one more commit (position n) is the first to run fake.fwd.
+nw_mode_conf "$work/nw.conf" seeds "$repo" 64 256
+kill -HUP "$NW_DAEMON_PID"
+commit_at "$n"
+n=$((n + 1))
+tip_judged() { [[ $(pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id
+	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.fwd' AND c.position = $((n - 1))") == regressed ]]; }
+nw_wait 600 "fake.fwd judged regressed at the new commit" tip_judged
+[[ $(pg_psql "SELECT count(*) FROM stats s JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.fwd'") == 1 ]] ||
+	fail "fake.fwd has results before the new commit: the range would not be untested"
 token=$("$NUMWATCH" token create seeds-test --config "$work/nw.conf" 2>/dev/null)
+"$NUMWATCH" bisect --good "$(pg_psql "SELECT sha FROM commits WHERE position = 0")" \
+	--bad "$(pg_psql "SELECT sha FROM commits WHERE position = $((n - 1))")" --check fake.fwd --dtype f32 \
+	--token "$token" >/dev/null || fail "numwatch bisect (fake.fwd) failed"
 "$NUMWATCH" bisect --good "$(pg_psql "SELECT sha FROM commits WHERE position = $((bwd - 1))")" \
 	--bad "$(pg_psql "SELECT sha FROM commits WHERE position = $((n - 1))")" --check fake.bwd --dtype f32 \
 	--token "$token" >/dev/null || fail "numwatch bisect failed"
@@ -76,9 +96,13 @@ read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.fwd "$fwd")"
 at_bad=$(pg_psql "SELECT count(*) FROM probes p JOIN commits c ON c.id = p.commit_id WHERE p.bisection_id = $id
 	AND p.failing_seeds AND c.position = $bad")
 [[ $at_bad == 0 ]] || fail "fake.fwd: $at_bad failing-seed probes at the bad commit, whose reruns already said it"
-search=$(pg_psql "SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = $id AND purpose = 'search'")
-echo "ok: fake.fwd's seed-bound bug named at $fwd, its $replayed failing seeds' reruns taken as their replay" \
-	"($search search trials: every commit's plan had run them)"
+read -r search probes failing_probes <<<"$(pg_psql "SELECT coalesce(sum(trials), 0), count(*),
+	count(*) FILTER (WHERE failing_seeds) FROM probes WHERE bisection_id = $id AND purpose = 'search'" | tr '|' ' ')"
+# An untested range of 25 commits: the failing seeds, replayed, find the bug in about log2 N probes.
+((failing_probes > 0)) || fail "fake.fwd: no failing seed replayed in the untested range ($probes probes)"
+((search <= 20)) || fail "fake.fwd: $search search trials in $probes probes, expected about log2 N"
+echo "ok: fake.fwd's seed-bound bug named at $fwd in $search search trials ($probes probes, $failing_probes" \
+	"replaying failing seeds), its $replayed failing seeds' reruns taken as their replay at the bad commit"
 
 read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.bwd "$bwd")"
 [[ $outcome == culprit && $at == "$bwd" ]] || fail "fake.bwd: bisection $id ended '$outcome' at $at, the race is at $bwd"
