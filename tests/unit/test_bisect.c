@@ -598,6 +598,40 @@ static void failing_seeds_first(void **state)
 }
 
 /*
+ * Every fresh seed failed at the bad commit: a failing seed can tell nothing
+ * a fresh one does not, so none is replayed (no round at the bad commit, no
+ * second trial per probe) and each probe is one fresh trial, as in git
+ * bisect.
+ */
+static void failing_seeds_idle_when_every_seed_fails(void **state)
+{
+	struct bisect_params p;
+	struct bisect b;
+	struct bisect_plan plan[1];
+	unsigned n, probes = 0;
+	int culprit;
+
+	(void)state;
+	bisect_params_default(&p);
+	p.failing_seeds = 64;
+	assert_int_equal(bisect_init(&b, 32, NULL, &p), 0);
+	assert_int_equal(bisect_observe(&b, 31, 64, 64, false), 0);
+	while (bisect_next_probes(&b, 1, plan, &n) == 0 && n > 0) {
+		assert_false(plan[0].failing_seeds);
+		assert_int_equal(plan[0].trials, 1);
+		assert_int_not_equal(plan[0].commit, 31);
+		/* The culprit is 11: every trial from it on fails. */
+		assert_int_equal(bisect_observe(&b, plan[0].commit, plan[0].commit >= 11, 1, false), 0);
+		probes++;
+	}
+	assert_int_equal(bisect_done(&b, &culprit, NULL), BISECT_FOUND);
+	assert_int_equal(culprit, 11);
+	/* A binary search over 31 candidates: five probes, a sixth at most. */
+	assert_true(probes <= 6);
+	bisect_release(&b);
+}
+
+/*
  * A seed-bound bug (its failing seeds fail at every commit from the culprit,
  * 10, on): the failing seeds go two per probe until a replayed seed is as
  * good as certain to fail past the culprit (E[q_s] over the posterior at
@@ -846,6 +880,7 @@ int main(void)
 	    cmocka_unit_test(json_rejects_garbage),
 	    cmocka_unit_test(confirmation),
 	    cmocka_unit_test(failing_seeds_first),
+	    cmocka_unit_test(failing_seeds_idle_when_every_seed_fails),
 	    cmocka_unit_test(failing_seeds_one_per_probe_once_certain),
 	    cmocka_unit_test(failing_seeds_as_the_daemon_runs_them),
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),
