@@ -18,11 +18,16 @@
  *            at the bad commit fails for sure there if it is one of the
  *            culprit's seeds, and at f if it failed by a flake.
  *
- * A range "without a culprit" fails at f everywhere. The bisection starts
- * as the daemon's does: the bad commit's first pass (-f, 64 fresh seeds) had
- * at least one failure, and those trials are given to the model; they are
- * not counted in the trials below, which are the search's own. In the
- * seeded model the seeds that failed there are the bisection's failing seeds
+ * The bisection starts as the daemon's does, from the bad commit's verdict:
+ * the daemon's own statistics (stats_verdict, default [verdict] settings)
+ * judge a first pass of fresh seeds (-f, 64) paired with the good commit's,
+ * with more trials where the evidence is ambiguous, and the bad commit's
+ * trials are drawn again until it says "regressed". Those trials are given
+ * to the model; they are not counted in the trials below, which are the
+ * search's own. A range "without a culprit" fails at f everywhere; its
+ * first signal was a flake: the first pass had at least one failure (none
+ * at f = 0: started by hand), since the verdicts hardly ever flag a flake
+ * of that rate. The seeds that failed at the bad commit are the bisection's failing seeds
  * (bisect_params.failing_seeds), which the planner replays first at each
  * commit, two per probe, in order, as daemon/bisector.c does; what their
  * reruns at the bad commit say (bisect_judge_seeds) decides, as in the
@@ -32,7 +37,7 @@
  *
  * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
  *   -r  bisections per row (400)      -j  worker processes (2)
- *   -f  trials of the bad commit's first pass (64)
+ *   -f  trials of the bad commit's first pass, before the verdict asks for more (64)
  *   -n  probes run all their trials instead of stopping at the first failure
  *   -q  quick: 128 commits and one slot only
  *   -m  culprit model: race, seeded, or both (both)
@@ -52,12 +57,17 @@
 #include <unistd.h>
 
 #include "bisect.h"
+#include "stats.h"
 
 #define UNBUILDABLE_SHARE  0.05
 #define SAME_BINARY_SHARE  0.05
 #define CONFIRM_TRIALS_MAX 4000
-#define CONFIRM_ATTEMPTS   3
-#define ROUNDS_MAX         100000
+/* The daemon's [trials] max: the bad commit's verdict runs no more trials. */
+#define VERDICT_TRIALS_MAX 1024
+/* Commits whose first passes make the verdicts' pooled baseline rate (daemon/slot.c). */
+#define POOL_COMMITS     8
+#define CONFIRM_ATTEMPTS 3
+#define ROUNDS_MAX       100000
 
 /* xoshiro256**, seeded by splitmix64: the same numbers on every machine. */
 struct rng {
@@ -119,10 +129,11 @@ struct history {
 	double q, f;
 	unsigned nel;
 	bool seeded;
-	/* Seeded: the bad commit's first pass, and the seeds that failed in it, in seed order. */
+	/* The bad commit's trials before the bisection, and the seeds that failed in them, in seed order. */
 	unsigned fp_fails, fp_ran;
 	unsigned nfailing;
-	bool *failing_bad; /* [first_pass]: the seed is one of the culprit's (else it failed by a flake) */
+	bool *failing_bad; /* seeded: the seed is one of the culprit's (else it failed by a flake) */
+	struct stats_seed *verdict_seeds; /* the bad commit's verdict (bad_commit_verdict) */
 	/*
 	 * The failing seeds the bisection replays (bisect_params.failing_seeds),
 	 * as indexes into failing_bad: the daemon leaves out a deterministic
@@ -150,9 +161,10 @@ static void history_alloc(struct history *h, unsigned n)
 {
 	memset(h, 0, sizeof(*h));
 	h->flags = malloc(n);
-	h->failing_bad = malloc(first_pass * sizeof(bool));
-	h->replay = malloc(first_pass * sizeof(unsigned));
-	if (!h->flags || !h->failing_bad || !h->replay) {
+	h->failing_bad = malloc(VERDICT_TRIALS_MAX * sizeof(bool));
+	h->replay = malloc(VERDICT_TRIALS_MAX * sizeof(unsigned));
+	h->verdict_seeds = malloc(VERDICT_TRIALS_MAX * sizeof(struct stats_seed));
+	if (!h->flags || !h->failing_bad || !h->replay || !h->verdict_seeds) {
 		fprintf(stderr, "bisect-sim: out of memory\n");
 		exit(1);
 	}
@@ -163,32 +175,147 @@ static void history_free(struct history *h)
 	free(h->flags);
 	free(h->failing_bad);
 	free(h->replay);
+	free(h->verdict_seeds);
 }
 
 /*
- * Seeded: the bad commit's first pass of fresh seeds, repeated until one
- * fails (that is what raised the regression) unless nothing can fail. Each
- * seed is one of the culprit's with probability q (the bad commit is at or
- * after the culprit), and fails for sure if so, else with f.
+ * One seed at the bad commit: its first run and, if that failed, its rerun.
+ * Seeded: the seed is one of the culprit's with probability q (the bad
+ * commit is at or after the culprit) and then fails both runs; else each
+ * run fails at f. Race: each run fails at the bad commit's rate. Returns
+ * whether it is one of the culprit's (seeded).
  */
-static void seeded_first_pass(struct history *h, struct rng *r)
+static bool bad_commit_seed(const struct history *h, struct rng *r, enum outcome *first, enum outcome *rerun)
 {
-	do {
-		h->fp_fails = h->nfailing = h->nreplay = 0;
-		for (unsigned t = 0; t < first_pass; t++) {
-			bool bad = h->culprit != BISECT_NONE && rng_bern(r, h->q);
-			bool flake = rng_bern(r, h->f);
+	bool bad = h->seeded && h->culprit != BISECT_NONE && rng_bern(r, h->q);
+	double p = h->seeded ? h->f : rate_at(h, (int)h->n - 1);
 
-			if (bad || flake) {
-				h->fp_fails++;
-				/* A culprit's seed fails the same way twice; a flake's other repeat passes (1 - f). */
-				if (bad || rng_bern(r, h->f))
-					h->replay[h->nreplay++] = h->nfailing;
-				h->failing_bad[h->nfailing++] = bad;
+	*first = bad || rng_bern(r, p) ? OUTCOME_FAIL : OUTCOME_PASS;
+	*rerun = *first == OUTCOME_PASS ? OUTCOME_NONE : bad || rng_bern(r, p) ? OUTCOME_FAIL : OUTCOME_PASS;
+	return bad;
+}
+
+/* The good commit's run of a seed (every trial before the culprit fails at f), with a rerun if it failed. */
+static void good_commit_seed(const struct history *h, struct rng *r, struct stats_seed *s)
+{
+	s->base_first = rng_bern(r, h->f) ? OUTCOME_FAIL : OUTCOME_PASS;
+	s->base_rerun = s->base_first == OUTCOME_PASS ? OUTCOME_NONE
+			: rng_bern(r, h->f)           ? OUTCOME_FAIL
+						      : OUTCOME_PASS;
+}
+
+/* Seeds [from, to) at the bad commit, unpaired on the good one. */
+static void bad_commit_seeds(struct history *h, struct rng *r, unsigned from, unsigned to)
+{
+	for (unsigned i = from; i < to; i++) {
+		struct stats_seed *s = &h->verdict_seeds[i];
+
+		*s = (struct stats_seed){.seed = i, .cand_ratio = NAN, .base_ratio = NAN};
+		h->failing_bad[i] = bad_commit_seed(h, r, &s->cand_first, &s->cand_rerun);
+	}
+}
+
+/*
+ * The bad commit's first n trials as the bisection's start: their failures,
+ * and its failing seeds in seed order (failing_bad compacted to them), of
+ * which those whose rerun failed too are replayed (the daemon leaves out a
+ * seed whose rerun passed: a race or a flake).
+ */
+static void keep_failing_seeds(struct history *h, unsigned n)
+{
+	h->fp_fails = h->nfailing = h->nreplay = 0;
+	h->fp_ran = n;
+	for (unsigned i = 0; i < n; i++) {
+		const struct stats_seed *s = &h->verdict_seeds[i];
+
+		if (s->cand_first != OUTCOME_FAIL)
+			continue;
+		h->fp_fails++;
+		if (s->cand_rerun == OUTCOME_FAIL)
+			h->replay[h->nreplay++] = h->nfailing;
+		h->failing_bad[h->nfailing++] = h->failing_bad[i];
+	}
+}
+
+/*
+ * The bad commit's verdict, as the daemon reaches it (stats_verdict with the
+ * default [verdict] parameters): a first pass of fresh seeds paired with the
+ * good commit's, every failing seed rerun, more trials where the evidence is
+ * ambiguous (up to [trials] max), and the good commit run on the failing
+ * seeds it lacks; the pooled baseline rate is the good side's last
+ * POOL_COMMITS first passes. A bisection starts only from a regression, so
+ * the bad commit's trials are drawn again until the verdict says so. Seeded
+ * culprits are judged as a deterministic check, races as a non-deterministic
+ * one. Its trials are what the daemon gives the bisection (the first runs);
+ * the failing seeds replayed are those whose rerun failed too.
+ */
+static void bad_commit_verdict(struct history *h, struct rng *r)
+{
+	struct stats_verdict_params vp;
+	struct stats_evidence ev;
+
+	stats_verdict_params_default(&vp);
+	vp.max_trials = VERDICT_TRIALS_MAX;
+	do {
+		struct stats_verdict_input in = {.deterministic = h->seeded, .seeds = h->verdict_seeds};
+		unsigned n = first_pass;
+
+		bad_commit_seeds(h, r, 0, n);
+		in.pool_trials = POOL_COMMITS * first_pass;
+		for (unsigned i = 0; i < in.pool_trials; i++) {
+			bool failed = rng_bern(r, h->f);
+
+			/* The good commit's own first pass is paired with the bad commit's. */
+			if (i < n) {
+				good_commit_seed(h, r, &h->verdict_seeds[i]);
+				failed = h->verdict_seeds[i].base_first == OUTCOME_FAIL;
+			}
+			in.pool_failures += failed;
+		}
+		for (;;) {
+			in.nseeds = n;
+			if (stats_verdict(&in, &vp, &ev)) {
+				fprintf(stderr, "bisect-sim: stats_verdict failed\n");
+				exit(1);
+			}
+			if (ev.verdict != VERDICT_PENDING)
+				break;
+			if (ev.needs_trials > 0 && n < VERDICT_TRIALS_MAX) {
+				unsigned more = ev.needs_trials < VERDICT_TRIALS_MAX - n
+						    ? ev.needs_trials
+						    : VERDICT_TRIALS_MAX - n;
+
+				bad_commit_seeds(h, r, n, n + more);
+				n += more;
+			} else if (ev.needs_baseline > 0) {
+				unsigned filled = 0;
+
+				for (unsigned i = 0; i < n; i++)
+					if (h->verdict_seeds[i].base_first == OUTCOME_NONE) {
+						good_commit_seed(h, r, &h->verdict_seeds[i]);
+						filled++;
+					}
+				if (filled == 0)
+					break;
+			} else {
+				break;
 			}
 		}
-		h->fp_ran = first_pass;
-	} while (h->fp_fails == 0 && rate_at(h, (int)h->n - 1) > 0.0);
+	} while (ev.verdict != VERDICT_REGRESSED);
+	keep_failing_seeds(h, ev.cand.trials);
+}
+
+/*
+ * A range without a culprit: the first signal was a flake. The bad commit's
+ * first pass of fresh seeds is drawn again until one fails, unless nothing
+ * can fail (f = 0: the bisection was started by hand).
+ */
+static void flake_first_pass(struct history *h, struct rng *r)
+{
+	do {
+		bad_commit_seeds(h, r, 0, first_pass);
+		keep_failing_seeds(h, first_pass);
+	} while (h->fp_fails == 0 && h->f > 0.0);
 }
 
 static void make_history(struct history *h, const struct cell *c, struct rng *r)
@@ -222,8 +349,10 @@ static void make_history(struct history *h, const struct cell *c, struct rng *r)
 			}
 	}
 	/* The history's own numbers, so that ours and git bisect see the same failing seeds. */
-	if (c->seeded)
-		seeded_first_pass(h, r);
+	if (h->culprit != BISECT_NONE)
+		bad_commit_verdict(h, r);
+	else
+		flake_first_pass(h, r);
 }
 
 /*
@@ -310,6 +439,7 @@ struct ours {
 	double p_below, p_parent, p_culprit, p_above; /* probes */
 	double t_to50, t_to90;      /* trials until P(true culprit) first reached 0.5, 0.9 */
 	double q_first, q_end;      /* E[q | true culprit] after the first pass, at the end */
+	double verdict_trials;      /* the bad commit's trials before the search (its verdict's) */
 	double c_culprit, c_parent; /* confirmation trials at the culprit named, at its parent */
 	/* Seeded. */
 	double nfailing;  /* failing seeds the first pass gave */
@@ -409,26 +539,10 @@ static int bisect_once(const struct cell *c, struct history *h, struct rng *r, s
 	int culprit = BISECT_NONE, rc;
 	bool blamed = false, r50 = false, r90 = false;
 
-	/*
-	 * The first pass that raised the regression: at least one failure, unless
-	 * nothing can fail. Its failing seeds are replayed in both models, as the
-	 * daemon does (it cannot tell a race from a seeded bug): in a race they
-	 * fail again only as any seed does.
-	 */
-	if (h->seeded) {
-		fails = h->fp_fails;
-		ran = h->fp_ran;
-	} else {
-		do
-			fails = run_probe(h, (int)c->n - 1, first_pass, false, r, &ran);
-		while (fails == 0 && rate_at(h, (int)c->n - 1) > 0.0);
-		/* A race's failing seed is replayed only if its other repeat failed too (q). */
-		h->nfailing = fails;
-		h->nreplay = 0;
-		for (unsigned x = 0; x < fails; x++)
-			if (rng_bern(r, rate_at(h, (int)c->n - 1)))
-				h->replay[h->nreplay++] = x;
-	}
+	/* The bad commit's verdict trials (make_history): observations already paid for. */
+	fails = h->fp_fails;
+	ran = h->fp_ran;
+	acc->verdict_trials += ran;
 	bisect_params_default(&p);
 	/* The daemon gives the good side's rate, floored: it cannot know that f is exactly 0. */
 	p.flake_rate = fmax(c->f, 0.001);
@@ -1026,12 +1140,11 @@ int main(int argc, char **argv)
 	if (verbose && race) {
 		fprintf(stderr,
 			"where the search's trials went (per bisection; probes in brackets):\n"
-			"| commits | q | f | slots | q known | below parent | parent | culprit | above | "
-			"to P=0.5 | to P=0.9 | E[q] first pass | E[q] end | confirm: culprit | confirm: "
-			"parent |\n"
+			"| commits | q | f | slots | q known | bad commit's trials | below parent | parent | "
+			"culprit | above | to P=0.5 | to P=0.9 | E[q] first pass | E[q] end | confirm: "
+			"culprit | confirm: parent |\n"
 			"| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-			"| ---: | "
-			"---: | ---: |\n");
+			"| ---: | ---: | ---: | ---: |\n");
 		for (unsigned i = 0; i < nrows; i++) {
 			const struct row *r = &rows[i];
 			double u = r->o.runs;
@@ -1039,41 +1152,40 @@ int main(int argc, char **argv)
 			if (r->c.q <= 0.0 || r->c.seeded)
 				continue;
 			fprintf(stderr,
-				"| %u | %g | %g | %u | %s | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | %.1f "
-				"(%.1f) | "
-				"%.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
+				"| %u | %g | %g | %u | %s | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | "
+				"%.1f (%.1f) | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
 				r->c.n, r->c.q, r->c.f, r->c.slots, r->c.q_known > 0 ? "yes" : "no",
-				r->o.t_below / u, r->o.p_below / u, r->o.t_parent / u, r->o.p_parent / u,
-				r->o.t_culprit / u, r->o.p_culprit / u, r->o.t_above / u, r->o.p_above / u,
-				r->o.t_to50 / u, r->o.t_to90 / u, r->o.q_first / u, r->o.q_end / u,
-				r->o.c_culprit / u, r->o.c_parent / u);
+				r->o.verdict_trials / u, r->o.t_below / u, r->o.p_below / u,
+				r->o.t_parent / u, r->o.p_parent / u, r->o.t_culprit / u, r->o.p_culprit / u,
+				r->o.t_above / u, r->o.p_above / u, r->o.t_to50 / u, r->o.t_to90 / u,
+				r->o.q_first / u, r->o.q_end / u, r->o.c_culprit / u, r->o.c_parent / u);
 		}
 	}
 	if (verbose && seeded) {
 		fprintf(
 		    stderr,
 		    "seeded: where the search's trials went (per bisection; probes in brackets):\n"
-		    "| commits | q | f | slots | failing seeds | failing-seed trials | below parent | parent "
-		    "| "
-		    "culprit | above | to P=0.5 | to P=0.9 | E[q] end | E[q_s] end | confirm: culprit | "
+		    "| commits | q | f | slots | bad commit's trials | failing seeds | failing-seed trials "
+		    "| below parent | parent | culprit | above | to P=0.5 | to P=0.9 | E[q] end | E[q_s] end "
+		    "| confirm: culprit | "
 		    "confirm: parent |\n"
 		    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-		    "---: | ---: | ---: | ---: |\n");
+		    "---: | ---: | ---: | ---: | ---: |\n");
 		for (unsigned i = 0; i < nrows; i++) {
 			const struct row *r = &rows[i];
 			double u = r->o.runs;
 
 			if (r->c.q <= 0.0 || !r->c.seeded)
 				continue;
-			fprintf(
-			    stderr,
-			    "| %u | %g | %g | %u | %.1f | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f (%.1f) | "
-			    "%.1f (%.1f) | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
-			    r->c.n, r->c.q, r->c.f, r->c.slots, r->o.nfailing / u, r->o.t_failing / u,
-			    r->o.t_below / u, r->o.p_below / u, r->o.t_parent / u, r->o.p_parent / u,
-			    r->o.t_culprit / u, r->o.p_culprit / u, r->o.t_above / u, r->o.p_above / u,
-			    r->o.t_to50 / u, r->o.t_to90 / u, r->o.q_end / u, r->o.qs_end / u,
-			    r->o.c_culprit / u, r->o.c_parent / u);
+			fprintf(stderr,
+				"| %u | %g | %g | %u | %.1f | %.1f | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.1f "
+				"(%.1f) | "
+				"%.1f (%.1f) | %.1f | %.1f | %.3f | %.3f | %.1f | %.1f |\n",
+				r->c.n, r->c.q, r->c.f, r->c.slots, r->o.verdict_trials / u,
+				r->o.nfailing / u, r->o.t_failing / u, r->o.t_below / u, r->o.p_below / u,
+				r->o.t_parent / u, r->o.p_parent / u, r->o.t_culprit / u, r->o.p_culprit / u,
+				r->o.t_above / u, r->o.p_above / u, r->o.t_to50 / u, r->o.t_to90 / u,
+				r->o.q_end / u, r->o.qs_end / u, r->o.c_culprit / u, r->o.c_parent / u);
 		}
 	}
 	if (getenv("BISECT_SIM_DEBUG"))

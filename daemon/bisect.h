@@ -167,7 +167,7 @@ const char *bisect_seeds_name(enum bisect_seeds s);
  * information of one trial about the culprit; with k > 1 the commits at the
  * quantiles m/(k+1) of the posterior (k-section, "no culprit" counted past
  * the end), topped up by information gain where quantiles coincide; but
- * where the one probe that k = 1 would run plans at least k fresh trials,
+ * where the one probe that k = 1 would run plans two fresh trials or more,
  * that probe alone, split into up to k parts (plan.parts) that run at once.
  * Each
  * probe runs until its first failure, or until 'trials' passes, chosen so

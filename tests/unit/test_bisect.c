@@ -310,6 +310,20 @@ static void long_probes_split_over_the_slots(void **state)
 	}
 	bisect_release(&b);
 	assert_int_equal(sectioned, 4);
+	/*
+	 * q = 0.3: the probe one slot would run plans a few trials, fewer than
+	 * the slots; they are split too (one part each), so that no slot probes
+	 * a commit one slot would not have looked at.
+	 */
+	assert_int_equal(bisect_init(&b, 64, NULL, NULL), 0);
+	assert_int_equal(bisect_observe(&b, 63, 19, 64, false), 0);
+	assert_int_equal(bisect_next_probes(&b, 1, &one, &n1), 0);
+	assert_int_equal(bisect_next_probes(&b, 4, plan, &n), 0);
+	assert_true(one.trials >= 2 && one.trials < 4);
+	assert_int_equal(n, 1);
+	assert_int_equal(plan[0].commit, one.commit);
+	assert_int_equal(plan[0].parts, one.trials);
+	bisect_release(&b);
 }
 
 static void unbuildable_and_same_binary_never_blamed(void **state)
