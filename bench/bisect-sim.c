@@ -43,7 +43,7 @@
  *   -m  culprit model: race, seeded, or both (both)
  *   -v  on stderr, where the search's trials went: below the culprit's
  *       parent, at the parent, at the culprit, above it; trials until the
- *       true culprit held 0.5 and 0.9; E[q | culprit] after the first pass
+ *       true culprit held 0.5 and 0.9; E[q | culprit] after the bad commit's trials
  *       and at the end; confirmation trials at the culprit and its parent
  */
 #include <math.h>
@@ -438,11 +438,11 @@ struct ours {
 	double t_below, t_parent, t_culprit, t_above; /* trials */
 	double p_below, p_parent, p_culprit, p_above; /* probes */
 	double t_to50, t_to90;      /* trials until P(true culprit) first reached 0.5, 0.9 */
-	double q_first, q_end;      /* E[q | true culprit] after the first pass, at the end */
+	double q_first, q_end;      /* E[q | true culprit] after the bad commit's trials, at the end */
 	double verdict_trials;      /* the bad commit's trials before the search (its verdict's) */
 	double c_culprit, c_parent; /* confirmation trials at the culprit named, at its parent */
 	/* Seeded. */
-	double nfailing;  /* failing seeds the first pass gave */
+	double nfailing;  /* failing seeds the bad commit gave */
 	double t_failing; /* the search's trials that replayed a failing seed */
 	double qs_end;    /* E[q_s | true culprit] at the end */
 };
@@ -1062,9 +1062,9 @@ int main(int argc, char **argv)
 	if (race) {
 		printf("#### Ranges with a culprit: a race (every trial fails independently at rate q)\n\n");
 		printf(
-		    "%u simulated bisections per row. *trials*: the search's trials (the bad commit's %u "
-		    "first-pass "
-		    "trials are given to the model, not counted); *confirm trials*: re-testing culprit and "
+		    "%u simulated bisections per row. *trials*: the search's trials (the bad commit's "
+		    "verdict trials, a first pass of %u and more where the verdict asked for them, are "
+		    "given to the model, not counted); *confirm trials*: re-testing culprit and "
 		    "parent "
 		    "with fresh seeds; *accuracy*: the right commit named after confirmation (a withdrawn "
 		    "culprit's "
@@ -1092,7 +1092,8 @@ int main(int argc, char **argv)
 		printf("\n#### Ablation: the model told q\n\n");
 		printf("The same cells with the culprit's rate given to the model (`q_known`): the gap to "
 		       "the rows "
-		       "above is the price of learning q from the first pass and the probes.\n\n");
+		       "above is the price of learning q from the bad commit's verdict trials and the "
+		       "probes.\n\n");
 		fputs(culprit_header, stdout);
 		for (unsigned i = 0; i < nrows; i++)
 			if (rows[i].c.q_known > 0.0)
@@ -1103,8 +1104,9 @@ int main(int argc, char **argv)
 	if (seeded) {
 		printf("#### Ranges with a culprit: deterministic per seed (failing seeds replayed)\n\n");
 		printf("%u simulated bisections per row, columns as above. *failing seeds*: the seeds that "
-		       "failed in the "
-		       "bad commit's first pass (%u fresh seeds), which the model is given and replays first "
+		       "failed at the "
+		       "bad commit (a first pass of %u fresh seeds, and more where its verdict asked), which "
+		       "the model is given and replays first "
 		       "at each "
 		       "commit, two per probe (at the bad commit first), each once per commit; *trials* "
 		       "counts them with the fresh ones. "

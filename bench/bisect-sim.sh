@@ -34,23 +34,33 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 Setup. A history of n commits in first-parent order; 5% of commits do not build
 and 5% have the same binary as their parent (never the bad commit); the culprit
 is drawn uniformly among the others. Two culprit models, each over the same
-grid:
+grid. The bisection starts as the daemon's does, from the bad commit's
+verdict: the daemon's own statistics (`stats_verdict`, the default
+`[verdict]` settings) judge a first pass of 64 fresh seeds paired with the
+good commit's (the pooled baseline: the good side's last eight first passes
+at f), with every failing seed rerun and more trials where the evidence is
+ambiguous (up to `[trials] max`, 1024), and the bad commit's trials are drawn
+again until the verdict says `regressed`. All those trials are given to the
+model, as the daemon gives it the verdict's; they are not counted below. The
+race is judged as a non-deterministic check, the seeded culprit as a
+deterministic one. Ranges without a culprit start from a flake (a first pass
+of 64 with at least one failure; none at f = 0: started by hand), since the
+verdicts hardly ever flag a flake of that rate.
 
 - *race*: every trial at or after the culprit fails independently with rate q,
   every other trial with the baseline flake rate f. The hardest case: a seed
   that failed once is no likelier to fail again. The daemon replays the
   bad commit's failing seeds that did not pass their rerun (daemon/bisector.c):
-  a race's failing seed is kept with probability q here, and those kept fail
-  again at q, as any seed does. None is replayed when the reruns show a
+  a race's failing seed is kept when its rerun failed too (probability q),
+  and those kept fail again at q, as any seed does. None is replayed when the reruns show a
   race at odds of 99 (bisect_judge_seeds: they failed again at about the
   first pass's rate), as in the daemon.
 - *seeded*: a fixed share q of seeds fail, deterministically, at every commit
   from the culprit on and never before (a softmax tail bug fails exactly the
   seeds whose shape has C > 1024 and C % 4 != 0); every other trial fails at
-  f. The seeds that failed in the bad commit's first pass (about 64 q of them,
-  plus any flakes) are the bisection's failing seeds
-  (`bisect_params.failing_seeds`; a flake's seed only if its other repeat
-  failed too, probability f). When the reruns show the failures seed-bound
+  f. The seeds that failed at the bad commit (about 64 q of them, plus any
+  flakes) are the bisection's failing seeds (`bisect_params.failing_seeds`;
+  a flake's seed only if its rerun failed too, probability f). When the reruns show the failures seed-bound
   at odds of 99 (bisect_judge_seeds), the kept seeds' failed reruns are
   recorded as their replay at the bad commit, as the daemon does; else
   bisect_next_probes replays them there first. It replays them first at
@@ -64,8 +74,8 @@ grid:
   uses fresh seeds in both models.
 
 The model is told f (floored at 0.001: the daemon cannot know that it is
-exactly 0) but not q, which it learns from the bad commit's first pass and
-the probes. Fresh-seed probes stop at their first failure (failing-seed
+exactly 0) but not q, which it learns from the bad commit's verdict trials
+and the probes. Fresh-seed probes stop at their first failure (failing-seed
 probes run both their seeds); a lone probe also stops at
 the passes that would end the search. *wall* is the longest probe
 of each round, summed: the search's duration in trial-times. A culprit is
@@ -122,14 +132,15 @@ EOF
 	echo "\`bisect-sim -v\`, 128 commits, one slot: the search's trials per bisection (probes in"
 	echo "brackets) by where they ran against the true culprit (the parent: the nearest"
 	echo "eligible commit before it), the trials until the true culprit first held 0.5"
-	echo "and 0.9, E[q | culprit] after the first pass and at the end, and the"
-	echo "confirmation's trials at the culprit and at its parent. Race:"
+	echo "and 0.9, E[q | culprit] after the bad commit's verdict trials (*bad commit's"
+	echo "trials*) and at the end, and the confirmation's trials at the culprit and at"
+	echo "its parent. Race:"
 	echo
 	# The -v tables on stderr: the race one, then the seeded one after its title line.
 	awk '/^seeded:/ { exit } /^\| (commits|---)/ && n < 2 { print; n++; next }
 	     /^\| 128 \| [0-9.]+ \| [0-9.]+ \| 1 \|/' "$breakdown"
 	echo
-	echo "Seeded, with the failing seeds the first pass gave, the search's trials that"
+	echo "Seeded, with the failing seeds the bad commit gave, the search's trials that"
 	echo "replayed one, and E[q_s | culprit], the failing seeds' rate, at the end:"
 	echo
 	awk '/^seeded:/ { on = 1; next } on && /^\| (commits|---)/ { print; next }
