@@ -44,7 +44,7 @@
 /*
  * Once a replayed failing seed is this sure to fail past the culprit (E[q_s]
  * over the posterior), one per probe is enough: a second one would only
- * repeat the first's answer.
+ * repeat the first's answer. Once a fresh seed is (E[q]), none is replayed.
  */
 #define FAILING_SURE 0.99
 /*

@@ -179,7 +179,9 @@ const char *bisect_seeds_name(enum bisect_seeds s);
  * once E[q_s] over the posterior is at least 0.99), run
  * whole (a failing-seed probe does not stop at its first failure), and the
  * first round replays them at the bad commit (whether they fail again there
- * says whether they fail for sure past the culprit). *nout is 0 when the
+ * says whether they fail for sure past the culprit); none is replayed while
+ * E[q] of fresh seeds over the posterior is at least 0.99 (every seed fails
+ * past the culprit: a failing seed tells no more). *nout is 0 when the
  * search is over. -EINVAL.
  */
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout);
