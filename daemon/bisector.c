@@ -305,10 +305,18 @@ static void queue_parts(struct ctx *c, json_t *commit, unsigned trials, unsigned
 	}
 }
 
+/*
+ * The posterior as stored and served: each commit's probability, "no
+ * culprit", and what the search settled (its replayed seeds, their judgement,
+ * the flake rate assumed); culprit_rate is E[q] of fresh seeds at the commit
+ * now most likely the culprit: how often the failure shows there (the
+ * culprit mail's repro runs the seed often enough to see it).
+ */
 static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, const char *status)
 {
-	double *post = calloc(m->n, sizeof(double)), none = 0;
+	double *post = calloc(m->n, sizeof(double)), none = 0, rate = NAN;
 	json_t *commits = json_array();
+	int lead = BISECT_NONE;
 
 	if (post && bisect_posterior(m, post, &none) == 0) {
 		for (unsigned i = 0; i < m->n; i++)
@@ -317,12 +325,16 @@ static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, co
 								 post[i], "flags", m->flags[i]));
 	}
 	free(post);
-	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:I, s:O, s:I, s:f, s:O?}", "commits", commits, "none",
-			 none, "status", status, "trials", (json_int_t)m->total_trials, "withdrawals",
+	bisect_done(m, &lead, NULL);
+	if (lead != BISECT_NONE)
+		rate = bisect_culprit_rate(m, (unsigned)lead);
+	return json_pack("{s:o, s:f, s:s, s:I, s:I, s:I, s:O, s:I, s:f, s:O?, s:o}", "commits", commits,
+			 "none", none, "status", status, "trials", (json_int_t)m->total_trials, "withdrawals",
 			 (json_int_t)c->withdrawals, "confirm_from", (json_int_t)c->confirm_from, "replayed",
 			 json_object_get(c->doc, "failing_seeds"), "replayed_reruns",
 			 (json_int_t)jint(c->doc, "replayed_reruns", 0), "flake_rate", m->par.flake_rate,
-			 "seeds", json_object_get(c->doc, "seeds"));
+			 "seeds", json_object_get(c->doc, "seeds"), "culprit_rate",
+			 isnan(rate) ? json_null() : json_real(rate));
 }
 
 /* Whether the bisection's log (stored, or still to be stored) has an entry containing 'needle'. */

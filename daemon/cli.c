@@ -8,7 +8,7 @@
  *   numwatch ci-wait SHA [--timeout S]   exit 0 clean, 1 regressed, 2 timed out, 3 error
  *   numwatch bisect --good SHA --bad SHA --check C --dtype D   (needs NUMWATCH_TOKEN)
  *   numwatch token create NAME | list | revoke ID   --config FILE (talks to the database)
- *   numwatch repro --commit SHA --check C --dtype D --seed S --config FILE
+ *   numwatch repro --commit SHA --check C --dtype D --seed S --config FILE [--runs N]
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "caps.h"
 #include "config.h"
 #include "protocol.h"
 
@@ -490,23 +491,29 @@ static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
 	return -1;
 }
 
+/* Failing answers printed whole by a repro of many runs; the rest are counted. */
+#define REPRO_PRINT_MAX 3
+
 /*
- * Runs one trial through protocol v1 (hello, trial, bye), so that any runner
- * works, ours or a third party's. Prints the answer; returns 0 when the trial
- * passed, EXIT_REGRESSED when it failed, EXIT_ERROR when it could not run.
+ * Runs one seed 'runs' times through protocol v1 (hello, a trial per run,
+ * bye) in one runner, so that any runner works, ours or a third party's. A
+ * failure that shows on a few runs only (a race) needs many. Prints each
+ * answer of a single run, the first failing answers of many and a count.
+ * Returns 0 when every run passed, EXIT_REGRESSED when one failed,
+ * EXIT_ERROR when one could not run (crash, timeout, error) and none failed.
  */
 static int repro_trial(const char *runner, const char *cwd, const char *check, const char *dtype,
-		       unsigned long long seed, int timeout_s)
+		       unsigned long long seed, unsigned runs, int timeout_s)
 {
 	int in[2], out[2], status, rc = EXIT_ERROR;
-	char *hello = proto_hello_request(), *trial = proto_trial_request(1, check, dtype, seed, 1, NULL);
-	char *bye = proto_bye_request(), *line = malloc(NW_PROTO_LINE_MAX + 1), err[256];
-	time_t end = time(NULL) + timeout_s;
-	struct proto_trial t = {0};
+	char *hello = proto_hello_request(), *bye = proto_bye_request(),
+	     *line = malloc(NW_PROTO_LINE_MAX + 1);
+	char err[256];
+	unsigned ran = 0, failed = 0, broken = 0;
 	ssize_t n;
 	pid_t pid;
 
-	if (!hello || !trial || !bye || !line || pipe(in) < 0 || pipe(out) < 0)
+	if (!hello || !bye || !line || pipe(in) < 0 || pipe(out) < 0)
 		goto out;
 	pid = fork();
 	if (pid == 0) {
@@ -527,22 +534,38 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
 	if (write(in[1], hello, strlen(hello)) < 0 ||
-	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
+	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + timeout_s)) < 0) {
 		fprintf(stderr, "numwatch: runner '%s' did not answer hello\n", runner);
 		goto stop;
 	}
-	if (write(in[1], trial, strlen(trial)) < 0 ||
-	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
-		fprintf(stderr, "numwatch: runner '%s' gave no answer to the trial within %d s\n", runner,
-			timeout_s);
-		goto stop;
+	for (unsigned i = 0; i < runs; i++) {
+		char *trial = proto_trial_request(i + 1, check, dtype, seed, 1, NULL);
+		struct proto_trial t = {0};
+		bool ok = trial && write(in[1], trial, strlen(trial)) >= 0 &&
+			  (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + timeout_s)) >= 0;
+
+		free(trial);
+		if (!ok) {
+			fprintf(stderr, "numwatch: runner '%s' gave no answer to run %u within %d s\n",
+				runner, i + 1, timeout_s);
+			goto stop;
+		}
+		if (proto_parse_trial(line, (size_t)n, i + 1, &t, err, sizeof(err)) < 0) {
+			fprintf(stderr, "numwatch: runner '%s' answered badly: %s\n", runner, err);
+			proto_trial_release(&t);
+			goto stop;
+		}
+		ran++;
+		failed += t.verdict == OUTCOME_FAIL;
+		broken += t.verdict != OUTCOME_FAIL && t.verdict != OUTCOME_PASS;
+		if (runs == 1 || (t.verdict != OUTCOME_PASS && failed + broken <= REPRO_PRINT_MAX))
+			printf("%s\n", line);
+		proto_trial_release(&t);
 	}
-	if (proto_parse_trial(line, (size_t)n, 1, &t, err, sizeof(err)) < 0) {
-		fprintf(stderr, "numwatch: runner '%s' answered badly: %s\n", runner, err);
-		goto stop;
-	}
-	printf("%s\n", line);
-	rc = t.verdict == OUTCOME_PASS ? 0 : t.verdict == OUTCOME_FAIL ? EXIT_REGRESSED : EXIT_ERROR;
+	if (runs > 1)
+		printf("numwatch: seed %llu failed %u of %u runs%s\n", seed, failed, ran,
+		       broken ? " (and could not run on some: see above)" : "");
+	rc = failed ? EXIT_REGRESSED : broken ? EXIT_ERROR : 0;
 	/* A runner that is gone already cannot read its bye: nothing is lost. */
 	(void)!write(in[1], bye, strlen(bye));
 stop:
@@ -556,17 +579,15 @@ stop:
 		waitpid(pid, &status, 0);
 	}
 out:
-	proto_trial_release(&t);
 	free(hello);
-	free(trial);
 	free(bye);
 	free(line);
 	return rc;
 }
 
-/* Builds the commit (or reuses the daemon's build of it) and runs one trial locally. */
+/* Builds the commit (or reuses the daemon's build of it) and runs the seed locally, 'runs' times. */
 static int cmd_repro(const char *sha, const char *check, const char *dtype, const char *seed,
-		     const char *config_path, bool cuda)
+		     const char *runs, const char *config_path, bool cuda)
 {
 	struct config cfg = {0};
 	char err[1024], build[4096], runner[4200], mirror[4096], tmp[] = "/tmp/numwatch-repro.XXXXXX";
@@ -575,10 +596,22 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 	struct stat st;
 	int rc = EXIT_ERROR;
 
+	unsigned long nruns = 1;
+	char *end = NULL;
+
 	if (!sha || !check || !dtype || !seed || !api_like_sha(sha)) {
 		fprintf(stderr,
 			"numwatch: repro needs --commit SHA (40 hex digits), --check, --dtype and --seed\n");
 		return EXIT_ERROR;
+	}
+	if (runs) {
+		errno = 0;
+		nruns = strtoul(runs, &end, 10);
+		if (errno || end == runs || *end || *runs == '-' || nruns < 1 || nruns > NW_TRIALS_MAX) {
+			fprintf(stderr, "numwatch: --runs must be a whole number from 1 to %d, not '%s'\n",
+				NW_TRIALS_MAX, runs);
+			return EXIT_ERROR;
+		}
 	}
 	if (!config_path || config_load(&cfg, config_path, err, sizeof(err)) < 0) {
 		fprintf(stderr, "numwatch: %s\n", config_path ? err : "repro needs --config FILE");
@@ -614,7 +647,7 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 		snprintf(runner, sizeof(runner), "%s/%s", build, cuda ? cfg.runner_cuda : cfg.runner_host);
 	}
 	{
-		rc = repro_trial(runner, build, check, dtype, strtoull(seed, NULL, 10),
+		rc = repro_trial(runner, build, check, dtype, strtoull(seed, NULL, 10), (unsigned)nruns,
 				 (int)(cfg.hello_timeout_s + cfg.trial_timeout_s));
 	}
 out:
@@ -633,31 +666,26 @@ static void usage(FILE *f)
 		   "  bisect --good SHA --bad SHA --check C --dtype D   start a bisection\n"
 		   "                               (token from --token or NUMWATCH_TOKEN)\n"
 		   "  token create NAME | list | revoke ID|NAME   --config FILE\n"
-		   "  repro --commit SHA --check C --dtype D --seed S --config FILE [--cuda]\n"
-		   "                               build (or reuse) the commit's runner, run one trial\n");
+		   "  repro --commit SHA --check C --dtype D --seed S --config FILE [--cuda] [--runs N]\n"
+		   "                               build (or reuse) the commit's runner, run the seed\n"
+		   "                               (N times: a failure that shows on a few runs only)\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"url", required_argument, NULL, 'u'},
-	    {"limit", required_argument, NULL, 'l'},
-	    {"offset", required_argument, NULL, 'o'},
-	    {"timeout", required_argument, NULL, 't'},
-	    {"good", required_argument, NULL, 'g'},
-	    {"bad", required_argument, NULL, 'b'},
-	    {"check", required_argument, NULL, 'k'},
-	    {"dtype", required_argument, NULL, 'd'},
-	    {"seed", required_argument, NULL, 's'},
-	    {"commit", required_argument, NULL, 'C'},
-	    {"config", required_argument, NULL, 'c'},
-	    {"token", required_argument, NULL, 'T'},
-	    {"cuda", no_argument, NULL, 'G'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
+	    {"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
+	    {"good", required_argument, NULL, 'g'},   {"bad", required_argument, NULL, 'b'},
+	    {"check", required_argument, NULL, 'k'},  {"dtype", required_argument, NULL, 'd'},
+	    {"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
+	    {"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
+	    {"cuda", no_argument, NULL, 'G'},         {"runs", required_argument, NULL, 'R'},
+	    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
-	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL;
+	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL,
+		   *runs = NULL;
 	const char *config_path = getenv("NUMWATCH_CONFIG"), *token = getenv("NUMWATCH_TOKEN");
 	bool cuda = false;
 	char *args[64];
@@ -712,6 +740,9 @@ int main(int argc, char **argv)
 		case 'G':
 			cuda = true;
 			break;
+		case 'R':
+			runs = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -739,7 +770,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "token")) {
 		rc = cmd_token(nargs - 1, args + 1, config_path);
 	} else if (!strcmp(cmd, "repro") && nargs == 1) {
-		rc = cmd_repro(commit, check, dtype, seed, config_path, cuda);
+		rc = cmd_repro(commit, check, dtype, seed, runs, config_path, cuda);
 	} else {
 		usage(stderr);
 		rc = EXIT_ERROR;

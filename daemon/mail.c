@@ -377,8 +377,21 @@ static bool commit_ok(const struct mail_commit *c)
 	return c->sha && *c->sha;
 }
 
+unsigned mail_repro_runs(double rate)
+{
+	double n;
+
+	if (!(rate > 0.0) || rate >= 0.99)
+		return 1;
+	n = ceil(log(0.01) / log1p(-rate));
+	return n < MAIL_REPRO_RUNS_MAX ? (unsigned)n : MAIL_REPRO_RUNS_MAX;
+}
+
 int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 {
+	/* A seed-bound failure shows on every run of its seed: one run reproduces it. */
+	bool bound = c->seeds && !strcmp(c->seeds, "seed_bound");
+	unsigned runs = bound ? 1 : mail_repro_runs(c->rate);
 	struct buf s, b;
 	int r;
 
@@ -456,6 +469,14 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 		add_clean(&b, c->failing_seeds, MAIL_FIELD_MAX);
 		buf_adds(&b, "\n");
 	}
+	if (c->rate > 0.0 && c->rate <= 1.0) {
+		buf_addf(&b, "  rate:    %.1f%% of fresh seeds fail at the culprit", 100.0 * c->rate);
+		if (bound)
+			buf_adds(&b, ";\n           a failing seed fails again every time");
+		else if (c->seeds && !strcmp(c->seeds, "race"))
+			buf_adds(&b, ";\n           a race: a failing seed fails again only as often");
+		buf_adds(&b, "\n");
+	}
 
 	if (c->has_seed) {
 		buf_adds(&b, "\nTo reproduce it on your own GPU:\n\n  numwatch repro --commit ");
@@ -464,7 +485,16 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 		add_shell_word(&b, c->check);
 		buf_adds(&b, " --dtype ");
 		add_shell_word(&b, c->dtype);
-		buf_addf(&b, " --seed %llu\n", c->seed);
+		buf_addf(&b, " --seed %llu", c->seed);
+		if (runs > 1)
+			buf_addf(&b, " --runs %u", runs);
+		buf_adds(&b, "\n");
+		if (runs > 1)
+			buf_addf(
+			    &b,
+			    "\nThe failure does not show on every run: the command runs the seed %u times,\n"
+			    "enough to see it fail with 99%% probability at that rate.\n",
+			    runs);
 	}
 
 	buf_adds(&b, "\nOn the dashboard:\n  commit:    ");

@@ -84,7 +84,18 @@ struct mail_culprit {
 	double max_rel;
 	long long nonfinite; /* non-finite values where the reference is finite */
 	const char *error;   /* the trial's error text (crash, timeout) */
+	/* What the bisection learnt: its failing seeds' judgement ("seed_bound", "race", "unsure"; NULL: none). */
+	const char *seeds;
+	double rate; /* the share of fresh seeds failing at the culprit (NAN: unknown) */
 };
+
+/*
+ * The runs of one seed a repro needs to see a failure that shows on a share
+ * 'rate' of runs, at 99%: 1 where it shows every time (rate >= 0.99) or the
+ * rate is unknown, at most MAIL_REPRO_RUNS_MAX.
+ */
+#define MAIL_REPRO_RUNS_MAX 10000
+unsigned mail_repro_runs(double rate);
 
 /* What a follow-up says. Strings are borrowed. */
 struct mail_followup {

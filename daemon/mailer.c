@@ -109,7 +109,8 @@ static const char sweep_sql[] =
  * worst failing trial stored at the culprit (a confirmed failing seed first,
  * then a failure over a crash or a timeout, then the highest ratio; a null
  * ratio with a failure is a non-finite output, the worst there is) with its
- * worst tensor.
+ * worst tensor; and what the bisection learnt of the failure: whether its
+ * failing seeds are seed-bound, and how often it shows at the culprit.
  */
 static const char culprit_sql[] =
     "SELECT k.name, b.dtype, b.confidence, array_to_string(b.failing_seeds, ', '),"
@@ -117,7 +118,9 @@ static const char culprit_sql[] =
     "  t.seed, t.outcome, t.family, '[' || array_to_string(t.shape, ', ') || ']', t.ratio, t.error,"
     "  w.e ->> 'name', w.e ->> 'max_abs', w.e ->> 'max_rel',"
     "  CASE WHEN jsonb_typeof(w.e -> 'nonfinite') = 'number' THEN (w.e ->> 'nonfinite')::float8 END,"
-    "  b.failing_seeds[1]"
+    "  b.failing_seeds[1], b.posterior ->> 'seeds',"
+    "  CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'"
+    "    THEN (b.posterior ->> 'culprit_rate')::float8 END"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
     " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
     " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM "
@@ -355,6 +358,8 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	c.max_abs = col_double(res, 20);
 	c.max_rel = col_double(res, 21);
 	c.nonfinite = isnan(col_double(res, 22)) ? 0 : (long long)col_double(res, 22);
+	c.seeds = col(res, 24);
+	c.rate = col_double(res, 25);
 
 	rc = mail_compose_culprit(&c, &t);
 	if (rc == 0)

@@ -151,4 +151,16 @@ grep -q '"verdict": *"fail"' "$work/repro.out" || fail "repro did not print the 
 rm -rf "$work/state/builds/$bad"
 rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 3 --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
 [[ $rc == 1 ]] && grep -q "building ${bad:0:12}" "$work/repro.out" || fail "repro without a build did not build: $(cat "$work/repro.out")"
-echo "ok: numwatch repro reuses the daemon's build or builds the commit, and exits 1 on the failing seed"
+# --runs N: the seed N times in one runner; a count, and the exit code of the worst.
+rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 3 --runs 4 --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
+[[ $rc == 1 ]] && grep -q "seed 3 failed 4 of 4 runs" "$work/repro.out" ||
+	fail "repro --runs 4 of a failing seed: exit $rc, $(cat "$work/repro.out")"
+rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 0 --runs 3 --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
+[[ $rc == 0 ]] && grep -q "seed 0 failed 0 of 3 runs" "$work/repro.out" ||
+	fail "repro --runs 3 of a passing seed: exit $rc, $(cat "$work/repro.out")"
+for bad_runs in 0 -2 x 100001; do
+	rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 0 --runs "$bad_runs" --config "$work/nw.conf" >"$work/repro.out" 2>&1 || rc=$?
+	[[ $rc == 3 ]] && grep -q -- "--runs must be a whole number from 1 to 100000" "$work/repro.out" ||
+		fail "repro --runs $bad_runs: exit $rc, $(cat "$work/repro.out")"
+done
+echo "ok: numwatch repro reuses the daemon's build or builds the commit, and exits 1 on the failing seed; --runs N counts"

@@ -5,7 +5,8 @@
 # only as any seed does, so the daemon does not replay them (a replay that
 # passed would read as "the failure was a flake"), says so in the
 # bisection's log, and still names the culprit: in the bisection it queues
-# by itself and in one started by hand over the whole history.
+# by itself and in one started by hand over the whole history. The culprit
+# mail says how often the race shows and repeats its repro accordingly.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -21,7 +22,12 @@ nw_mode_history "$repo" 16 "$culprit" good race
 pg_start
 NW_PORT=$(nw_free_port)
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
-nw_mode_conf "$work/nw.conf" race "$repo" 32 32
+nw_mode_conf "$work/nw.conf" race "$repo" 32 32 "public_url = http://numwatch.test:8080/
+[mail]
+from = numwatch <numwatch@example.org>
+to = dev@example.org
+send_to_author = false
+mbox = $work/mbox"
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 tip_judged() { [[ $(pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id
 	WHERE c.position = 15") == regressed ]]; }
@@ -50,6 +56,26 @@ for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
 done
 echo "ok: $(pg_psql "SELECT count(*) FROM bisections") bisections named the race at $culprit with fresh seeds only" \
 	"(by hand: $(pg_psql "SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = $id") probe trials)"
+
+# The culprit mail tells how often the race shows, and its repro runs the seed often enough to see
+# it (one run would pass half the time). The rate is the search's estimate at the culprit.
+read -r seeds rate <<<"$(pg_psql "SELECT coalesce(posterior->>'seeds', '-') || ' '
+	|| coalesce(round((posterior->>'culprit_rate')::numeric, 3)::text, '-') FROM bisections WHERE id = $id")"
+awk -v r="$rate" 'BEGIN { exit !(r >= 0.3 && r <= 0.7) }' ||
+	fail "bisection $id estimated the culprit's rate at '$rate' (seeds: $seeds), the race fails 50%"
+mailed() { grep -q -- "--runs [0-9]" "$work/mbox"; }
+nw_wait 60 "the culprit mail with a repeated repro" mailed
+grep -q "% of fresh seeds fail at the culprit" "$work/mbox" || fail "the culprit mail does not say how often it fails"
+repro=$(grep -m1 -o "numwatch repro .* --runs [0-9]*" "$work/mbox")
+runs=${repro##* }
+((runs >= 4 && runs <= 16)) || fail "the mail's repro runs the seed $runs times for a 50% race (rate $rate)"
+# The mail's command, run here (the config added): it must fail. More runs than the mail's so that
+# this test does not fail 1% of the time; then some of them pass too.
+rc=0; ${repro/numwatch/$NUMWATCH} --config "$work/nw.conf" --runs 40 >"$work/repro.out" 2>&1 || rc=$?
+count=$(grep -o "failed [0-9]* of 40 runs" "$work/repro.out" | cut -d' ' -f2)
+[[ $rc == 1 && -n $count ]] && ((count > 0 && count < 40)) ||
+	fail "the mail's repro, 40 runs: exit $rc, $(tail -3 "$work/repro.out")"
+echo "ok: the culprit mail (seeds: $seeds, rate $rate) repeats the repro $runs times; 40 runs failed $count"
 
 # A range entirely after the race (its good end races too): the culprit it names fails its
 # confirmation at the parent, and after each withdrawal it is re-tested with new seeds, not

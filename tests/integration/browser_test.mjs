@@ -185,6 +185,11 @@ try {
   check((await page.locator('table.range .pbar[role="meter"]').count()) >= 1, 'the range has a probability bar per commit');
   check((await page.locator('table.probes tbody tr').count()) >= 1, 'the probes are listed');
   check((await page.locator('ol.bisect-log li').count()) >= 1, 'the log is shown');
+  const fact = async (name) => ((await page.locator('dl.facts div.fact', { has: page.locator('dt', { hasText: name }) }).locator('dd').textContent()) || '').trim();
+  const rate = await fact('Failure rate');
+  check(/^\d+(\.\d+)?% of fresh seeds at the leading candidate/.test(rate), `the culprit\u2019s failure rate is shown: ${rate}`);
+  const flake = await fact('Flake rate assumed');
+  check(/^[<>]?\d+(\.\d+)?%/.test(flake), `the flake rate the bisection assumed is shown: ${flake}`);
   await shot(page, 'bisection');
 
   // ---- 4. the bisections list, and back to a bisection by clicking

@@ -49,6 +49,8 @@ static struct mail_culprit culprit_facts(void)
 	    .max_rel = 0.0125,
 	    .nonfinite = 0,
 	    .error = NULL,
+	    .seeds = "seed_bound",
+	    .rate = 0.1875,
 	};
 	return c;
 }
@@ -160,6 +162,9 @@ static void test_culprit_body(void **state)
 			       "  error:   ratio 3.5 to the tolerance budget (a trial fails above 1)\n"
 			       "           in tensor y: max_abs 0.001, max_rel 0.0125\n"));
 	assert_non_null(strstr(t.body, "  failing seeds: 3, 11, 19\n"));
+	assert_non_null(strstr(t.body, "  rate:    18.8% of fresh seeds fail at the culprit;\n"
+				       "           a failing seed fails again every time\n"));
+	/* Seed-bound: one run of the seed reproduces it. */
 	assert_non_null(strstr(t.body, "\n  numwatch repro --commit " SHA_BAD
 				       " --check softmax.fwd --dtype bf16 --seed 3\n"));
 	assert_non_null(strstr(t.body, "  commit:    https://numwatch.example.org/?view=commit&sha=" SHA_BAD
@@ -209,6 +214,54 @@ static void test_culprit_without_trial(void **state)
 	assert_int_equal(mail_compose_culprit(&c, &t), -EINVAL);
 	assert_null(t.subject);
 	assert_null(t.body);
+}
+
+/*
+ * A race: a failing seed fails again only as often as any seed, so one run
+ * of the repro would most likely pass; it runs the seed often enough to see
+ * the failure at 99%.
+ */
+static void test_culprit_race_repro_runs(void **state)
+{
+	struct mail_culprit c = culprit_facts();
+	struct mail_text t;
+
+	(void)state;
+	c.seeds = "race";
+	c.rate = 0.05;
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_non_null(strstr(t.body, "  rate:    5.0% of fresh seeds fail at the culprit;\n"
+				       "           a race: a failing seed fails again only as often\n"));
+	/* 0.95^90 < 0.01 <= 0.95^89 */
+	assert_non_null(strstr(t.body, " --dtype bf16 --seed 3 --runs 90\n"));
+	assert_non_null(
+	    strstr(t.body, "runs the seed 90 times,\nenough to see it fail with 99% probability"));
+	mail_text_release(&t);
+
+	/* Not judged either way: still repeated, by the rate. */
+	c.seeds = "unsure";
+	c.rate = 0.3;
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_non_null(strstr(t.body, "  rate:    30.0% of fresh seeds fail at the culprit\n"));
+	assert_non_null(strstr(t.body, " --seed 3 --runs 13\n"));
+	mail_text_release(&t);
+
+	/* A bisection from before the rate was kept: one run, no rate line. */
+	c.seeds = NULL;
+	c.rate = NAN;
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_null(strstr(t.body, "rate:"));
+	assert_non_null(strstr(t.body, " --seed 3\n"));
+	mail_text_release(&t);
+
+	assert_int_equal(mail_repro_runs(NAN), 1);
+	assert_int_equal(mail_repro_runs(0.0), 1);
+	assert_int_equal(mail_repro_runs(-0.5), 1);
+	assert_int_equal(mail_repro_runs(1.0), 1);
+	assert_int_equal(mail_repro_runs(0.995), 1);
+	assert_int_equal(mail_repro_runs(0.5), 7);
+	assert_int_equal(mail_repro_runs(0.02), 228);
+	assert_int_equal(mail_repro_runs(1e-7), MAIL_REPRO_RUNS_MAX);
 }
 
 static void test_followup_threading(void **state)
@@ -702,6 +755,7 @@ int main(void)
 	    cmocka_unit_test(test_culprit_headers_exact),
 	    cmocka_unit_test(test_culprit_body),
 	    cmocka_unit_test(test_culprit_without_trial),
+	    cmocka_unit_test(test_culprit_race_repro_runs),
 	    cmocka_unit_test(test_followup_threading),
 	    cmocka_unit_test(test_subject_encoding),
 	    cmocka_unit_test(test_outside_text_cleaned),

@@ -13,6 +13,16 @@ const RANGE_MAX = 300;
 /** Folded away in a long range: commits below this probability, unprobed and unflagged. */
 const P_MIN = 0.001;
 
+/** What the bad commit's reruns said of its failing seeds (posterior.seeds), in words. */
+function seedsNote(post) {
+  const words = {
+    seed_bound: ' · seed-bound: they fail again every time, so they are replayed first',
+    race: ' · a race: they fail again only as often as any seed, so fresh seeds are used',
+    unsure: ' · not judged yet either way: replayed, their rate learnt',
+  };
+  return post && words[post.seeds] ? h('span', { class: 'muted' }, words[post.seeds]) : null;
+}
+
 /** Per commit of the range: probability, flags (posterior's, else derived from builds) and probes. */
 export function rangeRows(b) {
   const range = Array.isArray(b.range) ? b.range : [];
@@ -251,7 +261,9 @@ export default {
         ['Check', h('a', { href: url.check(b.check, b.dtype), class: 'mono' }, `${b.check} · ${b.dtype}`)],
         ['Last clean', commitLink(b.good, { n: 12 })],
         ['Regressed at', commitLink(b.bad, { n: 12, check: b.check, dtype: b.dtype })],
-        ['Failing seeds', Array.isArray(b.failing_seeds) && b.failing_seeds.length ? h('code', null, b.failing_seeds.join(', ')) : '—'],
+        ['Failing seeds', Array.isArray(b.failing_seeds) && b.failing_seeds.length ? h('span', null, h('code', null, b.failing_seeds.join(', ')), seedsNote(post)) : '—'],
+        ['Failure rate', post.culprit_rate == null ? '—' : h('span', null, `${fmtPercent(post.culprit_rate)} of fresh seeds`, h('span', { class: 'muted' }, ' at the leading candidate (estimated)'))],
+        ['Flake rate assumed', post.flake_rate == null ? '—' : h('span', null, fmtPercent(post.flake_rate, 2), h('span', { class: 'muted' }, ' (the good side’s)'))],
         ['State', h('span', null, String(b.state), post.status ? h('span', { class: 'muted' }, ` · bisector: ${post.status}`) : null)],
         ['Evidence', `${fmtInt(post.trials)} trials seen${post.withdrawals ? ` · ${fmtInt(post.withdrawals)} culprit${post.withdrawals === 1 ? '' : 's'} withdrawn` : ''}`],
         ['Requested by', b.requested_by == null ? '—' : String(b.requested_by)],
