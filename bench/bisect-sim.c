@@ -37,7 +37,7 @@
  *
  * usage: bisect-sim [-r RUNS] [-s SEED] [-j JOBS] [-f FIRST_PASS] [-n] [-q] [-v]
  *   -r  bisections per row (400)      -j  worker processes (2)
- *   -f  trials of the bad commit's first pass, before the verdict asks for more (64)
+ *   -f  trials of the bad commit's first pass, before the verdict asks for more (64; at most 1024)
  *   -n  probes run all their trials instead of stopping at the first failure
  *   -q  quick: 128 commits and one slot only
  *   -m  culprit model: race, seeded, or both (both)
@@ -988,7 +988,8 @@ int main(int argc, char **argv)
 			usage();
 		}
 	}
-	if (runs == 0 || jobs == 0 || jobs > 64 || first_pass == 0 || optind != argc)
+	if (runs == 0 || jobs == 0 || jobs > 64 || first_pass == 0 || first_pass > VERDICT_TRIALS_MAX ||
+	    optind != argc)
 		usage();
 	/* Shared with the workers, which each fill every jobs-th row. */
 	rows =

@@ -63,6 +63,12 @@ commits = ${NW_GPU_SAN_COMMITS:-1000}
 slots = $SLOTS
 [http]
 port = 18080
+public_url = http://127.0.0.1:18080/
+[mail]
+from = numwatch <numwatch@gpu.test>
+to = dev@gpu.test
+send_to_author = false
+mbox = $OUT/mbox
 CONF
 
 # NW_GPU_MPS=1: the slots' runners share the GPU through CUDA MPS (a user-space
@@ -137,6 +143,31 @@ log "runs done in $((SECONDS - t0))s"
 kill -TERM $daemon
 wait $daemon
 
+# Each culprit mail's repro command, run here on the GPU as a developer would (the CUDA runner
+# the daemon built), then with 20 runs: a seed-bound failure fails every run.
+log "the culprit mails' repro commands"
+python3 - "$OUT/mbox" >/tmp/repros.txt <<'PY'
+import mailbox, sys
+for m in mailbox.mbox(sys.argv[1]):
+    body = m.get_payload(decode=True).decode("utf-8", "replace")
+    lines = body.splitlines()
+    repro = next((l.strip() for l in lines if l.strip().startswith("numwatch repro ")), None)
+    rate = " ".join(l.strip() for i, l in enumerate(lines) if l.strip().startswith("rate:")
+                    or (i and lines[i - 1].strip().startswith("rate:") and l.startswith("           ")))
+    if repro:
+        print("\t".join([m["X-Numwatch-Bisection"] or "-", rate.replace("rate:", "").strip() or "-", repro]))
+PY
+: >"$OUT/repros.md"
+while IFS=$'\t' read -r bis rate cmd; do
+	args=${cmd#numwatch repro }
+	# shellcheck disable=SC2086 # the mail's words are the arguments
+	mail_out=$("$G/bin/numwatch" repro $args --cuda --config /tmp/nw.conf 2>&1 | tail -1)
+	[[ $mail_out == numwatch:* ]] || mail_out=$(grep -o '"verdict": *"[a-z_]*"' <<<"$mail_out" || echo "${mail_out:0:80}")
+	# shellcheck disable=SC2086
+	many=$("$G/bin/numwatch" repro ${args% --runs *} --cuda --config /tmp/nw.conf --runs 20 2>&1 | tail -1)
+	echo "| $bis | $rate | \`numwatch repro ${args}\` | ${mail_out} | ${many:0:80} |" >>"$OUT/repros.md"
+done </tmp/repros.txt
+
 {
 	echo "## GPU run: $(date -u +%Y-%m-%d), $gpu"
 	echo
@@ -185,6 +216,15 @@ wait $daemon
 		WHERE e->>'msg' LIKE '%not replayed%' OR e->>'msg' LIKE '%fresh seeds only%'), '') || ' |'
 		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
 		JOIN commits bd ON bd.id = b.bad_commit_id ORDER BY b.id"
+	echo
+	echo "### The culprit mails' repro commands, run on this GPU"
+	echo
+	echo "Each culprit mail's \`numwatch repro\` command with \`--cuda --config\` added (the daemon's"
+	echo "build of the culprit), its last line of output; then the same seed 20 times (\`--runs 20\`)."
+	echo
+	echo "| bisection | rate (the mail's words) | repro | its result | 20 runs |"
+	echo "| ---: | --- | --- | --- | --- |"
+	cat "$OUT/repros.md"
 	echo
 	echo "### $TRIALS seeds per check x dtype on the newest commit ($newest)"
 	echo

@@ -44,7 +44,7 @@
 /*
  * Once a replayed failing seed is this sure to fail past the culprit (E[q_s]
  * over the posterior), one per probe is enough: a second one would only
- * repeat the first's answer. Once a fresh seed is (E[q]), none is replayed.
+ * repeat the first's answer.
  */
 #define FAILING_SURE 0.99
 /*
@@ -551,7 +551,7 @@ out:
 	return t;
 }
 
-/* E[rate | culprit] over the posterior's culprits: of fresh seeds (qbar) or failing seeds (qbar_s). */
+/* E[rate | culprit] over the posterior's culprits (qbar_s: of failing seeds). */
 static double mean_rate(const struct bisect *b, const double *rate)
 {
 	double m = 0.0, z = 0.0;
@@ -564,20 +564,11 @@ static double mean_rate(const struct bisect *b, const double *rate)
 	return z > 0.0 ? m / z : 0.0;
 }
 
-/*
- * Failing seeds per probe: FAILING_PROBE_MAX, one once they are as good as
- * certain (FAILING_SURE), and none where fresh seeds already are: when
- * every seed fails past the culprit a failing seed tells nothing more, and
- * replaying them would only cost the round at the bad commit and a second
- * trial per probe (measured with bench/bisect-sim, q = 1, 16 commits: 6.1
- * trials against 4.1 without).
- */
+/* Failing seeds per probe: FAILING_PROBE_MAX, or one once they are as good as certain (FAILING_SURE). */
 static unsigned failing_probe_size(const struct bisect *b)
 {
 	bool replayed = false;
 
-	if (b->par.failing_seeds == 0 || mean_rate(b, b->qbar) >= FAILING_SURE)
-		return 0;
 	/* Before any replay E[q_s] is only the fresh seeds' rate: q_s is still to be learnt. */
 	for (unsigned i = 0; i < b->n; i++)
 		replayed |= b->trial[1][i] > 0;
@@ -593,6 +584,18 @@ enum bisect_seeds bisect_judge_seeds(unsigned failures, unsigned trials, unsigne
 
 	if (reruns == 0 || rerun_failures > reruns || failures > trials || trials == 0)
 		return BISECT_SEEDS_UNSURE;
+	/*
+	 * Every trial failed and every rerun too: a race and a seed-bound bug
+	 * look alike there, and either way a failing seed fails again as surely
+	 * as any seed, so its reruns stand for its replay at the bad commit
+	 * (measured with bench/bisect-sim, q = 1, 16 commits: 6.1 trials with a
+	 * round of replays there first, 3.9 without). Giving up the replays
+	 * instead would leave a seed-bound bug that fails 95% to 99.5% of fresh
+	 * seeds (64 of 64 failing) to fresh seeds, whose rare passes past the
+	 * culprit the model, sure of q near 1, reads as strong evidence.
+	 */
+	if (failures == trials && rerun_failures == reruns)
+		return BISECT_SEEDS_BOUND;
 	/* The first pass's rate, kept off 0 and 1 (near 1 a race and a seed-bound failure look alike). */
 	p = fmin(fmax((failures + 0.5) / (trials + 1.0), f), Q_MAX);
 	race = loglik(rerun_failures, reruns, log(p), log1p(-p));
@@ -643,7 +646,8 @@ static int most_informative(const struct bisect *b, const double *eig, const uns
 
 /*
  * One probe at j: up to seeds_per_probe failing seeds not yet run there
- * first (each once per commit, run whole), then fresh seeds until the first failure, at most
+ * first (each once per commit, run whole), then fresh seeds until the first
+ * failure, at most
  * plan_trials() of them; a lone probe (the round's only one) no further
  * than the passes that would end the search. Returns the fresh trials
  * planned before that last cut (0 for failing seeds).
@@ -654,7 +658,7 @@ static unsigned plan_probe(const struct bisect *b, unsigned j, double mass, unsi
 	unsigned used = b->trial[1][j], planned = 0;
 
 	*p = (struct bisect_plan){.commit = j, .stop_on_failure = true, .parts = 1};
-	if (seeds_per_probe > 0 && b->par.failing_seeds > used) {
+	if (b->par.failing_seeds > used) {
 		p->failing_seeds = true;
 		p->trials = b->par.failing_seeds - used;
 		if (p->trials > seeds_per_probe)
@@ -713,7 +717,7 @@ int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, un
 	 * deterministic check) or as any seed does (a race), before their
 	 * passes elsewhere are taken as evidence either way.
 	 */
-	if (seeds_per_probe > 0 && eligible(b, b->n - 1) && b->trial[1][b->n - 1] == 0)
+	if (b->par.failing_seeds > 0 && eligible(b, b->n - 1) && b->trial[1][b->n - 1] == 0)
 		pick[np++] = b->n - 1;
 	/*
 	 * Slots to spare for one probe of several trials: when the probe one

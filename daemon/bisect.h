@@ -150,7 +150,9 @@ double bisect_culprit_rate(struct bisect *b, unsigned commit);
  * pass. A race's rerun fails at the first pass's rate p, as any seed does; a
  * seed-bound failure's fails for sure, but for the share of failing seeds
  * that were flakes (about f / p), which fail again at f. Either way must be
- * 99 times likelier to be taken.
+ * 99 times likelier to be taken; where every trial and every rerun failed
+ * the two look alike, and the seeds are taken as seed-bound (they fail
+ * again as surely as any seed).
  */
 enum bisect_seeds {
 	BISECT_SEEDS_UNSURE = 0, /* replay them, first at the bad commit, and learn q_s from the replays */
@@ -179,9 +181,7 @@ const char *bisect_seeds_name(enum bisect_seeds s);
  * once E[q_s] over the posterior is at least 0.99), run
  * whole (a failing-seed probe does not stop at its first failure), and the
  * first round replays them at the bad commit (whether they fail again there
- * says whether they fail for sure past the culprit); none is replayed while
- * E[q] of fresh seeds over the posterior is at least 0.99 (every seed fails
- * past the culprit: a failing seed tells no more). *nout is 0 when the
+ * says whether they fail for sure past the culprit). *nout is 0 when the
  * search is over. -EINVAL.
  */
 int bisect_next_probes(struct bisect *b, unsigned k, struct bisect_plan *out, unsigned *nout);

@@ -309,8 +309,9 @@ static void queue_parts(struct ctx *c, json_t *commit, unsigned trials, unsigned
  * The posterior as stored and served: each commit's probability, "no
  * culprit", and what the search settled (its replayed seeds, their judgement,
  * the flake rate assumed); culprit_rate is E[q] of fresh seeds at the commit
- * now most likely the culprit: how often the failure shows there (the
- * culprit mail's repro runs the seed often enough to see it).
+ * now most likely the culprit (the culprit, once confirmed): how often the
+ * failure shows there (the culprit mail's repro runs the seed often enough
+ * to see it).
  */
 static json_t *posterior_json(struct ctx *c, struct bisect *m, json_t *range, const char *status)
 {

@@ -56,4 +56,31 @@
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
 
+/*
+ * `numwatch repro --runs N`: the most runs a culprit mail suggests (a failure
+ * rarer than about 1 in 2000 runs is left to the dashboard's numbers), and
+ * the failing answers a repro of many runs prints whole (the rest are counted).
+ */
+#define NW_REPRO_RUNS_MAIL_MAX 10000
+#define NW_REPRO_PRINT_MAX     3
+
+/* Mail (mail.c, mailer.c). */
+/* An address (RFC 5321's limit on a forward path). */
+#define MAIL_ADDRESS_MAX 254
+/* A display name in the From option. */
+#define MAIL_NAME_MAX 64
+/* Recipients of one mail: the author and the configured list. */
+#define MAIL_RECIPIENTS_MAX 64
+/* Bytes of a commit title in a subject or body (cut on a character boundary, "..." added). */
+#define MAIL_TITLE_MAX 200
+/* Bytes of other outside text in a body: names, check names, a trial's error. */
+#define MAIL_FIELD_MAX 400
+/* A composed body, and a whole formatted message. */
+#define MAIL_BODY_MAX    (64 * 1024)
+#define MAIL_MESSAGE_MAX (128 * 1024)
+/* A formatted Date header value: "Thu, 05 Mar 2026 12:00:00 +0000". */
+#define MAIL_DATE_MAX 40
+/* A Message-ID, angle brackets included. */
+#define MAIL_MESSAGE_ID_MAX 320
+
 #endif

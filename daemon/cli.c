@@ -491,25 +491,42 @@ static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
 	return -1;
 }
 
-/* Failing answers printed whole by a repro of many runs; the rest are counted. */
-#define REPRO_PRINT_MAX 3
+/* Writes all of 'len' bytes to a pipe; false when the reader is gone. */
+static bool write_all(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		p += n;
+		len -= (size_t)n;
+	}
+	return true;
+}
 
 /*
  * Runs one seed 'runs' times through protocol v1 (hello, a trial per run,
  * bye) in one runner, so that any runner works, ours or a third party's. A
  * failure that shows on a few runs only (a race) needs many. Prints each
  * answer of a single run, the first failing answers of many and a count.
+ * The runner has hello_s to answer hello and trial_s for each trial; one
+ * that dies, hangs or answers badly ends the runs there, counted so far.
  * Returns 0 when every run passed, EXIT_REGRESSED when one failed,
- * EXIT_ERROR when one could not run (crash, timeout, error) and none failed.
+ * EXIT_ERROR when none failed but one could not run (crash, timeout, error,
+ * a runner that stopped).
  */
 static int repro_trial(const char *runner, const char *cwd, const char *check, const char *dtype,
-		       unsigned long long seed, unsigned runs, int timeout_s)
+		       unsigned long long seed, unsigned runs, int hello_s, int trial_s)
 {
 	int in[2], out[2], status, rc = EXIT_ERROR;
 	char *hello = proto_hello_request(), *bye = proto_bye_request(),
 	     *line = malloc(NW_PROTO_LINE_MAX + 1);
 	char err[256];
 	unsigned ran = 0, failed = 0, broken = 0;
+	bool stopped = false;
 	ssize_t n;
 	pid_t pid;
 
@@ -533,41 +550,46 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 	if (pid < 0)
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
-	if (write(in[1], hello, strlen(hello)) < 0 ||
-	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + timeout_s)) < 0) {
-		fprintf(stderr, "numwatch: runner '%s' did not answer hello\n", runner);
+	if (!write_all(in[1], hello, strlen(hello)) ||
+	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s)) < 0) {
+		fprintf(stderr, "numwatch: runner '%s' did not answer hello within %d s\n", runner, hello_s);
 		goto stop;
 	}
-	for (unsigned i = 0; i < runs; i++) {
+	for (unsigned i = 0; i < runs && !stopped; i++) {
 		char *trial = proto_trial_request(i + 1, check, dtype, seed, 1, NULL);
 		struct proto_trial t = {0};
-		bool ok = trial && write(in[1], trial, strlen(trial)) >= 0 &&
-			  (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + timeout_s)) >= 0;
+		time_t end = time(NULL) + trial_s;
 
+		if (!trial || !write_all(in[1], trial, strlen(trial)) ||
+		    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
+			fprintf(stderr, "numwatch: runner '%s' %s at run %u\n", runner,
+				time(NULL) >= end ? "gave no answer in time" : "stopped answering", i + 1);
+			stopped = true;
+		} else if (proto_parse_trial(line, (size_t)n, i + 1, &t, err, sizeof(err)) < 0) {
+			fprintf(stderr, "numwatch: runner '%s' answered run %u badly: %s\n", runner, i + 1,
+				err);
+			stopped = true;
+		} else {
+			ran++;
+			failed += t.verdict == OUTCOME_FAIL;
+			broken += t.verdict != OUTCOME_FAIL && t.verdict != OUTCOME_PASS;
+			if (runs == 1 || (t.verdict != OUTCOME_PASS && failed + broken <= NW_REPRO_PRINT_MAX))
+				printf("%s\n", line);
+		}
 		free(trial);
-		if (!ok) {
-			fprintf(stderr, "numwatch: runner '%s' gave no answer to run %u within %d s\n",
-				runner, i + 1, timeout_s);
-			goto stop;
-		}
-		if (proto_parse_trial(line, (size_t)n, i + 1, &t, err, sizeof(err)) < 0) {
-			fprintf(stderr, "numwatch: runner '%s' answered badly: %s\n", runner, err);
-			proto_trial_release(&t);
-			goto stop;
-		}
-		ran++;
-		failed += t.verdict == OUTCOME_FAIL;
-		broken += t.verdict != OUTCOME_FAIL && t.verdict != OUTCOME_PASS;
-		if (runs == 1 || (t.verdict != OUTCOME_PASS && failed + broken <= REPRO_PRINT_MAX))
-			printf("%s\n", line);
 		proto_trial_release(&t);
 	}
 	if (runs > 1)
 		printf("numwatch: seed %llu failed %u of %u runs%s\n", seed, failed, ran,
-		       broken ? " (and could not run on some: see above)" : "");
-	rc = failed ? EXIT_REGRESSED : broken ? EXIT_ERROR : 0;
+		       stopped  ? " (the runner stopped: see above)"
+		       : broken ? " (some could not run: see above)"
+				: "");
+	rc = failed ? EXIT_REGRESSED : EXIT_ERROR;
+	if (!failed && !broken && !stopped)
+		rc = 0;
 	/* A runner that is gone already cannot read its bye: nothing is lost. */
-	(void)!write(in[1], bye, strlen(bye));
+	if (!stopped)
+		(void)write_all(in[1], bye, strlen(bye));
 stop:
 	close(in[1]);
 	close(out[0]);
@@ -595,7 +617,6 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 	const char *env[] = {env_wt, env_bd, env_c, NULL};
 	struct stat st;
 	int rc = EXIT_ERROR;
-
 	unsigned long nruns = 1;
 	char *end = NULL;
 
@@ -648,7 +669,7 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 	}
 	{
 		rc = repro_trial(runner, build, check, dtype, strtoull(seed, NULL, 10), (unsigned)nruns,
-				 (int)(cfg.hello_timeout_s + cfg.trial_timeout_s));
+				 (int)cfg.hello_timeout_s, (int)cfg.trial_timeout_s);
 	}
 out:
 	config_release(&cfg);

@@ -384,7 +384,7 @@ unsigned mail_repro_runs(double rate)
 	if (!(rate > 0.0) || rate >= 0.99)
 		return 1;
 	n = ceil(log(0.01) / log1p(-rate));
-	return n < MAIL_REPRO_RUNS_MAX ? (unsigned)n : MAIL_REPRO_RUNS_MAX;
+	return n < NW_REPRO_RUNS_MAIL_MAX ? (unsigned)n : NW_REPRO_RUNS_MAIL_MAX;
 }
 
 int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)

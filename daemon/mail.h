@@ -20,27 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/*
- * Caps. They belong with the others in caps.h; they live here until that
- * header is free to edit.
- */
-/* An address (RFC 5321's limit on a forward path). */
-#define MAIL_ADDRESS_MAX 254
-/* A display name in the From option. */
-#define MAIL_NAME_MAX 64
-/* Recipients of one mail: the author and the configured list. */
-#define MAIL_RECIPIENTS_MAX 64
-/* Bytes of a commit title in a subject or body (cut on a character boundary, "..." added). */
-#define MAIL_TITLE_MAX 200
-/* Bytes of other outside text in a body: names, check names, a trial's error. */
-#define MAIL_FIELD_MAX 400
-/* A composed body, and a whole formatted message. */
-#define MAIL_BODY_MAX    (64 * 1024)
-#define MAIL_MESSAGE_MAX (128 * 1024)
-/* A formatted Date header value: "Thu, 05 Mar 2026 12:00:00 +0000". */
-#define MAIL_DATE_MAX 40
-/* A Message-ID, angle brackets included. */
-#define MAIL_MESSAGE_ID_MAX 320
+#include "caps.h"
 
 enum mail_kind { MAIL_CULPRIT, MAIL_WITHDRAWN, MAIL_FIXED };
 
@@ -92,9 +72,8 @@ struct mail_culprit {
 /*
  * The runs of one seed a repro needs to see a failure that shows on a share
  * 'rate' of runs, at 99%: 1 where it shows every time (rate >= 0.99) or the
- * rate is unknown, at most MAIL_REPRO_RUNS_MAX.
+ * rate is unknown, at most NW_REPRO_RUNS_MAIL_MAX.
  */
-#define MAIL_REPRO_RUNS_MAX 10000
 unsigned mail_repro_runs(double rate);
 
 /* What a follow-up says. Strings are borrowed. */

@@ -163,4 +163,12 @@ for bad_runs in 0 -2 x 100001; do
 	[[ $rc == 3 ]] && grep -q -- "--runs must be a whole number from 1 to 100000" "$work/repro.out" ||
 		fail "repro --runs $bad_runs: exit $rc, $(cat "$work/repro.out")"
 done
+# A runner that dies at the first trial: the runs end there, said so, exit 3.
+mkdir -p "$work/state-segv/builds/$bad"
+cp "$NW_FAKE_RUNNER" "$work/state-segv/builds/$bad/numwatch-runner-host"
+echo segv >"$work/state-segv/builds/$bad/mode"
+sed "s|^state_dir = .*|state_dir = $work/state-segv|" "$work/nw.conf" >"$work/nw-segv.conf"
+rc=0; "$NUMWATCH" repro --commit "$bad" --check fake.fwd --dtype f32 --seed 0 --runs 5 --config "$work/nw-segv.conf" >"$work/repro.out" 2>&1 || rc=$?
+[[ $rc == 3 ]] && grep -q "stopped answering at run 1" "$work/repro.out" && grep -q "failed 0 of 0 runs (the runner stopped" "$work/repro.out" ||
+	fail "repro --runs 5 with a runner that dies: exit $rc, $(cat "$work/repro.out")"
 echo "ok: numwatch repro reuses the daemon's build or builds the commit, and exits 1 on the failing seed; --runs N counts"

@@ -612,12 +612,14 @@ static void failing_seeds_first(void **state)
 }
 
 /*
- * Every fresh seed failed at the bad commit: a failing seed can tell nothing
- * a fresh one does not, so none is replayed (no round at the bad commit, no
- * second trial per probe) and each probe is one fresh trial, as in git
- * bisect.
+ * Every trial failed at the bad commit and every rerun too: a race and a
+ * seed-bound bug look alike there, and either way the reruns stand for the
+ * failing seeds' replay at the bad commit (seed-bound), so the search spends
+ * no round there and replays one seed per probe: one trial a probe, as git
+ * bisect. (Giving the failing seeds up instead would leave a bug failing 97%
+ * of fresh seeds to fresh passes past the culprit, read as strong evidence.)
  */
-static void failing_seeds_idle_when_every_seed_fails(void **state)
+static void every_seed_fails_no_round_at_the_bad_commit(void **state)
 {
 	struct bisect_params p;
 	struct bisect b;
@@ -626,16 +628,22 @@ static void failing_seeds_idle_when_every_seed_fails(void **state)
 	int culprit;
 
 	(void)state;
+	assert_int_equal(bisect_judge_seeds(64, 64, 64, 64, 0.001), BISECT_SEEDS_BOUND);
+	assert_int_equal(bisect_judge_seeds(3, 3, 3, 3, 0.001), BISECT_SEEDS_BOUND);
+	/* One rerun that passed: the rule does not apply, the odds decide. */
+	assert_int_not_equal(bisect_judge_seeds(64, 64, 64, 63, 0.001), BISECT_SEEDS_BOUND);
 	bisect_params_default(&p);
 	p.failing_seeds = 64;
 	assert_int_equal(bisect_init(&b, 32, NULL, &p), 0);
 	assert_int_equal(bisect_observe(&b, 31, 64, 64, false), 0);
+	/* As the daemon records them (bisector.c): the reruns are the replay at the bad commit. */
+	assert_int_equal(bisect_observe(&b, 31, 64, 64, true), 0);
 	while (bisect_next_probes(&b, 1, plan, &n) == 0 && n > 0) {
-		assert_false(plan[0].failing_seeds);
+		assert_true(plan[0].failing_seeds);
 		assert_int_equal(plan[0].trials, 1);
 		assert_int_not_equal(plan[0].commit, 31);
 		/* The culprit is 11: every trial from it on fails. */
-		assert_int_equal(bisect_observe(&b, plan[0].commit, plan[0].commit >= 11, 1, false), 0);
+		assert_int_equal(bisect_observe(&b, plan[0].commit, plan[0].commit >= 11, 1, true), 0);
 		probes++;
 	}
 	assert_int_equal(bisect_done(&b, &culprit, NULL), BISECT_FOUND);
@@ -843,8 +851,14 @@ static void failing_seeds_judged_by_their_reruns(void **state)
 	 */
 	assert_int_equal(bisect_judge_seeds(1, 64, 1, 1, 0.001), BISECT_SEEDS_UNSURE);
 	assert_int_equal(bisect_judge_seeds(3, 64, 3, 2, 0.005), BISECT_SEEDS_UNSURE);
-	/* Everything fails: a race and a seed-bound failure look alike. */
-	assert_int_equal(bisect_judge_seeds(64, 64, 64, 64, 0.001), BISECT_SEEDS_UNSURE);
+	/*
+	 * Everything fails: a race and a seed-bound failure look alike, and a
+	 * failing seed fails again as surely as any: seed-bound
+	 * (every_seed_fails_no_round_at_the_bad_commit).
+	 */
+	assert_int_equal(bisect_judge_seeds(64, 64, 64, 64, 0.001), BISECT_SEEDS_BOUND);
+	/* Nearly everything fails: still alike, and the odds say so. */
+	assert_int_equal(bisect_judge_seeds(63, 64, 63, 63, 0.001), BISECT_SEEDS_UNSURE);
 	/* Nothing rerun, or counts that cannot be. */
 	assert_int_equal(bisect_judge_seeds(3, 64, 0, 0, 0.001), BISECT_SEEDS_UNSURE);
 	assert_int_equal(bisect_judge_seeds(3, 64, 3, 4, 0.001), BISECT_SEEDS_UNSURE);
@@ -894,7 +908,7 @@ int main(void)
 	    cmocka_unit_test(json_rejects_garbage),
 	    cmocka_unit_test(confirmation),
 	    cmocka_unit_test(failing_seeds_first),
-	    cmocka_unit_test(failing_seeds_idle_when_every_seed_fails),
+	    cmocka_unit_test(every_seed_fails_no_round_at_the_bad_commit),
 	    cmocka_unit_test(failing_seeds_one_per_probe_once_certain),
 	    cmocka_unit_test(failing_seeds_as_the_daemon_runs_them),
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),

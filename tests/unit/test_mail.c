@@ -261,7 +261,7 @@ static void test_culprit_race_repro_runs(void **state)
 	assert_int_equal(mail_repro_runs(0.995), 1);
 	assert_int_equal(mail_repro_runs(0.5), 7);
 	assert_int_equal(mail_repro_runs(0.02), 228);
-	assert_int_equal(mail_repro_runs(1e-7), MAIL_REPRO_RUNS_MAX);
+	assert_int_equal(mail_repro_runs(1e-7), NW_REPRO_RUNS_MAIL_MAX);
 }
 
 static void test_followup_threading(void **state)
