@@ -37,6 +37,9 @@ nvidia-smi -L | tee "$OUT/gpu.txt"
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 
 log "postgresql"
+# A fresh database and state every run: a warm machine keeps /tmp between runs.
+scripts/pgcluster stop /tmp/nwpg >/dev/null 2>&1
+rm -rf /tmp/nwpg /tmp/nwstate
 db=$(scripts/pgcluster start /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
 db="$db options='-c jit=off'"
 
@@ -167,6 +170,19 @@ while IFS=$'\t' read -r bis rate cmd; do
 	many=$("$G/bin/numwatch" repro ${args% --runs *} --cuda --config /tmp/nw.conf --runs 20 2>&1 | tail -1)
 	echo "| $bis | $rate | \`numwatch repro ${args}\` | ${mail_out} | ${many:0:80} |" >>"$OUT/repros.md"
 done </tmp/repros.txt
+# And a seed whose repeats differed at each culprit (a race's seed: not replayed, not in the mail),
+# 20 runs: how often such a seed fails again on this GPU.
+: >"$OUT/racy.md"
+sql "SELECT DISTINCT ON (c.sha, k.name, b.dtype) c.sha || ' ' || k.name || ' ' || b.dtype || ' ' || t.seed
+	FROM bisections b JOIN commits c ON c.id = b.culprit_id JOIN checks k ON k.id = b.check_id
+	JOIN trials t ON t.commit_id = c.id AND t.check_id = k.id AND t.dtype = b.dtype
+	WHERE b.outcome = 'culprit' AND t.digests_differ > 0 AND t.outcome = 'fail' AND t.sanitizer IS NULL
+	ORDER BY c.sha, k.name, b.dtype, t.seed" |
+	while read -r sha check dtype seed; do
+		many=$("$G/bin/numwatch" repro --commit "$sha" --check "$check" --dtype "$dtype" --seed "$seed" --cuda \
+			--config /tmp/nw.conf --runs 20 2>&1 | tail -1)
+		echo "| ${sha:0:12} | $check | $dtype | $seed | ${many:0:80} |" >>"$OUT/racy.md"
+	done
 
 {
 	echo "## GPU run: $(date -u +%Y-%m-%d), $gpu"
@@ -225,6 +241,13 @@ done </tmp/repros.txt
 	echo "| bisection | rate (the mail's words) | repro | its result | 20 runs |"
 	echo "| ---: | --- | --- | --- | --- |"
 	cat "$OUT/repros.md"
+	echo
+	echo "A failing seed whose two repeats differed at each culprit (a race's seed: not replayed, not"
+	echo "the mail's), 20 runs of it:"
+	echo
+	echo "| culprit | check | dtype | seed | 20 runs |"
+	echo "| --- | --- | --- | ---: | --- |"
+	cat "$OUT/racy.md"
 	echo
 	echo "### $TRIALS seeds per check x dtype on the newest commit ($newest)"
 	echo
