@@ -1144,7 +1144,7 @@ int main(int argc, char **argv)
 		fprintf(stderr,
 			"where the search's trials went (per bisection; probes in brackets):\n"
 			"| commits | q | f | slots | q known | bad commit's trials | below parent | parent | "
-			"culprit | above | to P=0.5 | to P=0.9 | E[q] first pass | E[q] end | confirm: "
+			"culprit | above | to P=0.5 | to P=0.9 | E[q] start | E[q] end | confirm: "
 			"culprit | confirm: parent |\n"
 			"| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
 			"| ---: | ---: | ---: | ---: |\n");
