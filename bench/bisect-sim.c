@@ -410,24 +410,35 @@ static unsigned run_probe(const struct history *h, int j, unsigned max, bool sto
 
 /*
  * A fresh-seed probe split into plan->parts parts of about equal size, run
- * at once on as many slots, each stopping at its own first failure if
- * 'stop'. Returns the failures; *ran gets the trials, *longest the longest
- * part if longer.
+ * at once on as many slots, a trial each per step; with 'stop' a failure
+ * ends every part after that step, as the daemon's slots end a split
+ * probe's other parts (slot.c stop_siblings). Returns the failures; *ran
+ * gets the trials, *longest the steps if longer.
  */
 static unsigned run_parts(const struct history *h, const struct bisect_plan *plan, bool stop, struct rng *r,
 			  unsigned *ran, unsigned *longest)
 {
-	unsigned parts = plan->parts ? plan->parts : 1, fails = 0, part_ran;
+	unsigned parts = plan->parts ? plan->parts : 1, fails = 0, steps = 0;
 
 	*ran = 0;
-	for (unsigned y = 0; y < parts; y++) {
-		unsigned size = plan->trials / parts + (y < plan->trials % parts);
+	for (bool failed = false; !(stop && failed); steps++) {
+		bool any = false;
 
-		fails += run_probe(h, (int)plan->commit, size, stop, r, &part_ran);
-		*ran += part_ran;
-		if (part_ran > *longest)
-			*longest = part_ran;
+		for (unsigned y = 0; y < parts; y++) {
+			if (steps >= plan->trials / parts + (y < plan->trials % parts))
+				continue;
+			any = true;
+			(*ran)++;
+			if (rng_bern(r, rate_at(h, (int)plan->commit))) {
+				fails++;
+				failed = true;
+			}
+		}
+		if (!any)
+			break;
 	}
+	if (steps > *longest)
+		*longest = steps;
 	return fails;
 }
 

@@ -126,7 +126,17 @@ echo "ok: unbuildable and same-binary commits never probed; no probe repeated af
 split=$(pg_psql "SELECT count(*) FROM (SELECT round, commit_id FROM probes WHERE bisection_id = $id
 	AND purpose = 'search' GROUP BY 1, 2 HAVING count(*) > 1) x")
 [[ $split -ge 1 ]] || fail "no probe was split over the two slots"
-echo "ok: $split probes split over the two slots, their seeds disjoint"
+# A part ends at its own first failure or at its sibling's (the slots tell each other), never
+# short of its planned seeds (its job's) otherwise.
+parts=$(pg_psql "SELECT count(*) FILTER (WHERE short) || ' ' || count(*) FILTER (WHERE short AND NOT EXISTS (
+		SELECT 1 FROM probes o WHERE o.bisection_id = x.bisection_id AND o.round = x.round
+		AND o.commit_id = x.commit_id AND o.id <> x.id AND o.failures > 0))
+	FROM (SELECT p.*, p.failures = 0 AND p.trials < cardinality(j.seeds) AS short
+		FROM probes p JOIN jobs j ON j.id = p.job_id WHERE p.purpose = 'search' AND NOT p.failing_seeds
+		AND p.trials IS NOT NULL) x")
+read -r ended orphan <<<"$parts"
+[[ $orphan == 0 ]] || fail "$orphan probe parts stopped short of their seeds with no failure, theirs or a sibling's"
+echo "ok: $split probes split over the two slots, their seeds disjoint; $ended parts (all bisections) ended at a sibling's failure"
 
 # Automatic bisections (queued from the per-commit verdicts) never blame a commit before the culprit,
 # and start only from a decisively clean commit, so none should start past it either.
