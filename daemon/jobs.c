@@ -24,7 +24,8 @@ static const char claim_sql[] =
     " SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
     "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),"
     "  (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,"
-    "  coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, '')"
+    "  coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, ''),"
+    "  coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)"
     " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
 
 struct claim {
@@ -87,6 +88,7 @@ static void on_claimed(PGresult *res, const char *error, void *data)
 	job.bisection_id = db_get_ll(res, 0, 9, 0);
 	job.stop_on_failure = strcmp(PQgetvalue(res, 0, 10), "t") == 0;
 	snprintf(job.tool, sizeof(job.tool), "%s", PQgetvalue(res, 0, 11));
+	job.round = (int)db_get_ll(res, 0, 12, -1);
 	if (!PQgetisnull(res, 0, 8) && parse_seeds(PQgetvalue(res, 0, 8), &job) < 0) {
 		log_error("jobs: out of memory");
 		jobs_release(c->d, job.id);

@@ -25,7 +25,8 @@ struct job {
 	unsigned nseeds;
 	long long bisection_id; /* probe jobs of a bisection, else 0 */
 	bool stop_on_failure;   /* probe jobs: the first failure ends the probe */
-	char tool[16];          /* sanitize jobs: the compute-sanitizer tool, else "" */
+	int round;     /* probe jobs: the bisection's round (the parts of one probe share it), else -1 */
+	char tool[16]; /* sanitize jobs: the compute-sanitizer tool, else "" */
 };
 
 /* Called with the claimed job, or NULL when none is claimable (or on error). */

@@ -112,8 +112,10 @@ static void drop_runner(struct slot *s)
 /*
  * A failure ends a search probe, and so every part of it: the bisector split
  * one probe at one commit over several slots (bisector.c queue_parts), and
- * its other parts' further trials there would only cost time. Only this
- * daemon's slots hear of it; a part on another host runs to its own end.
+ * its other parts' further trials there would only cost time. The parts
+ * share bisection, commit and round (a job whose lease ran out may still run
+ * on its old slot while the next round's starts). Only this daemon's slots
+ * hear of it; a part on another host runs to its own end.
  * Measured with bench/bisect-sim, 128 commits, 4 slots: at q = 0.05, 451
  * trials and 129 trial-times of wall with each part to its own failure, 418
  * and 111 with the parts ending together.
@@ -124,7 +126,8 @@ static void stop_siblings(struct slot *s)
 		struct slot *o = s->d->slots[i];
 
 		if (o != s && o->has_job && o->job.stop_on_failure &&
-		    o->job.bisection_id == s->job.bisection_id && o->job.commit_id == s->job.commit_id)
+		    o->job.bisection_id == s->job.bisection_id && o->job.commit_id == s->job.commit_id &&
+		    o->job.round == s->job.round)
 			o->sibling_failed = true;
 	}
 }
@@ -1051,6 +1054,8 @@ static void on_claimed(struct job *job, void *data)
 	struct slot *s = data;
 	char commit[24], check[16];
 	const char *params[3] = {commit, check, NULL};
+
+	s->sibling_failed = false;
 
 	if (!job) {
 		set_state(s, SLOT_IDLE);

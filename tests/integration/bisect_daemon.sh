@@ -133,7 +133,7 @@ parts=$(pg_psql "SELECT count(*) FILTER (WHERE short) || ' ' || count(*) FILTER 
 		AND o.commit_id = x.commit_id AND o.id <> x.id AND o.failures > 0))
 	FROM (SELECT p.*, p.failures = 0 AND p.trials < cardinality(j.seeds) AS short
 		FROM probes p JOIN jobs j ON j.id = p.job_id WHERE p.purpose = 'search' AND NOT p.failing_seeds
-		AND p.trials IS NOT NULL) x")
+		AND p.trials IS NOT NULL AND j.state = 'done') x")
 read -r ended orphan <<<"$parts"
 [[ $orphan == 0 ]] || fail "$orphan probe parts stopped short of their seeds with no failure, theirs or a sibling's"
 echo "ok: $split probes split over the two slots, their seeds disjoint; $ended parts (all bisections) ended at a sibling's failure"
