@@ -187,7 +187,7 @@ try {
   check((await page.locator('ol.bisect-log li').count()) >= 1, 'the log is shown');
   const fact = async (name) => ((await page.locator('dl.facts div.fact', { has: page.locator('dt', { hasText: name }) }).locator('dd').textContent()) || '').trim();
   const rate = await fact('Failure rate');
-  check(/^\d+(\.\d+)?% of fresh seeds at the leading candidate/.test(rate), `the culprit\u2019s failure rate is shown: ${rate}`);
+  check(/^\d+(\.\d+)?% of fresh seeds at the culprit \(estimated\)$/.test(rate), `the culprit\u2019s failure rate is shown: ${rate}`);
   const flake = await fact('Flake rate assumed');
   check(/^[<>]?\d+(\.\d+)?%/.test(flake), `the flake rate the bisection assumed is shown: ${flake}`);
   await shot(page, 'bisection');

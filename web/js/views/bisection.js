@@ -262,7 +262,7 @@ export default {
         ['Last clean', commitLink(b.good, { n: 12 })],
         ['Regressed at', commitLink(b.bad, { n: 12, check: b.check, dtype: b.dtype })],
         ['Failing seeds', Array.isArray(b.failing_seeds) && b.failing_seeds.length ? h('span', null, h('code', null, b.failing_seeds.join(', ')), seedsNote(post)) : '—'],
-        ['Failure rate', post.culprit_rate == null ? '—' : h('span', null, `${fmtPercent(post.culprit_rate)} of fresh seeds`, h('span', { class: 'muted' }, ' at the leading candidate (estimated)'))],
+        ['Failure rate', post.culprit_rate == null ? '—' : h('span', null, `${fmtPercent(post.culprit_rate)} of fresh seeds`, h('span', { class: 'muted' }, b.outcome === 'culprit' ? ' at the culprit (estimated)' : ' at the leading candidate (estimated)'))],
         ['Flake rate assumed', post.flake_rate == null ? '—' : h('span', null, fmtPercent(post.flake_rate, 2), h('span', { class: 'muted' }, ' (the good side’s)'))],
         ['State', h('span', null, String(b.state), post.status ? h('span', { class: 'muted' }, ` · bisector: ${post.status}`) : null)],
         ['Evidence', `${fmtInt(post.trials)} trials seen${post.withdrawals ? ` · ${fmtInt(post.withdrawals)} culprit${post.withdrawals === 1 ? '' : 's'} withdrawn` : ''}`],
