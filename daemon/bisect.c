@@ -551,22 +551,10 @@ out:
 	return t;
 }
 
-/* E[rate | culprit] over the posterior's culprits (qbar_s: of failing seeds). */
-static double mean_rate(const struct bisect *b, const double *rate)
-{
-	double m = 0.0, z = 0.0;
-
-	for (unsigned i = 0; i < b->n; i++)
-		if (eligible(b, i)) {
-			m += b->post[i] * rate[i];
-			z += b->post[i];
-		}
-	return z > 0.0 ? m / z : 0.0;
-}
-
 /* Failing seeds per probe: FAILING_PROBE_MAX, or one once they are as good as certain (FAILING_SURE). */
 static unsigned failing_probe_size(const struct bisect *b)
 {
+	double m = 0.0, z = 0.0;
 	bool replayed = false;
 
 	/* Before any replay E[q_s] is only the fresh seeds' rate: q_s is still to be learnt. */
@@ -574,7 +562,12 @@ static unsigned failing_probe_size(const struct bisect *b)
 		replayed |= b->trial[1][i] > 0;
 	if (!replayed)
 		return FAILING_PROBE_MAX;
-	return mean_rate(b, b->qbar_s) >= FAILING_SURE ? 1 : FAILING_PROBE_MAX;
+	for (unsigned i = 0; i < b->n; i++)
+		if (eligible(b, i)) {
+			m += b->post[i] * b->qbar_s[i];
+			z += b->post[i];
+		}
+	return z > 0.0 && m >= FAILING_SURE * z ? 1 : FAILING_PROBE_MAX;
 }
 
 enum bisect_seeds bisect_judge_seeds(unsigned failures, unsigned trials, unsigned reruns,
@@ -647,9 +640,8 @@ static int most_informative(const struct bisect *b, const double *eig, const uns
 /*
  * One probe at j: up to seeds_per_probe failing seeds not yet run there
  * first (each once per commit, run whole), then fresh seeds until the first
- * failure, at most
- * plan_trials() of them; a lone probe (the round's only one) no further
- * than the passes that would end the search. Returns the fresh trials
+ * failure, at most plan_trials() of them; a lone probe (the round's only
+ * one) no further than the passes that would end the search. Returns the fresh trials
  * planned before that last cut (0 for failing seeds).
  */
 static unsigned plan_probe(const struct bisect *b, unsigned j, double mass, unsigned cap,

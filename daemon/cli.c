@@ -30,6 +30,7 @@
 
 #include "caps.h"
 #include "config.h"
+#include "io.h"
 #include "protocol.h"
 
 #define RESPONSE_MAX      (16 * 1024 * 1024)
@@ -491,22 +492,6 @@ static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
 	return -1;
 }
 
-/* Writes all of 'len' bytes to a pipe; false when the reader is gone. */
-static bool write_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		p += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
 /*
  * Runs one seed 'runs' times through protocol v1 (hello, a trial per run,
  * bye) in one runner, so that any runner works, ours or a third party's. A
@@ -550,7 +535,7 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 	if (pid < 0)
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
-	if (!write_all(in[1], hello, strlen(hello)) ||
+	if (io_write_full(in[1], hello, strlen(hello)) < 0 ||
 	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s)) < 0) {
 		fprintf(stderr, "numwatch: runner '%s' did not answer hello within %d s\n", runner, hello_s);
 		goto stop;
@@ -560,7 +545,7 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 		struct proto_trial t = {0};
 		time_t end = time(NULL) + trial_s;
 
-		if (!trial || !write_all(in[1], trial, strlen(trial)) ||
+		if (!trial || io_write_full(in[1], trial, strlen(trial)) < 0 ||
 		    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
 			fprintf(stderr, "numwatch: runner '%s' %s at run %u\n", runner,
 				time(NULL) >= end ? "gave no answer in time" : "stopped answering", i + 1);
@@ -589,7 +574,7 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 		rc = 0;
 	/* A runner that is gone already cannot read its bye: nothing is lost. */
 	if (!stopped)
-		(void)write_all(in[1], bye, strlen(bye));
+		(void)io_write_full(in[1], bye, strlen(bye));
 stop:
 	close(in[1]);
 	close(out[0]);

@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "db.h"
+#include "io.h"
 #include "log.h"
 #include "mail.h"
 #include "nwd.h"
@@ -537,22 +538,6 @@ static void send_smtp(struct send_job *j)
 	curl_easy_cleanup(c);
 }
 
-static int write_full(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /*
  * Appends the entry to the mbox file under flock() (mutt and other readers
  * lock it too). An entry must start on a line of its own after an empty
@@ -604,9 +589,9 @@ static void append_mbox(struct send_job *j)
 		sep = tail[1] != '\n' ? "\n\n" : tail[0] != '\n' ? "\n" : "";
 	else if (st.st_size >= 2)
 		sep = "\n\n";
-	rc = write_full(fd, sep, strlen(sep));
+	rc = io_write_full(fd, sep, strlen(sep));
 	if (rc == 0)
-		rc = write_full(fd, j->data, j->len);
+		rc = io_write_full(fd, j->data, j->len);
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	if (rc < 0) {

@@ -573,7 +573,6 @@ static void job_done(struct slot *s)
 	free(s->job.seeds);
 	s->job.seeds = NULL;
 	s->san_stop = false;
-	s->sibling_failed = false;
 	s->has_job = false;
 	set_state(s, SLOT_IDLE);
 	if (s->draining)
@@ -1055,6 +1054,7 @@ static void on_claimed(struct job *job, void *data)
 	char commit[24], check[16];
 	const char *params[3] = {commit, check, NULL};
 
+	/* A new job (or none): no sibling of it has failed yet. */
 	s->sibling_failed = false;
 
 	if (!job) {

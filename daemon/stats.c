@@ -624,6 +624,19 @@ static int apply_drift(const struct stats_verdict_input *in, const struct stats_
 }
 
 /*
+ * log L(own) - log L(other) of 'failures' in 'trials' (trials > 0), own
+ * their own rate: how much likelier it makes them than 'other' does
+ * (0 log 0 = 0).
+ */
+static double own_rate_llr(unsigned failures, unsigned trials, double other)
+{
+	double own = (double)failures / trials;
+
+	return (failures ? failures * (log(own) - log(other)) : 0.0) +
+	       (trials - failures ? (trials - failures) * (log1p(-own) - log1p(-other)) : 0.0);
+}
+
+/*
  * Whether the pooled baseline rate (stats_verdict_input) stands for the
  * library's: unless the baseline commit fails less often and its own trials
  * make the pooled rate POOL_ODDS times less likely than their own rate
@@ -638,21 +651,16 @@ static int apply_drift(const struct stats_verdict_input *in, const struct stats_
 #define POOL_ODDS 1000.0
 static bool pool_fits_baseline(const struct stats_verdict_input *in, const struct stats_side *base)
 {
-	double pool, own, odds;
+	double pool;
 
 	if (in->pool_trials == 0 || in->pool_failures > in->pool_trials)
 		return false;
 	if (base->trials == 0)
 		return true;
 	pool = (double)in->pool_failures / in->pool_trials;
-	own = (double)base->failures / base->trials;
-	if (own >= pool)
+	if ((double)base->failures / base->trials >= pool)
 		return true;
-	/* log L(own) - log L(pool) of the baseline's trials; 0 log 0 = 0. */
-	odds = (base->failures ? base->failures * (log(own) - log(pool)) : 0.0) +
-	       (base->trials - base->failures ? (base->trials - base->failures) * (log1p(-own) - log1p(-pool))
-					      : 0.0);
-	return !(odds >= log(POOL_ODDS));
+	return !(own_rate_llr(base->failures, base->trials, pool) >= log(POOL_ODDS));
 }
 
 /*
@@ -663,16 +671,14 @@ static bool pool_fits_baseline(const struct stats_verdict_input *in, const struc
  */
 static double below_pool(const struct stats_evidence *ev)
 {
-	double pool, own;
+	double pool;
 
 	if (!ev->pool.trials || !ev->cand.trials)
 		return 0.0;
 	pool = (double)ev->pool.failures / ev->pool.trials;
-	own = (double)ev->cand.failures / ev->cand.trials;
-	if (!(own < pool))
+	if (!((double)ev->cand.failures / ev->cand.trials < pool))
 		return 0.0;
-	return (ev->cand.failures ? ev->cand.failures * (log(own) - log(pool)) : 0.0) +
-	       (ev->cand.trials - ev->cand.failures) * (log1p(-own) - log1p(-pool));
+	return own_rate_llr(ev->cand.failures, ev->cand.trials, pool);
 }
 
 static int verdict_nondeterministic(const struct stats_verdict_input *in,
