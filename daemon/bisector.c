@@ -23,50 +23,8 @@
 /* Culprits withdrawn before a bisection gives up blaming anyone. */
 #define MAX_WITHDRAWALS 3
 
-/*
- * A regression with a clean commit before it and no bisection yet gets one:
- * from a clean commit before it to the first regressed commit after that.
- * Only a decisive clean counts as the good end: a clean verdict whose test
- * ran out of trials undecided may sit after a rare culprit. And when the
- * regression's failures are not bound to their seeds (a non-deterministic
- * check, or a deterministic one whose seeds failed then passed or whose
- * repeats differed: a race), a few clean commits in a row can sit after the
- * culprit by chance: the good end is then the newest clean commit g such
- * that, were the culprit at or before g, every clean trial from g up to the
- * regression would have passed by chance with probability (1 - q)^n <= 1%
- * (q: the lower end of the 95% Wilson interval of the regressed commit's
- * failure rate, since a commit judged regressed tends to have failed more
- * than its rate; n: those trials), or the oldest clean commit when none is. A seed-bound regression (q = 1 for its failing
- * seeds, which every commit runs) takes the newest clean commit, as before.
- * Muted checks are left alone.
- */
-static const char queue_sql[] =
-    "INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, failing_seeds)"
-    " SELECT DISTINCT ON (s.check_id, s.dtype, g.id) c.repo_id, s.check_id, s.dtype, g.id, c.id, "
-    "s.failing_seeds"
-    " FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id"
-    " CROSS JOIN LATERAL (SELECT CASE WHEN NOT k.deterministic OR s.evidence ? 'nondeterministic_seeds'"
-    "   OR coalesce((s.evidence->'paired'->>'nondeterministic')::int, 0) > 0"
-    "   OR EXISTS (SELECT 1 FROM trials t WHERE t.commit_id = c.id AND t.check_id = s.check_id"
-    "    AND t.dtype = s.dtype AND t.digests_differ > 0)"
-    "  THEN coalesce((s.evidence->'candidate'->'wilson95'->>0)::float8, 0.0) ELSE 1.0 END AS q) r"
-    " CROSS JOIN LATERAL (SELECT w.id FROM (SELECT c2.id, c2.position, s2.verdict, s2.evidence,"
-    "   sum(CASE WHEN s2.verdict = 'clean' THEN s2.trials ELSE 0 END)"
-    "    OVER (ORDER BY c2.position DESC) AS passed"
-    "  FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id"
-    "  AND s2.check_id = s.check_id AND s2.dtype = s.dtype WHERE c2.repo_id = c.repo_id AND c2.reachable"
-    "  AND c2.position < c.position) w"
-    "  WHERE w.verdict = 'clean' AND coalesce(w.evidence->>'test', '') <> 'truncated'"
-    "  ORDER BY power(1.0 - least(r.q, 1.0), w.passed) <= 0.01 DESC,"
-    "   CASE WHEN power(1.0 - least(r.q, 1.0), w.passed) <= 0.01 THEN -w.position ELSE w.position END"
-    "  LIMIT 1) g"
-    " WHERE c.repo_id = $1 AND c.reachable AND s.verdict = 'regressed'"
-    "  AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = s.check_id AND m.dtype IN (s.dtype, '*')"
-    "   AND m.until > now())"
-    "  AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.check_id = s.check_id AND b.dtype = s.dtype"
-    "   AND (b.good_commit_id = g.id OR b.bad_commit_id = c.id))"
-    " ORDER BY s.check_id, s.dtype, g.id, c.position"
-    " ON CONFLICT DO NOTHING RETURNING id";
+/* Open regressions get their bisection (queue_bisections(), sql/007). */
+static const char queue_sql[] = "SELECT queue_bisections($1)";
 
 static const char running_sql[] =
     "SELECT b.id FROM bisections b WHERE b.repo_id = $1 AND b.state <> 'done' ORDER BY b.id LIMIT 8";
@@ -156,7 +114,8 @@ static const char load_sql[] =
     "   FROM probes p WHERE p.bisection_id = b.id),"
     " 'racy_seeds', cardinality(b.failing_seeds) - jsonb_array_length(" FROZEN_REPLAYED_SQL "),"
     " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0),"
-    " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log)::text"
+    " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log,"
+    " 'regression_state', (SELECT x.state FROM regressions x WHERE x.id = b.regression_id))::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
 
@@ -658,8 +617,11 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 		log_event(c,
 			  "culprit %.12s confirmed: %u/%u fresh seeds fail there, %u/%u at its parent %.12s",
 			  jstr(cc, "sha"), cf, ct, pf, pt, jstr(pc, "sha"));
+		/*
+		 * The mail goes out from the mailer's sweep: one per culprit commit,
+		 * once every other regression it may have caused is bisected too.
+		 */
 		save(c, "done", "culprit", culprit_id, prob, posterior_json(c, m, range, "culprit"));
-		mailer_enqueue_culprit(c->b->d, jint(c->doc, "id", 0));
 		return;
 	}
 	if (r.verdict == BISECT_WITHDRAWN) {
@@ -723,6 +685,13 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 	if (!c.doc || !c.log)
 		goto out;
 	range = json_object_get(c.doc, "range");
+	/* Its regression was a provisional verdict's, judged again and gone: nothing to find. */
+	if (strcmp(jstr(c.doc, "regression_state"), "withdrawn") == 0) {
+		log_event(&c, "its regression was withdrawn (the verdict that raised it was judged again): "
+			      "nobody is blamed");
+		save(&c, "done", "no_culprit", 0, NAN, json_object());
+		goto out;
+	}
 	if (json_array_size(range) == 0) {
 		log_event(&c, "empty range: nobody is blamed");
 		save(&c, "done", "no_culprit", 0, NAN, json_object());

@@ -75,6 +75,8 @@
 #define MAIL_TITLE_MAX 200
 /* Bytes of other outside text in a body: names, check names, a trial's error. */
 #define MAIL_FIELD_MAX 400
+/* Other checks a culprit mail lists besides its own (the rest are on the dashboard). */
+#define MAIL_ALSO_MAX 32
 /* A composed body, and a whole formatted message. */
 #define MAIL_BODY_MAX    (64 * 1024)
 #define MAIL_MESSAGE_MAX (128 * 1024)

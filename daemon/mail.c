@@ -404,6 +404,13 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 	add_clean(&s, c->check, MAIL_FIELD_MAX);
 	buf_adds(&s, " ");
 	add_clean(&s, c->dtype, MAIL_FIELD_MAX);
+	if (c->also && *c->also) {
+		unsigned more = 1;
+
+		for (const char *q = c->also; *q; q++)
+			more += *q == '\n';
+		buf_addf(&s, " and %u more", more);
+	}
 	buf_adds(&s, " regressed by ");
 	add_sha(&s, c->culprit.sha, SHA_SUBJECT);
 	if (c->culprit.title) {
@@ -476,6 +483,24 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 		else if (c->seeds && !strcmp(c->seeds, "race"))
 			buf_adds(&b, ";\n           a race: a failing seed fails again only as often");
 		buf_adds(&b, "\n");
+	}
+
+	if (c->also && *c->also) {
+		const char *q = c->also;
+
+		buf_adds(&b, "\nThe same commit also broke (one mail for all of them):\n");
+		for (unsigned n = 0; *q && n < MAIL_ALSO_MAX; n++) {
+			const char *nl = strchr(q, '\n');
+			size_t len = nl ? (size_t)(nl - q) : strlen(q);
+			char line[MAIL_FIELD_MAX + 1];
+
+			snprintf(line, sizeof(line), "%.*s",
+				 (int)(len < MAIL_FIELD_MAX ? len : MAIL_FIELD_MAX), q);
+			buf_adds(&b, "  - ");
+			add_clean(&b, line, MAIL_FIELD_MAX);
+			buf_adds(&b, "\n");
+			q = nl ? nl + 1 : q + len;
+		}
 	}
 
 	if (c->has_seed) {

@@ -67,6 +67,8 @@ struct mail_culprit {
 	/* What the bisection learnt: its failing seeds' judgement ("seed_bound", "race", "unsure"; NULL: none). */
 	const char *seeds;
 	double rate; /* the share of fresh seeds failing at the culprit (NAN: unknown) */
+	/* The other checks the same commit broke, one per line ("check dtype (bisection N)"); NULL: none. */
+	const char *also;
 };
 
 /*

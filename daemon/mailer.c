@@ -71,15 +71,29 @@ static void step(struct mailer *m);
  * a SELECT list are cast, since nothing else tells PostgreSQL what they are.
  */
 
-/* Bisections whose mail should be queued and is not ($1: repository, $2: at most this many). */
+/*
+ * Bisections whose mail should be queued and is not ($1: repository, $2: at
+ * most this many). A culprit commit gets one mail, whatever number of checks
+ * it broke: its first bisection's, listing the others (culprit_sql), sent
+ * once no other regression that may yet be blamed on the same commit (open
+ * or bisecting, its range holding it) is still being looked at, or after six
+ * hours of waiting for one.
+ */
 static const char sweep_sql[] =
-    "SELECT 'culprit', b.id, NULL::bigint FROM bisections b"
-    " WHERE b.repo_id = $1 AND b.outcome = 'culprit' AND b.culprit_id IS NOT NULL"
+    "SELECT 'culprit', b.id, NULL::bigint FROM bisections b JOIN commits cu ON cu.id = b.culprit_id"
+    " WHERE b.repo_id = $1 AND b.outcome = 'culprit'"
     /* A culprit found long ago (mail just turned on, say) is not worth a mail now. */
     "  AND coalesce(b.finished_at, b.updated_at) > now() - interval '7 days'"
-    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit')"
+    "  AND b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.culprit_id = b.culprit_id"
+    "   AND b2.outcome = 'culprit')"
+    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')"
     "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
     "                  AND u.until > now())"
+    "  AND (b.finished_at < now() - interval '6 hours' OR NOT EXISTS (SELECT 1 FROM regressions x"
+    "   JOIN commits f ON f.id = x.first_commit_id LEFT JOIN bisections xb ON xb.id = x.bisection_id"
+    "   LEFT JOIN commits g ON g.id = coalesce(xb.good_commit_id, x.good_commit_id)"
+    "   WHERE x.repo_id = b.repo_id AND x.state IN ('open', 'bisecting')"
+    "    AND coalesce(g.position, -1) < cu.position AND f.position >= cu.position))"
     " UNION ALL "
     "SELECT 'withdrawn', b.id, NULL FROM bisections b"
     " WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'"
@@ -87,10 +101,17 @@ static const char sweep_sql[] =
     "'failed')"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'withdrawn')"
     " UNION ALL "
+    /* A regression fixed: a follow-up in its culprit's thread. */
+    "SELECT 'fixed', b.id, x.fixed_commit_id FROM regressions x JOIN bisections b ON b.id = x.bisection_id"
+    " WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'"
+    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'"
+    "   AND m.state = 'sent')"
+    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
+    " UNION ALL "
     /*
-     * Clean again: the first commit after both the culprit and the commit that
-     * raised the bisection (commits in between may be clean by chance when the
-     * failure is rare) whose verdict for the check x dtype is clean.
+     * A bisection by hand is clean again at the first commit after both the
+     * culprit and its bad commit (commits in between may be clean by chance
+     * when the failure is rare) whose verdict for the check x dtype is clean.
      */
     "SELECT 'fixed', b.id, f.id FROM bisections b"
     " JOIN commits cu ON cu.id = b.culprit_id JOIN commits bad ON bad.id = b.bad_commit_id"
@@ -99,9 +120,9 @@ static const char sweep_sql[] =
     "   WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > greatest(cu.position, bad.position)"
     "     AND s.verdict IN ('clean', 'improved')"
     "   ORDER BY c.position LIMIT 1) f"
-    " WHERE b.repo_id = $1 AND b.outcome = 'culprit'"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state = "
-    "'sent')"
+    " WHERE b.repo_id = $1 AND b.outcome = 'culprit' AND b.regression_id IS NULL"
+    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'"
+    "   AND m.state = 'sent')"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
     " LIMIT $2";
 
@@ -121,7 +142,11 @@ static const char culprit_sql[] =
     "  CASE WHEN jsonb_typeof(w.e -> 'nonfinite') = 'number' THEN (w.e ->> 'nonfinite')::float8 END,"
     "  b.failing_seeds[1], b.posterior ->> 'seeds',"
     "  CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'"
-    "    THEN (b.posterior ->> 'culprit_rate')::float8 END"
+    "    THEN (b.posterior ->> 'culprit_rate')::float8 END,"
+    "  (SELECT string_agg(k2.name || ' ' || b2.dtype || ' (bisection ' || b2.id || ')', E'\\n' ORDER BY "
+    "b2.id)"
+    "   FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
+    "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
     " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
     " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM "
@@ -136,7 +161,9 @@ static const char culprit_sql[] =
     "     DESC NULLS LAST,"
     "     CASE WHEN jsonb_typeof(e -> 'ratio') = 'number' THEN (e ->> 'ratio')::float8 END DESC NULLS LAST"
     "   LIMIT 1) w ON true"
-    " WHERE b.id = $1 AND b.outcome = 'culprit'"
+    /* The culprit commit's mail is its first bisection's. */
+    " WHERE b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.outcome = 'culprit'"
+    "   AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1))"
     "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
     "                  AND u.until > now())";
 
@@ -146,7 +173,7 @@ static const char withdrawn_sql[] =
     "  m.message_id, m.subject, array_to_string(m.recipients, E'\\n')"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN repositories r ON r.id = b.repo_id"
     " LEFT JOIN commits cu ON cu.id = b.culprit_id"
-    " JOIN mail m ON m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <> 'failed'"
+    " JOIN mail m ON m.culprit_id = b.culprit_id AND m.kind = 'culprit' AND m.state <> 'failed'"
     " WHERE b.id = $1 AND b.outcome = 'withdrawn'";
 
 /* The same, and the commit that is clean again ($2). */
@@ -156,13 +183,16 @@ static const char fixed_sql[] =
     "  f.sha, f.title, f.author, f.email"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN repositories r ON r.id = b.repo_id"
     " JOIN commits cu ON cu.id = b.culprit_id JOIN commits f ON f.id = $2 AND f.repo_id = b.repo_id"
-    " JOIN mail m ON m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <> 'failed'"
+    " JOIN mail m ON m.culprit_id = b.culprit_id AND m.kind = 'culprit' AND m.state <> 'failed'"
     " WHERE b.id = $1 AND b.outcome = 'culprit'";
 
 /* Queues one mail; a second insert of the same (bisection, kind) or Message-ID does nothing. */
 static const char insert_sql[] =
-    "WITH ins AS (INSERT INTO mail (kind, bisection_id, message_id, thread_root, recipients, subject, body)"
-    "  VALUES ($1, $2, $3, $4, string_to_array($5, E'\\n'), $6, $7) ON CONFLICT DO NOTHING RETURNING id)"
+    "WITH ins AS (INSERT INTO mail (kind, bisection_id, message_id, thread_root, recipients, subject, body,"
+    "  culprit_id) SELECT $1::text, $2::bigint, $3::text, $4::text, string_to_array($5::text, E'\\n'), "
+    "$6::text,"
+    "  $7::text, b.culprit_id"
+    "  FROM bisections b WHERE b.id = $2::bigint ON CONFLICT DO NOTHING RETURNING id)"
     " SELECT 0, count(*) FROM ins";
 
 /*
@@ -194,8 +224,8 @@ static const char rate_sql[] =
     "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8, n.due"
     " FROM (SELECT now() AS t, EXISTS (SELECT 1 FROM mail m JOIN bisections b ON b.id = m.bisection_id"
     "   WHERE b.repo_id = $2 AND m.state = 'pending' AND m.next_try <= now()"
-    "     AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.bisection_id = m.bisection_id"
-    "          AND r.kind = 'culprit' AND r.state = 'sent'))) AS due) n"
+    "     AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.message_id = m.thread_root"
+    "          AND r.state = 'sent'))) AS due) n"
     " LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m JOIN bisections b ON b.id = m.bisection_id"
     "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
     "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
@@ -209,8 +239,8 @@ static const char rate_sql[] =
 static const char claim_sql[] =
     "WITH next AS (SELECT m.id FROM mail m JOIN bisections b ON b.id = m.bisection_id"
     "  WHERE b.repo_id = $1 AND m.state = 'pending' AND m.next_try <= now()"
-    "    AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.bisection_id = m.bisection_id"
-    "         AND r.kind = 'culprit' AND r.state = 'sent'))"
+    "    AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.message_id = m.thread_root"
+    "         AND r.state = 'sent'))"
     "  ORDER BY m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED)"
     " UPDATE mail SET attempts = mail.attempts + 1, next_try = now() + $2 * interval '1 second'"
     " FROM next WHERE mail.id = next.id"
@@ -361,6 +391,10 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	c.nonfinite = isnan(col_double(res, 22)) ? 0 : (long long)col_double(res, 22);
 	c.seeds = col(res, 24);
 	c.rate = col_double(res, 25);
+	c.also = col(res, 26);
+	/* The culprit commit's mail is its first bisection's, whichever asked. */
+	e->bisection_id = db_get_ll(res, 0, 27, e->bisection_id);
+	c.bisection_id = e->bisection_id;
 
 	rc = mail_compose_culprit(&c, &t);
 	if (rc == 0)

@@ -12,6 +12,7 @@
 #include "caps.h"
 #include "db.h"
 #include "jobs.h"
+#include "judge.h"
 #include "log.h"
 #include "nwd.h"
 #include "proc.h"
@@ -71,6 +72,7 @@ struct slot {
 	unsigned nseeds;
 	bool plan; /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
 	int finish_tries;
+	struct stats_seed *judged; /* the plan's results while the judge decides (judge.h) */
 	bool infra_failed;
 
 	bool in_trial;
@@ -581,63 +583,6 @@ static void job_done(struct slot *s)
 		claim(s);
 }
 
-static const char stats_sql[] =
-    "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, worst_ratio, verdict,"
-    " failing_seeds, evidence, updated_at)"
-    " SELECT $1, $2, $3, $4, $5,"
-    "  (SELECT count(*) FROM trials WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
-    "   AND outcome = 'infra_error'),"
-    "  $6, $7, $8::bigint[], $9::jsonb, now()"
-    " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET trials = EXCLUDED.trials,"
-    "  failures = EXCLUDED.failures, infra_errors = EXCLUDED.infra_errors,"
-    "  worst_ratio = EXCLUDED.worst_ratio, verdict = EXCLUDED.verdict,"
-    "  failing_seeds = EXCLUDED.failing_seeds, evidence = EXCLUDED.evidence, updated_at = now()";
-
-/*
- * The baseline: the nearest earlier commit whose verdict for this check x
- * dtype is final and not a regression (where every earlier one regressed,
- * the check has failed since it first ran: the first of them, judged
- * against no baseline, whose failures are then the library's; a later
- * regression among them is still one), with its results (first and second,
- * infrastructure faults left out) for every seed it ran, and the library's
- * recent rate (library_rate(), sql/006: the last 8 commits not regressed),
- * which the rate tests pool (stats_verdict_input).
- */
-static const char baseline_sql[] =
-    "WITH cand AS (SELECT repo_id, position FROM commits WHERE id = $1),"
-    " nonreg AS (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id, cand"
-    "  WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict IN ('clean', 'flaky', 'improved') AND c.reachable"
-    "  AND c.repo_id = cand.repo_id AND c.position < cand.position ORDER BY c.position DESC LIMIT 1),"
-    " base AS (SELECT id, sha FROM nonreg UNION ALL"
-    "  (SELECT c.id, c.sha FROM commits c JOIN stats s ON s.commit_id = c.id, cand"
-    "   WHERE s.check_id = $2 AND s.dtype = $3 AND s.verdict = 'regressed' AND c.reachable"
-    "   AND c.repo_id = cand.repo_id AND c.position < cand.position AND NOT EXISTS (SELECT 1 FROM nonreg)"
-    "   ORDER BY c.position LIMIT 1)),"
-    " pool AS (SELECT r.* FROM cand, library_rate(cand.repo_id, $2::int, $3::text, cand.position - 1, 8) r)"
-    " SELECT base.id, base.sha, t.seed,"
-    "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
-    "  (array_agg(t.outcome ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[2],"
-    "  (array_agg(t.ratio ORDER BY t.attempt) FILTER (WHERE t.outcome <> 'infra_error'))[1],"
-    "  pool.trials, pool.failures"
-    " FROM base CROSS JOIN pool LEFT JOIN trials t ON t.commit_id = base.id AND t.check_id = $2"
-    "  AND t.dtype = $3"
-    " GROUP BY base.id, base.sha, t.seed, pool.trials, pool.failures";
-
-/* The baseline lacks some of our seeds: run them there (once), and look at this job again later. */
-static const char need_baseline_sql[] =
-    "WITH probe AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
-    "  SELECT 'probe', $4, $2, $3, 20, $5::bigint[] WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE kind = 'probe'"
-    "  AND commit_id = $4 AND check_id = $2 AND dtype = $3 AND bisection_id IS NULL"
-    "  AND state IN ('queued', 'running')) RETURNING id)"
-    " UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,"
-    "  not_before = now() + interval '5 seconds' WHERE id = $1";
-
-/* Done only once every planned seed has a stored result: trials are written in batches. */
-static const char done_sql[] =
-    "UPDATE jobs SET state = $5, finished_at = now(), owner = NULL, lease_until = NULL"
-    " WHERE id = $4 AND ($5 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $1"
-    "  AND check_id = $2 AND dtype = $3 AND outcome <> 'infra_error' AND seed < $6) >= $6)";
-
 static void write_verdict(struct slot *s, bool infra_failed);
 
 static void write_probe(struct slot *s, bool infra_failed);
@@ -677,44 +622,6 @@ static void job_written(struct slot *s, bool written, const char *error)
 	uv_timer_start(&s->wake, on_finish_retry, FINISH_RETRY_MS, 0);
 }
 
-static void on_job_written(PGresult *res, const char *error, void *data)
-{
-	job_written(data, !error && atoi(PQcmdTuples(res)) == 1, error);
-}
-
-static void on_baseline(PGresult *res, const char *error, void *data);
-
-/* The job waits for its baseline's results: it is claimed again shortly. */
-static void on_requeued(PGresult *res, const char *error, void *data)
-{
-	struct slot *s = data;
-
-	if (error)
-		log_warn("slot %s: cannot requeue job %lld: %s", s->cfg.name, s->job.id, error);
-	nwd_kick(s->d);
-	job_done(s);
-}
-
-/* Deciding needs the baseline's results for the same seeds: ask for them first. */
-static void write_verdict(struct slot *s, bool infra_failed)
-{
-	char commit[24], check[16];
-	const char *params[3] = {commit, check, s->job.dtype};
-
-	s->infra_failed = infra_failed;
-	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
-	snprintf(check, sizeof(check), "%d", s->job.check_id);
-	store_flush(s->d->store);
-	db_query(s->d->db, baseline_sql, 3, params, on_baseline, s);
-}
-
-static int cmp_stats_seed(const void *a, const void *b)
-{
-	int64_t x = ((const struct stats_seed *)a)->seed, y = ((const struct stats_seed *)b)->seed;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Adaptive trials: the evidence is ambiguous, so the plan grows by 'more' seeds (paired: the same next seeds everywhere). */
 static bool extend_plan(struct slot *s, unsigned more)
 {
@@ -740,189 +647,70 @@ static bool extend_plan(struct slot *s, unsigned more)
 	return true;
 }
 
-/* The statistics as configured ([verdict], and [trials] max). */
-static void verdict_params(const struct config *cfg, struct stats_verdict_params *par)
-{
-	stats_verdict_params_default(par);
-	par->p0_floor = cfg->verdict_p0_floor;
-	par->p1 = cfg->verdict_p1;
-	par->p1_factor = cfg->verdict_p1_factor;
-	par->alpha = cfg->verdict_alpha;
-	par->beta = cfg->verdict_beta;
-	par->min_trials = cfg->verdict_min_trials;
-	par->max_trials = cfg->trials_max;
-	par->mcnemar_alpha = cfg->verdict_mcnemar_alpha;
-	par->drift_factor = cfg->verdict_drift_factor;
-	par->drift_alpha = cfg->verdict_drift_alpha;
-}
-
-static void on_baseline(PGresult *res, const char *error, void *data)
+static void on_judged(void *data, enum judge_result r, unsigned more)
 {
 	struct slot *s = data;
-	struct stats_seed *ss = NULL;
-	struct stats_verdict_input in = {.deterministic = s->job.deterministic,
-					 .infra_failed = s->infra_failed};
-	struct stats_verdict_params par;
-	struct stats_evidence ev;
-	long long base_id = 0;
-	const char *base_sha = NULL;
-	char commit[24], check[16], trials[16], failures[16], worst_s[32], id[24], n[16], base[24];
-	char *seeds = NULL, *evidence = NULL, *missing = NULL;
-	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0, mlen = 0;
-	unsigned failed = 0, ran = 0, nmissing = 0;
-	double worst = NAN;
-	json_t *ev_json = NULL;
-	int rc;
 
-	if (error) {
-		log_warn("slot %s: cannot read the baseline of %.12s %s %s: %s", s->cfg.name, s->job.sha,
-			 s->job.check, s->job.dtype, error);
-		on_job_written(NULL, error, s);
+	free(s->judged);
+	s->judged = NULL;
+	switch (r) {
+	case JUDGE_DONE:
+		job_written(s, true, NULL);
 		return;
-	}
-	ss = calloc(s->nseeds ? s->nseeds : 1, sizeof(*ss));
-	seeds = malloc(cap);
-	missing = malloc(cap);
-	if (!ss || !seeds || !missing)
-		goto oom;
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		const struct seed_rec *r = &s->seeds[i];
-
-		ss[i].seed = (int64_t)r->seed;
-		ss[i].cand_first = r->v.first;
-		ss[i].cand_rerun = r->v.second;
-		ss[i].cand_ratio = r->first_ratio;
-		ss[i].base_ratio = NAN;
-	}
-	/* Rows come by seed; our seeds are sorted, so a binary search places each. */
-	if (PQntuples(res) > 0) {
-		in.pool_trials = (unsigned)db_get_ll(res, 0, 6, 0);
-		in.pool_failures = (unsigned)db_get_ll(res, 0, 7, 0);
-	}
-	for (int row = 0; row < PQntuples(res); row++) {
-		struct stats_seed key, *hit;
-
-		base_id = db_get_ll(res, row, 0, 0);
-		base_sha = PQgetvalue(res, row, 1);
-		if (PQgetisnull(res, row, 2))
-			continue;
-		key.seed = db_get_ll(res, row, 2, -1);
-		hit = bsearch(&key, ss, s->nseeds, sizeof(*ss), cmp_stats_seed);
-		if (!hit)
-			continue;
-		hit->base_first =
-		    PQgetisnull(res, row, 3) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 3));
-		hit->base_rerun =
-		    PQgetisnull(res, row, 4) ? OUTCOME_NONE : outcome_parse(PQgetvalue(res, row, 4));
-		hit->base_ratio = db_get_double(res, row, 5, NAN);
-	}
-	/*
-	 * No earlier commit to compare with (the start of the history): the
-	 * reference is a library that passes, so the candidate is judged on its
-	 * own failures.
-	 */
-	for (unsigned i = 0; !base_id && i < s->nseeds; i++)
-		if (ss[i].cand_first != OUTCOME_NONE)
-			ss[i].base_first = OUTCOME_PASS;
-	in.seeds = ss;
-	in.nseeds = s->nseeds;
-	verdict_params(&s->d->cfg, &par);
-	if (par.min_trials > par.max_trials)
-		par.min_trials = par.max_trials;
-	rc = stats_verdict(&in, &par, &ev);
-	if (rc < 0) {
-		log_error("slot %s: cannot decide %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
-			  s->job.dtype, strerror(-rc));
-		goto fail;
-	}
-	if (ev.verdict == VERDICT_PENDING && ev.needs_trials > 0 && !s->infra_failed &&
-	    extend_plan(s, ev.needs_trials)) {
-		set_state(s, SLOT_RUNNING);
-		goto out_advance;
-	}
-	seeds[len++] = '{';
-	missing[mlen++] = '{';
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		const struct seed_rec *r = &s->seeds[i];
-
-		if (!isnan(r->worst_ratio) && !(r->worst_ratio <= worst))
-			worst = r->worst_ratio;
-		ran += r->v.first != OUTCOME_NONE;
-		if (outcome_is_failure(r->v.first)) {
-			failed++;
-			len +=
-			    (size_t)snprintf(seeds + len, cap - len, "%s%llu", len > 1 ? "," : "", r->seed);
+	case JUDGE_NOT_STORED:
+		job_written(s, false, NULL);
+		return;
+	case JUDGE_MORE:
+		if (extend_plan(s, more)) {
+			set_state(s, SLOT_RUNNING);
+			advance(s);
+			return;
 		}
-		if (base_id && ss[i].base_first == OUTCOME_NONE && r->v.first != OUTCOME_NONE) {
-			nmissing++;
-			mlen += (size_t)snprintf(missing + mlen, cap - mlen, "%s%llu", mlen > 1 ? "," : "",
-						 r->seed);
-		}
+		/* At [trials] max the verdict stays as the evidence stands. */
+		log_warn("slot %s: job %lld: cannot grow the plan; giving the job back", s->cfg.name,
+			 s->job.id);
+		break;
+	case JUDGE_REQUEUED:
+		nwd_kick(s->d);
+		job_done(s);
+		return;
+	case JUDGE_FAILED:
+		break;
 	}
-	seeds[len++] = '}';
-	seeds[len] = '\0';
-	missing[mlen++] = '}';
-	missing[mlen] = '\0';
-	ev_json = stats_evidence_json(&ev);
-	if (!ev_json)
-		goto oom;
-	json_object_set_new(ev_json, "baseline", base_sha ? json_string(base_sha) : json_null());
-	json_object_set_new(ev_json, "planned", json_integer(s->nseeds));
-	json_object_set_new(ev_json, "strikes", json_integer(s->job.strikes));
-	evidence = json_dumps(ev_json, JSON_COMPACT);
-	if (!evidence)
-		goto oom;
-	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
-	snprintf(check, sizeof(check), "%d", s->job.check_id);
-	snprintf(trials, sizeof(trials), "%u", ran);
-	snprintf(failures, sizeof(failures), "%u", failed);
-	snprintf(worst_s, sizeof(worst_s), "%.17g", worst);
-	snprintf(id, sizeof(id), "%lld", s->job.id);
-	snprintf(n, sizeof(n), "%u", s->nseeds);
-	snprintf(base, sizeof(base), "%lld", base_id);
-	{
-		const char *stats[9] = {commit,
-					check,
-					s->job.dtype,
-					trials,
-					failures,
-					isnan(worst) ? NULL : worst_s,
-					verdict_name(ev.verdict),
-					seeds,
-					evidence};
-		const char *done[6] = {commit, check, s->job.dtype, id, s->infra_failed ? "failed" : "done",
-				       n};
-		const char *need[5] = {id, check, s->job.dtype, base, missing};
-
-		if (s->finish_tries == 0)
-			log_info("verdict %.12s %s %s: %s (%u trials, %u failing, worst ratio %.3g; %s%s%s)",
-				 s->job.sha, s->job.check, s->job.dtype, verdict_name(ev.verdict), ran,
-				 failed, worst, stats_test_name(ev.test), ev.reason[0] ? ": " : "",
-				 ev.reason);
-		db_query(s->d->db, stats_sql, 9, stats, NULL, NULL);
-		if (ev.verdict == VERDICT_PENDING && ev.needs_baseline > 0 && nmissing > 0)
-			db_query(s->d->db, need_baseline_sql, 5, need, on_requeued, s);
-		else
-			db_query(s->d->db, done_sql, 6, done, on_job_written, s);
-	}
-	goto out;
-oom:
-	log_error("slot %s: out of memory writing a verdict", s->cfg.name);
-fail:
 	jobs_release(s->d, s->job.id);
 	job_done(s);
-out:
-	json_decref(ev_json);
-	free(evidence);
-	free(seeds);
-	free(missing);
-	free(ss);
-	return;
-out_advance:
-	free(ss);
-	free(seeds);
-	free(missing);
-	advance(s);
+}
+
+/* The plan is complete: the judge decides against the state just before this commit. */
+static void write_verdict(struct slot *s, bool infra_failed)
+{
+	double worst = NAN;
+	int rc;
+
+	s->infra_failed = infra_failed;
+	store_flush(s->d->store);
+	free(s->judged);
+	s->judged = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->judged));
+	if (!s->judged) {
+		on_judged(s, JUDGE_FAILED, 0);
+		return;
+	}
+	for (unsigned i = 0; i < s->nseeds; i++) {
+		const struct seed_rec *r = &s->seeds[i];
+
+		s->judged[i] = (struct stats_seed){.seed = (int64_t)r->seed,
+						   .cand_first = r->v.first,
+						   .cand_rerun = r->v.second,
+						   .cand_ratio = r->first_ratio};
+		if (!isnan(r->worst_ratio) && !(r->worst_ratio <= worst))
+			worst = r->worst_ratio;
+	}
+	rc = judge_verdict(s->d, &s->job, s->judged, s->nseeds, worst, infra_failed, on_judged, s);
+	if (rc < 0) {
+		log_error("slot %s: cannot judge %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
+			  s->job.dtype, strerror(-rc));
+		on_judged(s, JUDGE_FAILED, 0);
+	}
 }
 
 /* A probe's result feeds its bisection: done once every listed seed has a stored result. */
@@ -1172,6 +960,7 @@ static void on_slot_handle_closed(uv_handle_t *h)
 
 	if (--s->open_handles == 0) {
 		free(s->seeds);
+		free(s->judged);
 		free(s);
 	}
 }

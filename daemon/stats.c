@@ -588,10 +588,12 @@ static int run_drift(const struct stats_verdict_input *in, const struct stats_ve
 		if (classify(s->cand_first, OUTCOME_NONE) == SIDE_NOT_RUN ||
 		    classify(s->base_first, OUTCOME_NONE) == SIDE_NOT_RUN)
 			continue;
-		if (!isfinite(s->cand_ratio) || !isfinite(s->base_ratio))
+		double base = in->drift_from_clean ? s->clean_ratio : s->base_ratio;
+
+		if (!isfinite(s->cand_ratio) || !isfinite(base))
 			continue;
 		c[m] = s->cand_ratio;
-		b[m] = s->base_ratio;
+		b[m] = base;
 		m++;
 	}
 	if (m < p->drift_min_pairs || m == 0)

@@ -205,6 +205,7 @@ struct stats_seed {
 	enum outcome cand_first, cand_rerun; /* OUTCOME_NONE when not run */
 	enum outcome base_first, base_rerun;
 	double cand_ratio, base_ratio; /* worst error ratio of the first run; NAN if unknown */
+	double clean_ratio; /* the same at the last clean state (drift_from_clean); NAN if unknown */
 };
 
 struct stats_verdict_params {
@@ -245,6 +246,12 @@ struct stats_verdict_input {
 	 * after it at 2% look like a regression.
 	 */
 	unsigned pool_trials, pool_failures;
+	/*
+	 * Precision drift is measured from each seed's clean_ratio (the last
+	 * commit with no open regression) instead of the baseline's: a slow
+	 * creep, a little worse at every commit, is still caught.
+	 */
+	bool drift_from_clean;
 };
 
 /* Which test decided. */
