@@ -5,7 +5,7 @@
  *   numwatch health
  *   numwatch commits [--limit N] [--offset N]
  *   numwatch show SHA
- *   numwatch ci-wait SHA [--timeout S]   exit 0 clean, 1 regressed, 2 timed out, 3 error
+ *   numwatch ci-wait SHA [--timeout S] [--strict]   exit 0 clean or still open, 1 regressed here, 2 timed out, 3 error
  *   numwatch bisect --good SHA --bad SHA --check C --dtype D   (needs NUMWATCH_TOKEN)
  *   numwatch token create NAME | list | revoke ID   --config FILE (talks to the database)
  *   numwatch repro --commit SHA --check C --dtype D --seed S --config FILE [--runs N]
@@ -262,7 +262,25 @@ static int cmd_show(const char *sha)
 	return 0;
 }
 
-static int cmd_ci_wait(const char *sha, int timeout_s)
+/*
+ * A commit's verdict as CI takes it: a regression new at the commit (or a
+ * failed build) fails the job; one an earlier commit brought in and this one
+ * still shows passes with a notice (it was reported at that commit, which is
+ * being bisected and its author mailed), unless 'strict'.
+ */
+static int ci_exit(const char *verdict, bool strict)
+{
+	if (!strcmp(verdict, "regressed") || !strcmp(verdict, "build_failed"))
+		return EXIT_REGRESSED;
+	if (!strcmp(verdict, "open_regression")) {
+		printf("notice: this commit still shows a regression an earlier commit brought in;%s\n",
+		       strict ? " --strict fails on it" : " not new here, so it passes (--strict fails it)");
+		return strict ? EXIT_REGRESSED : EXIT_CLEAN;
+	}
+	return !strcmp(verdict, "infra_error") ? EXIT_ERROR : EXIT_CLEAN;
+}
+
+static int cmd_ci_wait(const char *sha, int timeout_s, bool strict)
 {
 	time_t end = time(NULL) + timeout_s;
 	char path[128], err[512];
@@ -275,12 +293,11 @@ static int cmd_ci_wait(const char *sha, int timeout_s)
 
 		/* An unknown commit may simply not be polled yet: keep waiting for it. */
 		if (st == 200 && strcmp(v, "pending") != 0) {
-			int rc = !strcmp(v, "regressed") || !strcmp(v, "build_failed") ? EXIT_REGRESSED
-				 : !strcmp(v, "infra_error")                           ? EXIT_ERROR
-										       : EXIT_CLEAN;
+			int rc;
 
 			printf("%.12s %s: %s\n", str(c, "sha"), str(c, "title"), v);
 			print_failures(c);
+			rc = ci_exit(v, strict);
 			printf("%s/?view=commit&sha=%s\n", base_url, str(c, "sha"));
 			json_decref(c);
 			return rc;
@@ -667,7 +684,10 @@ static void usage(FILE *f)
 		   "  health                       the daemon's state\n"
 		   "  commits [--limit N] [--offset N]\n"
 		   "  show SHA                     a commit's verdict and failing checks\n"
-		   "  ci-wait SHA [--timeout S]    wait for a verdict: exit 0 clean, 1 regressed,\n"
+		   "  ci-wait SHA [--timeout S] [--strict]\n"
+		   "                               wait for a verdict: exit 0 clean (or a regression\n"
+		   "                               still open from an earlier commit, with a notice),\n"
+		   "                               1 regressed here (--strict: or still open),\n"
 		   "                               2 timed out, 3 error\n"
 		   "  bisect --good SHA --bad SHA --check C --dtype D   start a bisection\n"
 		   "                               (token from --token or NUMWATCH_TOKEN)\n"
@@ -687,13 +707,14 @@ int main(int argc, char **argv)
 	    {"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
 	    {"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
 	    {"cuda", no_argument, NULL, 'G'},         {"runs", required_argument, NULL, 'R'},
-	    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},         {"strict", no_argument, NULL, 'S'},
+	    {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
 	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL,
 		   *runs = NULL;
 	const char *config_path = getenv("NUMWATCH_CONFIG"), *token = getenv("NUMWATCH_TOKEN");
-	bool cuda = false;
+	bool cuda = false, strict = false;
 	char *args[64];
 	int nargs = 0;
 	const char *cmd;
@@ -746,6 +767,9 @@ int main(int argc, char **argv)
 		case 'G':
 			cuda = true;
 			break;
+		case 'S':
+			strict = true;
+			break;
 		case 'R':
 			runs = optarg;
 			break;
@@ -770,7 +794,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "show") && nargs == 2) {
 		rc = cmd_show(args[1]);
 	} else if (!strcmp(cmd, "ci-wait") && nargs == 2) {
-		rc = cmd_ci_wait(args[1], timeout_s);
+		rc = cmd_ci_wait(args[1], timeout_s, strict);
 	} else if (!strcmp(cmd, "bisect") && nargs == 1) {
 		rc = cmd_bisect(good, bad, check, dtype, token);
 	} else if (!strcmp(cmd, "token")) {

@@ -276,8 +276,8 @@ BEGIN
 			AND r.state IN ('open', 'bisecting', 'check_changed');
 	END IF;
 	-- So is a fix this commit no longer makes.
-	IF old.verdict = 'improved' AND old.regression_id IS NOT NULL AND old.regression_id IS DISTINCT FROM
-	    CASE WHEN verdict = 'improved' THEN regression END THEN
+	IF old.verdict = 'improved' AND old.regression_id IS NOT NULL
+	    AND (verdict <> 'improved' OR regression IS DISTINCT FROM old.regression_id) THEN
 		UPDATE regressions r SET state = CASE WHEN r.culprit_id IS NOT NULL THEN 'culprit'
 			WHEN r.bisection_id IS NOT NULL THEN 'bisecting' ELSE 'open' END,
 			fixed_commit_id = NULL, closed_at = NULL, updated_at = now()

@@ -76,8 +76,16 @@ broken="softmax: tidy launch"
 fix="softmax: handle the tail"
 [[ $(verdict "$bug") == regressed ]] || fail "the softmax-breaking commit is '$(verdict "$bug")'"
 [[ $(verdict "$broken") == build_failed ]] || fail "the commit that does not compile is '$(verdict "$broken")'"
-[[ $(verdict "$fix") == clean ]] || fail "the fix is '$(verdict "$fix")'"
-# Everything before the bug and after the fix is clean.
+# The fix closes what the bug opened: improved, and each regression it raised is fixed there.
+[[ $(verdict "$fix") == improved ]] || fail "the fix is '$(verdict "$fix")'"
+regs=$(pg_psql "SELECT count(*), count(*) FILTER (WHERE r.state = 'fixed' AND f.title LIKE '$fix%'
+	AND n.title LIKE '$bug%') FROM regressions r JOIN commits n ON n.id = regression_start(r)
+	LEFT JOIN commits f ON f.id = r.fixed_commit_id WHERE r.state <> 'withdrawn'")
+read -r nregs nfixed <<<"${regs//|/ }"
+[[ $nregs -gt 0 && $nregs == "$nfixed" ]] ||
+	fail "regressions: $nfixed of $nregs were new at the bug and fixed at the fix"
+echo "ok: $nregs regressions (check x dtype), new at the bug, fixed at the fix"
+# Everything before the bug and after the fix is clean (the fix itself is improved).
 others=$(pg_psql "SELECT string_agg(title || '=' || commit_verdict(id), '; ') FROM commits
 	WHERE (position < $(pos "$bug") OR position > $(pos "$fix")) AND commit_verdict(id) <> 'clean'")
 [[ -z $others ]] || fail "commits outside the bug's range are not clean: $others"
