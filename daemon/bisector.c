@@ -783,7 +783,11 @@ static void step(struct bisector *b)
 		return;
 	b->busy = true;
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
-	db_query(b->d->db, queue_sql, 1, params, on_queued, b);
+	/* [bisect] automatic = false: only bisections started by hand run. */
+	if (!b->d->cfg.bisect_automatic)
+		db_query(b->d->db, running_sql, 1, params, on_running, b);
+	else
+		db_query(b->d->db, queue_sql, 1, params, on_queued, b);
 }
 
 static void on_tick(uv_timer_t *t)

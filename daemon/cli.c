@@ -700,14 +700,22 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
-	    {"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
-	    {"good", required_argument, NULL, 'g'},   {"bad", required_argument, NULL, 'b'},
-	    {"check", required_argument, NULL, 'k'},  {"dtype", required_argument, NULL, 'd'},
-	    {"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
-	    {"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
-	    {"cuda", no_argument, NULL, 'G'},         {"runs", required_argument, NULL, 'R'},
-	    {"help", no_argument, NULL, 'h'},         {"strict", no_argument, NULL, 'S'},
+	    {"url", required_argument, NULL, 'u'},
+	    {"limit", required_argument, NULL, 'l'},
+	    {"offset", required_argument, NULL, 'o'},
+	    {"timeout", required_argument, NULL, 't'},
+	    {"good", required_argument, NULL, 'g'},
+	    {"bad", required_argument, NULL, 'b'},
+	    {"check", required_argument, NULL, 'k'},
+	    {"dtype", required_argument, NULL, 'd'},
+	    {"seed", required_argument, NULL, 's'},
+	    {"commit", required_argument, NULL, 'C'},
+	    {"config", required_argument, NULL, 'c'},
+	    {"token", required_argument, NULL, 'T'},
+	    {"cuda", no_argument, NULL, 'G'},
+	    {"runs", required_argument, NULL, 'R'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"strict", no_argument, NULL, 'S'},
 	    {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;

@@ -169,6 +169,7 @@ static const struct option options[] = {
     REAL("bisect", "confidence", bisect_confidence, 0.51, 0.999999, 0.99),
     REAL("bisect", "prior_none", bisect_prior_none, 0.0, 0.9, 0.1),
     NUM("bisect", "max_trials", OPT_UINT, bisect_max_trials, 1, 10000000, 50000),
+    BOOL("bisect", "automatic", bisect_automatic, 1),
 };
 
 static const char *const sections[] = {"daemon", "repository", "build", "trials",  "sanitizer",

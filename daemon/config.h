@@ -102,6 +102,7 @@ struct config {
 	double bisect_confidence;   /* the search stops when one hypothesis holds this much */
 	double bisect_prior_none;   /* prior probability of "no culprit" (the first signal was a flake) */
 	unsigned bisect_max_trials; /* a search's budget: past it nobody is blamed */
+	bool bisect_automatic;      /* open regressions get a bisection by themselves (else by hand only) */
 };
 
 /*

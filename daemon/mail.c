@@ -998,6 +998,8 @@ int mail_format(const struct mail_message *m, char **out, size_t *outlen)
 		     /* RFC 3834: vacation responders must not answer it. */
 		     "Auto-Submitted: auto-generated\r\n");
 	buf_addf(&b, "X-Numwatch-Bisection: %lld\r\n", m->bisection_id);
+	if (m->kind)
+		buf_addf(&b, "X-Numwatch-Kind: %s\r\n", m->kind);
 	buf_adds(&b, "\r\n");
 	add_body(&b, m->body ? m->body : "");
 	r = buf_take(&b, out, outlen);

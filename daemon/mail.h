@@ -153,6 +153,7 @@ struct mail_message {
 	const char *in_reply_to; /* the thread root's Message-ID, NULL for the root itself */
 	const char *body;        /* UTF-8, '\n' line ends */
 	long long bisection_id;  /* X-Numwatch-Bisection, for filters */
+	const char *kind;        /* X-Numwatch-Kind: culprit, withdrawn, fixed (NULL: none) */
 };
 
 /*

@@ -812,6 +812,7 @@ static int prepare(struct mailer *m, PGresult *res, struct send_job **out, char 
 	msg.in_reply_to = kind == MAIL_CULPRIT ? NULL : col(res, 4);
 	msg.body = col(res, 7);
 	msg.bisection_id = j->bisection_id;
+	msg.kind = mail_kind_name(kind);
 	rc = mail_format(&msg, &formatted, &len);
 	if (rc < 0) {
 		snprintf(why, whylen, "cannot format the message: %s", strerror(-rc));
