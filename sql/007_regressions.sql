@@ -216,11 +216,14 @@ BEGIN
 		verdict := 'flaky';
 		ev := ev || jsonb_build_object('since_introduced', true, 'failing_since', cand.sha);
 	ELSIF rel = 'regressed' THEN
-		-- A regression raised at a later commit judged first, whose range holds this one.
+		-- A regression raised at a later commit judged first, whose range holds this one (it may
+		-- be fixed already: the fix was judged before this commit too).
 		SELECT r.id INTO found_id FROM regressions r JOIN commits f ON f.id = r.first_commit_id
 			LEFT JOIN commits g ON g.id = r.good_commit_id
+			LEFT JOIN commits x ON x.id = r.fixed_commit_id
 			WHERE r.check_id = chk AND r.dtype = dt AND r.culprit_id IS NULL
-			AND r.state IN ('open', 'bisecting') AND f.position > cand.position
+			AND r.state IN ('open', 'bisecting', 'fixed') AND f.position > cand.position
+			AND coalesce(x.position, cand.position + 1) > cand.position
 			AND coalesce(g.position, -1) < cand.position AND f.reachable
 			ORDER BY f.position LIMIT 1;
 		IF found_id IS NOT NULL THEN

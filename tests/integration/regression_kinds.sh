@@ -84,7 +84,7 @@ culprits = [m for m in box if m["X-Numwatch-Kind"] == "culprit"]
 assert len(culprits) == 1, [m["Subject"] for m in box]
 m = culprits[0]
 body = m.get_payload(decode=True).decode()
-assert "regressed by " + sys.argv[2][:12] in m["Subject"], m["Subject"]
+assert "regressed by " + sys.argv[2][:8] in m["Subject"], m["Subject"]
 assert "and 2 more" in m["Subject"], m["Subject"]
 for name in ("fake.fwd", "fake.x1", "fake.x2"):
     assert name in m["Subject"] + body, (name, body)

@@ -95,7 +95,7 @@ nw_wait 120 "the culprit mail" has_mail
 culprit_sha=$(sha_at "$culprit")
 n=$(mails | grep -c "^culprit ") || true
 [[ $n == 1 ]] || fail "$n culprit mails, expected 1: $(mails)"
-mails | grep "^culprit " | grep -q "regressed by ${culprit_sha:0:12}" ||
+mails | grep "^culprit " | grep -q "regressed by ${culprit_sha:0:8}" ||
 	fail "the culprit mail does not name ${culprit_sha:0:12}: $(mails)"
 root=$(mails | awk '$1 == "culprit" { print $2 }')
 echo "ok: one culprit mail, naming ${culprit_sha:0:12}"

@@ -62,7 +62,7 @@ held=$(table)
 held_regs=$(regressions)
 echo "commit 4 held:    $held; regressions $held_regs"
 withdrawn=$(pg_psql "SELECT count(*) FROM regressions WHERE state = 'withdrawn'")
-_nw_kill_daemon
+_nw_kill_daemon || true # (wait reports the SIGKILL)
 NW_DAEMON_PID=
 
 # 2. The same history as it comes, on a fresh database and state directory.
