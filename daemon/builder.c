@@ -137,7 +137,10 @@ static const char checks_sql[] =
     "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
     "  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
     "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
-    "  RETURNING id, name, dtypes)"
+    "  RETURNING id, name, dtypes),"
+    /* What this commit declares: a check no earlier commit declared is introduced here. */
+    " declared AS (UPDATE builds SET checks = (SELECT array_agg(name ORDER BY name) FROM input)"
+    "  WHERE commit_id = $3)"
     " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
     " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d"
     " WHERE $4 = '' OR up.name LIKE ANY (SELECT replace(p, '*', '%') FROM regexp_split_to_table($4, '[ ,]+') "

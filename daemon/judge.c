@@ -247,10 +247,10 @@ static void on_input(PGresult *res, const char *error, void *data)
 		if (!hit)
 			continue;
 		hit->clean_ratio = db_get_double(res, row, 10, NAN);
-		if (!base_case)
-			continue;
+		if (!db_get(res, row, 4))
+			continue; /* the baseline did not run this seed */
 		/* Another case under the same seed: another input, not comparable. */
-		if (cand_case && !same_case(cand_case, base_case)) {
+		if (cand_case && base_case && !same_case(cand_case, base_case)) {
 			changed++;
 			changed_failures += outcome_is_failure(hit->cand_first);
 			hit->clean_ratio = NAN;
@@ -299,7 +299,7 @@ static void on_input(PGresult *res, const char *error, void *data)
 		for (int row = 0; row < PQntuples(res); row++) {
 			struct stats_seed key, *hit;
 
-			if (!base_id || db_get(res, row, 7))
+			if (!base_id || db_get(res, row, 4))
 				continue;
 			key.seed = db_get_ll(res, row, 2, -1);
 			hit = bsearch(&key, ss, n, sizeof(*ss), cmp_stats_seed);

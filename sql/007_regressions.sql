@@ -5,6 +5,10 @@
 -- seed is paired across commits only while its case is the same.
 ALTER TABLE trials ADD COLUMN case_digest text;
 
+-- The checks a commit's runner declared in its hello: a check no earlier
+-- commit declared is introduced at this one (NULL: built before this column).
+ALTER TABLE builds ADD COLUMN checks text[];
+
 -- A regression: one check x dtype getting worse at one point of the history,
 -- from the commit where it was first seen until the commit that fixes it.
 -- Later commits that still show it point at it; they are not new ones.
@@ -106,11 +110,13 @@ $$;
 
 -- A seed's case at a commit, as its first real run reported it: family,
 -- shape and generator version, then the runner's case digest where it sent
--- one ("f:family:shape:gen|d:digest"). Two cases are the same when their
--- digests are, or where either has none, their family, shape and generator.
+-- one ("f:family:shape:gen|d:digest"); NULL where the trial reported no case
+-- (a crash, a timeout). Two cases are the same when their digests are, or
+-- where either has none, their family, shape and generator.
 CREATE FUNCTION trial_case(t trials) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-	SELECT 'f:' || coalesce(t.family, '') || ':' || coalesce(array_to_string(t.shape, 'x'), '') || ':'
-		|| coalesce(t.gen::text, '') || coalesce('|d:' || t.case_digest, '')
+	SELECT CASE WHEN t.family IS NOT NULL OR t.case_digest IS NOT NULL THEN
+		'f:' || coalesce(t.family, '') || ':' || coalesce(array_to_string(t.shape, 'x'), '') || ':'
+		|| coalesce(t.gen::text, '') || coalesce('|d:' || t.case_digest, '') END
 $$;
 
 -- The last clean state before a commit: the nearest earlier commit that
@@ -140,12 +146,13 @@ CREATE FUNCTION judge_input(cid bigint, chk int, dt text, planned int)
 	          WHERE t.commit_id = judge_clean_state(cid, chk, dt) AND t.check_id = chk AND t.dtype = dt
 	          AND t.seed < planned AND t.outcome <> 'infra_error' AND t.sanitizer IS NULL GROUP BY t.seed),
 	pool AS (SELECT r.* FROM base, library_rate(base.repo_id, chk, dt, base.position, 8) r),
-	cand AS (SELECT DISTINCT ON (t.seed) t.seed, trial_case(t) AS kase FROM trials t
+	cand AS (SELECT t.seed, (array_agg(trial_case(t) ORDER BY t.attempt) FILTER (WHERE trial_case(t) IS NOT NULL))[1]
+	                AS kase FROM trials t
 	         WHERE t.commit_id = cid AND t.check_id = chk AND t.dtype = dt AND t.seed < planned
-	         AND t.outcome <> 'infra_error' AND t.sanitizer IS NULL ORDER BY t.seed, t.attempt),
+	         AND t.outcome <> 'infra_error' AND t.sanitizer IS NULL GROUP BY t.seed),
 	bt AS (SELECT t.seed, array_agg(t.outcome ORDER BY t.attempt) AS o,
 	              (array_agg(t.ratio ORDER BY t.attempt))[1] AS ratio,
-	              (array_agg(trial_case(t) ORDER BY t.attempt))[1] AS kase
+	              (array_agg(trial_case(t) ORDER BY t.attempt) FILTER (WHERE trial_case(t) IS NOT NULL))[1] AS kase
 	       FROM base JOIN trials t ON t.commit_id = base.id
 	       WHERE t.check_id = chk AND t.dtype = dt AND t.seed < planned AND t.outcome <> 'infra_error'
 	       AND t.sanitizer IS NULL GROUP BY t.seed)
@@ -212,7 +219,12 @@ BEGIN
 		is_new := true;
 	ELSIF rel = 'regressed' AND inherited IS NOT NULL THEN
 		regression := inherited;
-	ELSIF rel = 'regressed' AND base IS NULL THEN
+	ELSIF rel = 'regressed' AND base IS NULL AND NOT EXISTS (SELECT 1 FROM builds b JOIN commits c ON c.id = b.commit_id
+	    WHERE c.repo_id = cand.repo_id AND c.reachable AND c.position < cand.position
+	    AND (SELECT k.name FROM checks k WHERE k.id = chk) = ANY (b.checks)) THEN
+		-- No earlier commit declared the check: it fails since it was introduced, a property of
+		-- the new feature. (One that earlier commits declared but never ran is judged against a
+		-- library that passes, below.)
 		verdict := 'flaky';
 		ev := ev || jsonb_build_object('since_introduced', true, 'failing_since', cand.sha);
 	ELSIF rel = 'regressed' THEN

@@ -47,6 +47,12 @@ commit() { # MODE AUTHOR EMAIL TITLE
 bad_title='softmax: vectorised 4-wide path für große C'
 commit good "Max Mustermann" max@example.com "softmax: tidy"
 commit failing "Jane Doe" jane@example.com "$bad_title"
+# Later commits, each the culprit of one more bisection below: a culprit commit gets one mail.
+for i in 2 3 4; do
+	echo "$i" >"$work/repo/version"
+	git -C "$work/repo" add version
+	commit failing "Jane Doe" jane@example.com "$bad_title"
+done
 
 SMTP_PORT=$(nw_free_port)
 NW_PORT=$(nw_free_port)
@@ -73,6 +79,8 @@ slots = host
 [http]
 port = $NW_PORT
 public_url = http://numwatch.test:8080/
+[bisect]
+automatic = false
 [mail]
 $1
 CONF
@@ -108,7 +116,7 @@ nw_wait 120 "every commit has a final verdict" nw_all_final
 
 q() { pg_psql "$1"; }
 c_good=$(q "SELECT id FROM commits WHERE title = 'softmax: tidy'")
-c_bad=$(q "SELECT id FROM commits WHERE email = 'jane@example.com'")
+c_bad=$(q "SELECT id FROM commits WHERE email = 'jane@example.com' ORDER BY position LIMIT 1")
 sha_good=$(q "SELECT sha FROM commits WHERE id = $c_good")
 sha_bad=$(q "SELECT sha FROM commits WHERE id = $c_bad")
 repo_id=$(q "SELECT repo_id FROM commits WHERE id = $c_bad")
@@ -116,12 +124,14 @@ check_id=$(q "SELECT id FROM checks WHERE name = 'fake.fwd'")
 [[ $(q "SELECT verdict FROM stats WHERE commit_id = $c_bad") == regressed ]] || fail "the failing commit did not regress"
 
 # A finished bisection that names the failing commit, as the bisection service writes it.
-new_bisection() { # REQUESTED_BY
+new_bisection() { # REQUESTED_BY [CULPRIT]: a culprit commit gets one mail, so each test case its own
 	q "INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, state, outcome,
 		culprit_id, confidence, failing_seeds, requested_by, finished_at)
-		VALUES ($repo_id, $check_id, 'f32', $c_good, $c_bad, 'done', 'culprit', $c_bad, 0.9932, '{3}', '$1', now())
-		RETURNING id"
+		VALUES ($repo_id, $check_id, 'f32', $c_good, ${2:-$c_bad}, 'done', 'culprit', ${2:-$c_bad}, 0.9932, '{3}',
+		'$1', now()) RETURNING id"
 }
+step_commit() { q "SELECT id FROM commits WHERE position = $1"; } # 2, 3, 4: after the first failing one
+subject_of() { echo "[numwatch] fake.fwd f32 regressed by $(q "SELECT left(sha, 8) FROM commits WHERE id = $1"): $bad_title"; }
 mail_state() { # BISECTION KIND
 	q "SELECT state || ' attempts=' || attempts || ' error=' || coalesce(last_error, '-')
 		FROM mail WHERE bisection_id = $1 AND kind = '$2'"
@@ -249,7 +259,7 @@ echo "ok: the culprit mail arrived once after $(q "SELECT attempts FROM mail WHE
 kill -9 "$NW_DAEMON_PID"
 wait "$NW_DAEMON_PID" 2>/dev/null || true
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
-b2=$(new_bisection email-test-2)
+b2=$(new_bisection email-test-2 "$(step_commit 2)")
 nw_wait 60 "the culprit mail of bisection $b2 is sent after the restart" sent "$b2" culprit
 nw_wait 10 "the server saved it" has_mail "$(mid "$b2" culprit)"
 sleep 3 # one more sweep and poll
@@ -264,7 +274,7 @@ nw_wait 60 "the withdrawn follow-up of bisection $b2 arrives" has_mail "$w"
 root=$(mid "$b2" culprit)
 expect "In-Reply-To of the withdrawn mail" "$(smtp_mail_of "$w" In-Reply-To)" "$root"
 expect "References of the withdrawn mail" "$(smtp_mail_of "$w" References)" "$root"
-expect "Subject of the withdrawn mail" "$(smtp_mail_of "$w" Subject)" "Re: $subject"
+expect "Subject of the withdrawn mail" "$(smtp_mail_of "$w" Subject)" "Re: $(subject_of "$(step_commit 2)")"
 expect "envelope of the withdrawn mail" "$(smtp_mail_of "$w" envelope)" "$(smtp_mail_of "$root" envelope)"
 expect_in "body of the withdrawn mail" "$(smtp_mail_of "$w" body)" "has been withdrawn"
 echo "ok: the withdrawn follow-up answers $root"
@@ -293,14 +303,14 @@ mbox = $work/mail.mbox
 rate_limit = 1"
 kill -HUP "$NW_DAEMON_PID"
 nw_wait 10 "the configuration is reloaded" grep -q "reload: configuration reloaded" "$work/daemon.log"
-b3=$(new_bisection email-test-3)
+b3=$(new_bisection email-test-3 "$(step_commit 3)")
 queued() { [[ -n $(q "SELECT id FROM mail WHERE bisection_id = $1 AND kind = 'culprit'") ]]; }
 nw_wait 30 "the culprit mail of bisection $b3 is queued" queued "$b3"
 sleep 6 # three polls: it would have gone by now without the limit
 expect "bisection $b3's mail over the rate limit" "$(mail_state "$b3" culprit)" "pending attempts=0 error=-"
 [[ ! -e $work/mail.mbox ]] || fail "a mail went to the mbox over the rate limit"
 # A culprit withdrawn before its mail was tried: the mail is cancelled, and there is nothing to follow up.
-b4=$(new_bisection email-test-4)
+b4=$(new_bisection email-test-4 "$(step_commit 4)")
 nw_wait 30 "the culprit mail of bisection $b4 is queued" queued "$b4"
 q "UPDATE bisections SET outcome = 'withdrawn', updated_at = now() WHERE id = $b4"
 cancelled() { [[ $(q "SELECT state FROM mail WHERE bisection_id = $b4 AND kind = 'culprit'") == failed ]]; }
@@ -315,7 +325,7 @@ mbox = $work/mail.mbox
 rate_limit = 20"
 kill -HUP "$NW_DAEMON_PID"
 nw_wait 60 "the culprit mail of bisection $b3 is written" sent "$b3" culprit
-"$smtp_python" - "$work/mail.mbox" "$(mid "$b3" culprit)" "$subject" <<'PY' || fail "the mbox file is not as expected"
+"$smtp_python" - "$work/mail.mbox" "$(mid "$b3" culprit)" "$(subject_of "$(step_commit 3)")" <<'PY' || fail "the mbox file is not as expected"
 import email, email.policy, mailbox, re, sys
 path, mid, subject = sys.argv[1:]
 raw = open(path, "rb").read()
