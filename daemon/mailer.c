@@ -73,11 +73,12 @@ static void step(struct mailer *m);
 
 /*
  * Bisections whose mail should be queued and is not ($1: repository, $2: at
- * most this many). A culprit commit gets one mail, whatever number of checks
- * it broke: its first bisection's, listing the others (culprit_sql), sent
- * once no other regression that may yet be blamed on the same commit (open
- * or bisecting, its range holding it) is still being looked at, or after six
- * hours of waiting for one.
+ * most this many; $3: whether open regressions get bisections by themselves).
+ * A culprit commit gets one mail, whatever number of checks it broke: its
+ * first bisection's, listing the others (culprit_sql), sent once no other
+ * regression that may yet be blamed on the same commit (bisecting, or open
+ * and about to be, its range holding it) is still being looked at, or after
+ * six hours of waiting for one.
  */
 static const char sweep_sql[] =
     "SELECT 'culprit', b.id, NULL::bigint FROM bisections b JOIN commits cu ON cu.id = b.culprit_id"
@@ -92,7 +93,7 @@ static const char sweep_sql[] =
     "  AND (b.finished_at < now() - interval '6 hours' OR NOT EXISTS (SELECT 1 FROM regressions x"
     "   JOIN commits f ON f.id = x.first_commit_id LEFT JOIN bisections xb ON xb.id = x.bisection_id"
     "   LEFT JOIN commits g ON g.id = coalesce(xb.good_commit_id, x.good_commit_id)"
-    "   WHERE x.repo_id = b.repo_id AND x.state IN ('open', 'bisecting')"
+    "   WHERE x.repo_id = b.repo_id AND (x.state = 'bisecting' OR (x.state = 'open' AND $3::boolean))"
     "    AND coalesce(g.position, -1) < cu.position AND f.position >= cu.position))"
     " UNION ALL "
     "SELECT 'withdrawn', b.id, NULL FROM bisections b"
@@ -1006,7 +1007,7 @@ static void on_swept(PGresult *res, const char *error, void *data)
 static void step(struct mailer *m)
 {
 	char repo[16], batch[16];
-	const char *params[2] = {repo, batch};
+	const char *params[3] = {repo, batch, m->d->cfg.bisect_automatic ? "true" : "false"};
 
 	if (m->busy || m->draining)
 		return;
@@ -1019,7 +1020,7 @@ static void step(struct mailer *m)
 	m->next_sweep_ms = uv_now(m->d->loop) + MAILER_SWEEP_MS;
 	snprintf(repo, sizeof(repo), "%d", m->d->repo_id);
 	snprintf(batch, sizeof(batch), "%d", SWEEP_BATCH);
-	if (db_query(m->d->db, sweep_sql, 2, params, on_swept, m) < 0)
+	if (db_query(m->d->db, sweep_sql, 3, params, on_swept, m) < 0)
 		check_rate(m);
 }
 

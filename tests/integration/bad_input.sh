@@ -25,9 +25,16 @@ fi
 echo "ok: bad config refused: $out"
 
 pg_start
-# One commit per misbehaviour, each selecting the fake runner's mode.
+# One commit per misbehaviour, each selecting the fake runner's mode, each after a good commit: a
+# verdict says what a commit changed against the one before, and each is to be judged against a
+# runner that works.
 git init -q -b main "$work/repo"
 for mode in good garbage hang segv crashonce failing; do
+	if [[ $mode != good ]]; then
+		echo good >"$work/repo/mode"
+		git -C "$work/repo" add mode
+		git -C "$work/repo" -c user.name="T good" -c user.email="good@example.com" commit -qm "runner mode: good before $mode"
+	fi
 	echo "$mode" >"$work/repo/mode"
 	git -C "$work/repo" add mode
 	git -C "$work/repo" -c user.name="T $mode" -c user.email="$mode@example.com" commit -qm "runner mode: $mode"
