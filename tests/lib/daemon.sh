@@ -16,8 +16,10 @@
 #   nw_mode_conf FILE NAME REPO PER_COMMIT MAX [EXTRA]
 #                                a daemon config on two host slots that builds the
 #                                fake runner of REPO's 'mode' (and 'bwd_mode', where a
-#                                commit has one: fake.bwd), port $NW_PORT; EXTRA (lines
-#                                of config, e.g. "[verdict]\nalpha = 0.005") is appended
+#                                commit has one: fake.bwd; and 'case_shift', where it has
+#                                one: odd seeds' inputs change, see fake-runner), port
+#                                $NW_PORT; EXTRA (lines of config, e.g.
+#                                "[verdict]\nalpha = 0.005") is appended
 #
 # NW_BUILD_DIR (set by CMake) holds the built binaries.
 
@@ -105,7 +107,7 @@ name = $2
 url = $3
 poll_interval = 2
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; }
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && { test ! -e bwd_mode || cp bwd_mode "\$NUMWATCH_BUILD_DIR/"; } && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; }
 [trials]
 per_commit = $4
 max = $5
