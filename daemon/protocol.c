@@ -284,6 +284,7 @@ static char *encode_compact(json_t *v)
 enum str_kind {
 	STR_NAME,  /* identifier: non-empty, bounded, letters, digits and . _ - + : */
 	STR_TOKEN, /* non-empty, bounded, no control characters (digests, tensor names) */
+	STR_ASCII, /* non-empty, bounded, printable ASCII without spaces (case digests) */
 	STR_TEXT,  /* free text: truncated to fit, never refused for its length */
 };
 
@@ -344,6 +345,10 @@ static int check_string(json_t *v, const char *path, enum str_kind kind, char *d
 		if (kind == STR_TOKEN && (c < 0x20 || c == 0x7f))
 			return proto_error(err, errlen, "field '%s' must not contain control characters",
 					   path);
+		if (kind == STR_ASCII && (c <= 0x20 || c >= 0x7f))
+			return proto_error(
+			    err, errlen, "field '%s' must contain only printable ASCII characters, no spaces",
+			    path);
 	}
 	memcpy(dst, s, len + 1);
 	return 0;
@@ -736,7 +741,9 @@ static int parse_case(json_t *root, struct proto_trial *out, char *err, size_t e
 			    errlen)) < 0 ||
 	    (r = get_index_list(c, "case.", "shape", NW_PROTO_SHAPE_MAX, out->shape, &out->ndim, err,
 				errlen)) < 0 ||
-	    (r = get_integer(c, "case.", "gen", false, 0, INT_MAX, &gen, err, errlen)) < 0)
+	    (r = get_integer(c, "case.", "gen", false, 0, INT_MAX, &gen, err, errlen)) < 0 ||
+	    (r = get_string(c, "case.", "digest", false, STR_ASCII, out->case_digest,
+			    sizeof(out->case_digest), err, errlen)) < 0)
 		return r;
 	out->gen = (int)gen;
 	return 0;

@@ -51,6 +51,11 @@ struct proto_trial {
 	bool fatal;                     /* only with OUTCOME_ERROR */
 	char error[NW_PROTO_TEXT_MAX];  /* only with OUTCOME_ERROR */
 	char family[NW_PROTO_NAME_MAX]; /* "" when the runner gave no case */
+	/*
+	 * case.digest: a hash of the inputs the runner generated for the seed
+	 * (printable ASCII, no spaces), "" when absent (a runner older than it).
+	 */
+	char case_digest[NW_PROTO_NAME_MAX];
 	long shape[NW_PROTO_SHAPE_MAX];
 	unsigned ndim;
 	int gen;      /* generator version, -1 if absent */

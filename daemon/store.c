@@ -15,14 +15,15 @@
 
 static const char insert_sql[] =
     "INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
-    " tensors, digest, digests_differ, kernel_us, error, slot, host, sanitizer, sanitizer_status)"
-    " SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen,"
+    " case_digest, tensors, digest, digests_differ, kernel_us, error, slot, host, sanitizer,"
+    " sanitizer_status)"
+    " SELECT commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen, case_digest,"
     " coalesce(tensors::jsonb, '[]'), digest, coalesce(digests_differ, 0), kernel_us, error, slot, $2,"
     " sanitizer, sanitizer_status"
     " FROM json_to_recordset($1::json) AS t(commit_id bigint, check_id int, dtype text, seed bigint,"
-    " attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int, tensors text,"
-    " digest text, digests_differ int, kernel_us float8, error text, slot text, sanitizer text,"
-    " sanitizer_status text)"
+    " attempt smallint, outcome text, ratio float8, family text, shape bigint[], gen int,"
+    " case_digest text, tensors text, digest text, digests_differ int, kernel_us float8, error text,"
+    " slot text, sanitizer text, sanitizer_status text)"
     " ON CONFLICT DO NOTHING";
 
 struct batch {
@@ -148,6 +149,8 @@ static json_t *row_json(const struct trial_row *r)
 	}
 	if (t->gen >= 0)
 		json_object_set_new(o, "gen", json_integer(t->gen));
+	/* NULL when the runner sent none (a runner older than case.digest). */
+	json_object_set_new(o, "case_digest", text_or_null(t->case_digest));
 	/* Passed as text and cast by PostgreSQL: parsing it here would only cost time. */
 	if (t->tensors_json)
 		json_object_set_new(o, "tensors", json_string(t->tensors_json));

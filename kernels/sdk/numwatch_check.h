@@ -168,6 +168,11 @@ struct nw_trial {
 	unsigned ndim;
 	struct nw_param params[NW_PARAMS_MAX];
 	unsigned nparams;
+	/* the inputs' bytes so far, chained through nw_digest (nw_input_upload) */
+	uint64_t inputs_hash;
+	unsigned ninputs;
+	/* case.digest: nw_case_digest() of the finished case (nw_trial_run) */
+	uint64_t case_digest;
 
 	/* result */
 	struct nw_tensor_result tensors[NW_TENSORS_MAX];
@@ -214,6 +219,16 @@ int nw_check_family(const struct nw_check *c, const char *name);
  * dtype, seed, family and repeats; everything else is reset here.
  */
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t);
+/*
+ * The case's identity, sent as case.digest (PROTOCOL.md): a 64-bit hash of
+ * the check's name, the dtype, the family, the shape, the params and the
+ * bytes of every input uploaded with nw_input_upload(), in upload order,
+ * taken on the host before the upload. It depends on nothing else (not on
+ * the library, the backend, the build or the seed itself), so it is the same
+ * at every commit that generates the same inputs and differs when a check
+ * draws anything differently. nw_trial_run() fills t->case_digest with it.
+ */
+uint64_t nw_case_digest(const struct nw_check *c, const struct nw_trial *t);
 /* Adds a case parameter (ignored beyond NW_PARAMS_MAX; text is cut to fit). */
 void nw_trial_param_int(struct nw_trial *t, const char *key, long value);
 void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value);
@@ -287,7 +302,9 @@ bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i);
 
 /*
  * An input tensor uploaded to the device (owned; nw_input_release() frees).
- * On failure records an error answer in t and returns it.
+ * Its host bytes are hashed into the case's digest first (nw_case_digest), so
+ * every input a kernel reads must come through here. On failure records an
+ * error answer in t and returns it.
  */
 int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes);
 void nw_input_release(void *dev);

@@ -202,6 +202,9 @@ int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t byt
 
 	nw_phase_inputs_begin();
 	t0 = nw_now();
+	/* The host data, before the upload: what the check generated (nw_case_digest). */
+	t->inputs_hash = nw_digest(t->ninputs ? t->inputs_hash : NW_FNV_OFFSET, bytes ? host : "", bytes);
+	t->ninputs++;
 	int rc = nw_input_upload_untimed(t, dev, host, bytes);
 
 	nw_phase_add(NW_PHASE_INPUTS, t0);

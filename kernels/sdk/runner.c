@@ -97,7 +97,7 @@ static json_t *error_answer(json_t *id, const char *msg, bool fatal)
 json_t *nw_runner_trial_json(const struct nw_check *c, const struct nw_trial *t, json_t *id)
 {
 	json_t *o, *shape, *tensors;
-	char digest[17];
+	char digest[17], case_digest[17];
 	unsigned i;
 
 	if (t->error)
@@ -109,11 +109,12 @@ json_t *nw_runner_trial_json(const struct nw_check *c, const struct nw_trial *t,
 	for (i = 0; tensors && i < t->ntensors; i++)
 		json_array_append_new(tensors, tensor_json(&t->tensors[i]));
 	snprintf(digest, sizeof(digest), "%016" PRIx64, t->digest);
-	o = json_pack("{s:s, s:O, s:s, s:{s:s, s:o, s:i}, s:o, s:o, s:s, s:i, s:o}", "op", "trial", "id",
+	snprintf(case_digest, sizeof(case_digest), "%016" PRIx64, t->case_digest);
+	o = json_pack("{s:s, s:O, s:s, s:{s:s, s:o, s:i, s:s}, s:o, s:o, s:s, s:i, s:o}", "op", "trial", "id",
 		      id ? id : json_null(), "verdict", nw_trial_failed(t) ? "fail" : "pass", "case",
 		      "family", c->families[t->family], "shape", shape ? shape : json_array(), "gen",
-		      NW_GEN_VERSION, "ratio", real_or_null(nw_trial_ratio(t)), "tensors",
-		      tensors ? tensors : json_array(), "digest", digest, "digests_differ",
+		      NW_GEN_VERSION, "digest", case_digest, "ratio", real_or_null(nw_trial_ratio(t)),
+		      "tensors", tensors ? tensors : json_array(), "digest", digest, "digests_differ",
 		      (int)t->digests_differ, "kernel_us", real_or_null(t->kernel_us));
 	if (o && t->nparams) {
 		json_t *params = json_object();

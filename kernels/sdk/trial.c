@@ -75,6 +75,52 @@ void nw_trial_param_str(struct nw_trial *t, const char *key, const char *value)
 		snprintf(p->sval, sizeof(p->sval), "%s", value);
 }
 
+/* Integers enter the case digest as 8 little-endian bytes, whatever the machine. */
+static uint64_t case_hash_u64(uint64_t h, uint64_t v)
+{
+	unsigned char b[8];
+	unsigned i;
+
+	for (i = 0; i < 8; i++)
+		b[i] = (unsigned char)(v >> (8 * i));
+	return nw_fnv1a(h, b, sizeof(b));
+}
+
+/* Strings with their NUL, so that ("ab", "c") and ("a", "bc") differ. */
+static uint64_t case_hash_str(uint64_t h, const char *s)
+{
+	return nw_fnv1a(h, s, strlen(s) + 1);
+}
+
+/*
+ * Changing what goes in, or in what order, changes every case's digest and
+ * so, for the daemon, every seed's case at the next commit: don't, unless
+ * that is the point (tests/unit/test_sdk.c pins one value).
+ */
+uint64_t nw_case_digest(const struct nw_check *c, const struct nw_trial *t)
+{
+	uint64_t h = case_hash_str(NW_FNV_OFFSET, "numwatch case");
+	unsigned i;
+
+	h = case_hash_str(h, c->name);
+	h = case_hash_str(h, nw_dtype_name(t->dtype));
+	h = case_hash_str(h,
+			  t->family >= 0 && (unsigned)t->family < c->nfamilies ? c->families[t->family] : "");
+	h = case_hash_u64(h, t->ndim);
+	for (i = 0; i < t->ndim && i < NW_SHAPE_MAX; i++)
+		h = case_hash_u64(h, (uint64_t)t->shape[i]);
+	h = case_hash_u64(h, t->nparams);
+	for (i = 0; i < t->nparams && i < NW_PARAMS_MAX; i++) {
+		h = case_hash_str(h, t->params[i].key);
+		h = case_hash_u64(h, t->params[i].is_int);
+		h = t->params[i].is_int ? case_hash_u64(h, (uint64_t)t->params[i].ival)
+					: case_hash_str(h, t->params[i].sval);
+	}
+	h = case_hash_u64(h, t->ninputs);
+	h = case_hash_u64(h, t->inputs_hash);
+	return nw_mix64(h);
+}
+
 static struct {
 	bool on, checked, generated;
 	unsigned long trials;
@@ -180,6 +226,8 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 		for (i = 0; i < t->ntensors; i++)
 			if (t->tensors[i].ratio != t->tensors[i].ratio) /* NaN: never report a pass */
 				t->tensors[i].ratio = 1e300;
+	if (!rc)
+		t->case_digest = nw_case_digest(c, t);
 	return rc;
 }
 

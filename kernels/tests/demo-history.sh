@@ -20,6 +20,8 @@
 #     of the extreme family, and never at f16 or bf16;
 #   - every other new-op trial of commits 9-17 passes. (Commits 14 and 17 are
 #     not run: their runners are 13's and 16's, checked above.)
+#   - a seed's case digest (case.digest: its inputs) is the same at every
+#     commit that runs it: the library changes, the suite's inputs do not.
 #
 # usage: demo-history.sh [SEEDS]   (default 100 seeds per check and dtype)
 set -euo pipefail
@@ -88,7 +90,7 @@ for i in 1 8; do [ "$(checks_of $i)" = "$softmax" ] || fail "commit $i offers $(
 
 # softmax, commits 1-8. One line per trial: verdict rows cols (the answer's keys keep their order).
 trials() {
-	"$1" --check "$2" --dtype "$3" --seed 0 --count "$seeds" |
+	"$1" --check "$2" --dtype "$3" --seed 0 --count "$seeds" | tee "$work/cases.$2.$3.$4" |
 		sed -n 's/.*"verdict":"\([a-z]*\)".*"shape":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2 \3/p'
 }
 
@@ -107,7 +109,7 @@ for i in 1 2 3 4 6 7 8; do
 					echo "commit $i $check $dtype: [$rows,$cols] gave $verdict, expected $want" >&2
 					bad=$((bad + 1))
 				fi
-			done < <(trials "$work/b$i/numwatch-runner-host" $check $dtype)
+			done < <(trials "$work/b$i/numwatch-runner-host" $check $dtype $i)
 			[ "$n" -eq "$seeds" ] || fail "commit $i $check $dtype: $n answers for $seeds seeds"
 			[ "$bad" -eq 0 ] || fail "commit $i $check $dtype: $bad unexpected verdicts"
 		done
@@ -156,8 +158,29 @@ for i in 9 10 11 12 13 15 16; do
 		case $check in softmax.*) continue ;; esac
 		for dtype in f32 f16 bf16; do
 			{ "$work/b$i/numwatch-runner-host" --check $check --dtype $dtype --seed 0 --count "$seeds" || true; } |
-				judge $i $check $dtype || fail "commit $i $check $dtype: unexpected verdicts"
+				tee "$work/cases.$check.$dtype.$i" | judge $i $check $dtype || fail "commit $i $check $dtype: unexpected verdicts"
 		done
 	done
 done
+
+# The inputs are the suite's: each seed's case digest is one at every commit.
+python3 - "$work"/cases.* <<'PY' || fail "case digests changed along the history"
+import collections, json, os, sys
+first = {}  # (check, dtype, seed) -> (digest, commit)
+runs = collections.Counter()
+for path in sys.argv[1:]:
+    check, dtype, commit = os.path.basename(path).split(".", 1)[1].rsplit(".", 2)
+    for line in open(path):
+        a = json.loads(line)
+        if a["verdict"] == "error":
+            continue
+        key = (check, dtype, a["seed"])
+        digest = a["case"]["digest"]
+        runs[key] += 1
+        was = first.setdefault(key, (digest, commit))
+        if was[0] != digest:
+            sys.exit("%s %s seed %d: case digest %s at commit %s, %s at commit %s"
+                     % (check, dtype, a["seed"], was[0], was[1], digest, commit))
+print("demo-history: %d cases, each with one case digest over %d runs" % (len(first), sum(runs.values())))
+PY
 echo "demo-history: ok ($seeds seeds per check and dtype, $ncommits commits)"

@@ -16,9 +16,11 @@
 #   nw_mode_conf FILE NAME REPO PER_COMMIT MAX [EXTRA]
 #                                a daemon config on two host slots that builds the
 #                                fake runner of REPO's 'mode' (and 'bwd_mode', where a
-#                                commit has one: fake.bwd; 'extra_checks'; 'gate': see
-#                                fake-runner), port $NW_PORT; EXTRA (lines
-#                                of config, e.g. "[verdict]\nalpha = 0.005") is appended
+#                                commit has one: fake.bwd; 'extra_checks': more checks;
+#                                'gate': see fake-runner; and 'case_shift', where it has
+#                                one: odd seeds' inputs change, see fake-runner), port
+#                                $NW_PORT; EXTRA (lines of config, e.g.
+#                                "[verdict]\nalpha = 0.005") is appended
 #
 # NW_BUILD_DIR (set by CMake) holds the built binaries.
 
@@ -106,7 +108,7 @@ name = $2
 url = $3
 poll_interval = 2
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; }
 [trials]
 per_commit = $4
 max = $5

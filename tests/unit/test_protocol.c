@@ -805,6 +805,101 @@ static void test_unknown_fields(void **state)
 	proto_trial_release(&t);
 }
 
+/*
+ * case.digest (optional): a hash of the inputs the runner generated for the
+ * seed. Kept as sent when present, "" when absent or null (a runner older
+ * than it), and a protocol error when it is not a short printable string.
+ */
+static void test_case_digest(void **state)
+{
+	struct proto_trial t;
+	char err[256], line[512], digest[NW_PROTO_NAME_MAX + 1];
+	static const struct {
+		const char *value, *err;
+	} bad[] = {
+	    {"42", "field 'case.digest' must be a string"},
+	    {"[\"9f2c41d07be3a8e1\"]", "field 'case.digest' must be a string"},
+	    {"true", "field 'case.digest' must be a string"},
+	    {"\"\"", "field 'case.digest' must not be empty"},
+	    {"\"9f2c 41d0\"", "field 'case.digest' must contain only printable ASCII characters, no spaces"},
+	    {"\"9f2c\\t41d0\"",
+	     "field 'case.digest' must contain only printable ASCII characters, no spaces"},
+	    {"\"9f2c\\u00e941d0\"",
+	     "field 'case.digest' must contain only printable ASCII characters, no spaces"},
+	};
+	size_t i;
+
+	(void)state;
+	/* Present: the C SDK's form (16 hex digits), and any other short printable token. */
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5,"
+				     "\"case\":{\"family\":\"tail\",\"shape\":[3,1025],\"gen\":1,"
+				     "\"digest\":\"0c1d2e3f4a5b6c7d\"},\"digest\":\"9f2c41d07be3a8e1\"}",
+				     3, &t, err, sizeof(err)),
+			 0);
+	assert_string_equal(t.case_digest, "0c1d2e3f4a5b6c7d");
+	/* Not to be confused with the outputs' digest. */
+	assert_string_equal(t.digest, "9f2c41d07be3a8e1");
+	assert_string_equal(t.family, "tail");
+	proto_trial_release(&t);
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":3,\"verdict\":\"fail\",\"ratio\":2,"
+				     "\"case\":{\"digest\":\"sha256:Zm9v/YmFy+=\"}}",
+				     3, &t, err, sizeof(err)),
+			 0);
+	assert_string_equal(t.case_digest, "sha256:Zm9v/YmFy+=");
+	proto_trial_release(&t);
+
+	/* Absent: no case, a case without it, or null. */
+	assert_int_equal(parse_trial(trial_example, 17, &t, err, sizeof(err)), 0);
+	assert_string_equal(t.case_digest, "");
+	proto_trial_release(&t);
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5}", 3, &t,
+				     err, sizeof(err)),
+			 0);
+	assert_string_equal(t.case_digest, "");
+	proto_trial_release(&t);
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5,"
+				     "\"case\":{\"family\":\"tail\",\"digest\":null}}",
+				     3, &t, err, sizeof(err)),
+			 0);
+	assert_string_equal(t.case_digest, "");
+	assert_string_equal(t.family, "tail");
+	proto_trial_release(&t);
+	/* An error answer may carry a case too; its digest is kept. */
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":3,\"verdict\":\"error\",\"error\":\"x\","
+				     "\"case\":{\"digest\":\"00ff\"}}",
+				     3, &t, err, sizeof(err)),
+			 0);
+	assert_string_equal(t.case_digest, "00ff");
+	proto_trial_release(&t);
+
+	/* Malformed: the wrong type, empty, spaces, control or non-ASCII characters. */
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(line, sizeof(line),
+			 "{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5,"
+			 "\"case\":{\"family\":\"tail\",\"digest\":%s}}",
+			 bad[i].value);
+		trial_fails(line, 3, bad[i].err);
+	}
+
+	/* Bounded like the outputs' digest: NW_PROTO_NAME_MAX - 1 bytes fit, one more is refused, not cut. */
+	memset(digest, 'a', sizeof(digest));
+	digest[NW_PROTO_NAME_MAX - 1] = '\0';
+	snprintf(
+	    line, sizeof(line),
+	    "{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"digest\":\"%s\"}}",
+	    digest);
+	assert_int_equal(parse_trial(line, 3, &t, err, sizeof(err)), 0);
+	assert_string_equal(t.case_digest, digest);
+	proto_trial_release(&t);
+	digest[NW_PROTO_NAME_MAX - 1] = 'a';
+	digest[NW_PROTO_NAME_MAX] = '\0';
+	snprintf(
+	    line, sizeof(line),
+	    "{\"op\":\"trial\",\"id\":3,\"verdict\":\"pass\",\"ratio\":0.5,\"case\":{\"digest\":\"%s\"}}",
+	    digest);
+	trial_fails(line, 3, "field 'case.digest' is too long (64 bytes, at most 63)");
+}
+
 /* Messages go to the log and to a text column: always valid UTF-8, no control characters. */
 static void test_message_is_clean_text(void **state)
 {
@@ -862,6 +957,7 @@ int main(void)
 	    cmocka_unit_test(test_line_length),
 	    cmocka_unit_test(test_nan),
 	    cmocka_unit_test(test_unknown_fields),
+	    cmocka_unit_test(test_case_digest),
 	    cmocka_unit_test(test_message_is_clean_text),
 	    cmocka_unit_test(test_small_error_buffer),
 	};

@@ -613,6 +613,217 @@ static void test_run_kernel_library_error_is_an_error_answer(void **state)
 	nw_output_release(&o);
 }
 
+/* ---- case digest -------------------------------------------------------------- */
+
+/*
+ * A check of the tests' own, to change its generator at will: 64 normals of
+ * the stream (check, seed), uploaded as one input. 'toy_variant' changes
+ * one thing about the case at a time.
+ */
+enum toy_variant {
+	TOY_AS_SHIPPED,
+	TOY_ONE_BIT,     /* one value drawn differently, in its last bit */
+	TOY_PARAM,       /* a param the shape does not show */
+	TOY_SHAPE,       /* the same bytes under another shape */
+	TOY_SPLIT,       /* the same bytes, uploaded as two inputs */
+	TOY_LATE_CHANGE, /* the data changed after its upload: not what the kernel saw, not in the digest */
+};
+static enum toy_variant toy_variant;
+
+static int toy_run(const struct nw_check *c, struct nw_trial *t)
+{
+	float x[64];
+	void *dev = NULL, *dev2 = NULL;
+	struct nw_rng r;
+	unsigned i;
+	int rc;
+
+	nw_rng_init(&r, c->name, t->seed, 0);
+	for (i = 0; i < 64; i++)
+		x[i] = (float)nw_rng_normal(&r);
+	if (toy_variant == TOY_ONE_BIT)
+		x[63] = from_bits(bits(x[63]) ^ 1u);
+	t->ndim = 2;
+	t->shape[0] = toy_variant == TOY_SHAPE ? 4 : 8;
+	t->shape[1] = toy_variant == TOY_SHAPE ? 16 : 8;
+	nw_trial_param_int(t, "causal", toy_variant == TOY_PARAM);
+	if (toy_variant == TOY_SPLIT) {
+		rc = nw_input_upload(t, &dev, x, 32 * sizeof(float));
+		if (!rc)
+			rc = nw_input_upload(t, &dev2, x + 32, 32 * sizeof(float));
+	} else {
+		rc = nw_input_upload(t, &dev, x, sizeof(x));
+	}
+	if (toy_variant == TOY_LATE_CHANGE)
+		x[0] += 1.0f;
+	nw_input_release(dev);
+	nw_input_release(dev2);
+	return rc;
+}
+
+static const char *const toy_families[] = {"plain", "other"};
+static const struct nw_check toy_check = {
+    .name = "toy.fwd",
+    .op = "toy",
+    .pass = "fwd",
+    .dtypes = NW_DTYPE_BIT(NW_F32),
+    .families = toy_families,
+    .nfamilies = 2,
+    .deterministic = true,
+    .run = toy_run,
+};
+
+static uint64_t case_digest_of(const struct nw_check *c, enum nw_dtype d, uint64_t seed, int family)
+{
+	struct nw_trial t = {.dtype = d, .seed = seed, .family = family, .repeats = 1};
+
+	if (nw_trial_run(c, &t) != 0)
+		fail_msg("%s %s seed %llu: error answer '%s'", c->name, nw_dtype_name(d),
+			 (unsigned long long)seed, t.errmsg);
+	return t.case_digest;
+}
+
+static void test_case_digest_sees_the_generator(void **state)
+{
+	static const struct {
+		enum toy_variant v;
+		const char *what;
+	} changes[] = {
+	    {TOY_ONE_BIT, "one bit of one input value"},
+	    {TOY_PARAM, "a param"},
+	    {TOY_SHAPE, "the shape"},
+	    {TOY_SPLIT, "how the bytes are split into inputs"},
+	};
+	uint64_t base;
+	size_t i;
+
+	(void)state;
+	toy_variant = TOY_AS_SHIPPED;
+	base = case_digest_of(&toy_check, NW_F32, 0, -1);
+	/*
+	 * The same inputs give the same digest in every run, at every commit and
+	 * on every machine: the daemon pairs a seed's results across commits by
+	 * it. A change of this value changes every case for the daemon; if it
+	 * is meant (the digest's definition changed), update it here.
+	 */
+	if (base != UINT64_C(0xd6a263d58ee6c0cd))
+		fail_msg("toy.fwd seed 0: case digest %016llx, pinned d6a263d58ee6c0cd",
+			 (unsigned long long)base);
+	assert_true(case_digest_of(&toy_check, NW_F32, 0, -1) == base);
+	/* Other inputs (another seed), or the same inputs in another family: another case. */
+	assert_true(case_digest_of(&toy_check, NW_F32, 2, -1) != base);
+	assert_true(case_digest_of(&toy_check, NW_F32, 0, 1) != base);
+	/* A changed generator: each change alone gives another digest. */
+	for (i = 0; i < sizeof(changes) / sizeof(changes[0]); i++) {
+		toy_variant = changes[i].v;
+		if (case_digest_of(&toy_check, NW_F32, 0, -1) == base)
+			fail_msg("changing %s left the case digest as it was", changes[i].what);
+	}
+	/* What the check does with its host copy after the upload is not the kernel's input. */
+	toy_variant = TOY_LATE_CHANGE;
+	assert_true(case_digest_of(&toy_check, NW_F32, 0, -1) == base);
+	toy_variant = TOY_AS_SHIPPED;
+}
+
+/* A case seen: its digest, and what it was. */
+struct seen_case {
+	uint64_t digest;
+	const struct nw_check *check;
+	int dtype, family;
+	unsigned ndim;
+	long shape[NW_SHAPE_MAX];
+};
+
+static bool shape_is_empty(const struct nw_trial *t)
+{
+	unsigned i;
+
+	for (i = 0; i < t->ndim; i++)
+		if (t->shape[i] == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Every check of the suite: a seed's case digest is the same in every run,
+ * and differs between seeds, families and dtypes. Two cases share one only
+ * where they are the same case: empty tensors of one shape (a "tiny" family's
+ * zero-length sequence), whatever seed drew them.
+ */
+static void test_case_digest_of_every_check(void **state)
+{
+	const struct nw_check *const *all;
+	struct seen_case *seen;
+	size_t nseen = 0, cap = 4096, k, same = 0;
+	unsigned n, i;
+	int d;
+
+	(void)state;
+	seen = calloc(cap, sizeof(*seen));
+	assert_non_null(seen);
+	all = nw_checks(&n);
+	for (i = 0; i < n; i++) {
+		const struct nw_check *c = all[i];
+
+		for (d = 0; d < NW_DTYPE_COUNT; d++) {
+			uint64_t seed;
+
+			if (!(c->dtypes & NW_DTYPE_BIT(d)))
+				continue;
+			/* Every family from the seed (seeds 0..n-1), then seed 0 named in each other family. */
+			for (seed = 0; seed < 2 * (uint64_t)c->nfamilies; seed++) {
+				bool named = seed >= c->nfamilies;
+				struct nw_trial t = {.dtype = (enum nw_dtype)d,
+						     .seed = named ? 0 : seed,
+						     .family = named ? (int)(seed - c->nfamilies) : -1,
+						     .repeats = 1};
+				struct seen_case *sc;
+
+				if (named && t.family == 0)
+					continue; /* seed 0's own family: done */
+				if (nw_trial_run(c, &t) != 0)
+					fail_msg("%s %s seed %llu: error answer '%s'", c->name,
+						 nw_dtype_name(t.dtype), (unsigned long long)t.seed,
+						 t.errmsg);
+				if (case_digest_of(c, t.dtype, t.seed, named ? t.family : -1) !=
+				    t.case_digest)
+					fail_msg("%s %s seed %llu family %s: two runs, two case digests",
+						 c->name, nw_dtype_name(t.dtype), (unsigned long long)t.seed,
+						 c->families[t.family]);
+				for (k = 0; k < nseen; k++) {
+					sc = &seen[k];
+					if (sc->digest != t.case_digest)
+						continue;
+					if (sc->check == c && sc->dtype == d && sc->family == t.family &&
+					    sc->ndim == t.ndim &&
+					    memcmp(sc->shape, t.shape, sizeof(sc->shape)) == 0 &&
+					    shape_is_empty(&t)) {
+						same++;
+						continue;
+					}
+					fail_msg(
+					    "%s %s seed %llu family %s: case digest %016llx, as %s %s family "
+					    "%s",
+					    c->name, nw_dtype_name(t.dtype), (unsigned long long)t.seed,
+					    c->families[t.family], (unsigned long long)t.case_digest,
+					    sc->check->name, nw_dtype_name((enum nw_dtype)sc->dtype),
+					    sc->check->families[sc->family]);
+				}
+				assert_true(nseen < cap);
+				sc = &seen[nseen++];
+				*sc = (struct seen_case){.digest = t.case_digest,
+							 .check = c,
+							 .dtype = d,
+							 .family = t.family,
+							 .ndim = t.ndim};
+				memcpy(sc->shape, t.shape, sizeof(sc->shape));
+			}
+		}
+	}
+	print_message("%zu cases, %zu of them empty ones seen before\n", nseen, same);
+	free(seen);
+}
+
 /* ---- runner protocol ------------------------------------------------------ */
 
 static json_t *answer(const char *line, bool *quit)
@@ -695,6 +906,12 @@ static void test_runner_trial_answer(void **state)
 	assert_int_equal(json_integer_value(json_object_get(c, "gen")), NW_GEN_VERSION);
 	assert_string_equal(json_string_value(json_object_get(c, "family")), "threshold"); /* 42 % 5 */
 	assert_int_equal(json_array_size(json_object_get(c, "shape")), 2);
+	/* case.digest: the inputs' hash, 16 hex digits, not the outputs' digest. */
+	digest = json_string_value(json_object_get(c, "digest"));
+	assert_non_null(digest);
+	assert_int_equal(strlen(digest), 16);
+	assert_int_equal(strspn(digest, "0123456789abcdef"), 16);
+	assert_string_not_equal(digest, json_string_value(json_object_get(a, "digest")));
 	assert_true(json_is_real(json_object_get(a, "ratio")));
 	tensor = json_array_get(json_object_get(a, "tensors"), 0);
 	assert_string_equal(json_string_value(json_object_get(tensor, "name")), "dx");
@@ -728,7 +945,17 @@ static void test_runner_trial_is_reproducible(void **state)
 	(void)state;
 	assert_string_equal(json_string_value(json_object_get(a, "digest")),
 			    json_string_value(json_object_get(b, "digest")));
+	/* The case, its digest included. */
+	assert_non_null(json_object_get(json_object_get(a, "case"), "digest"));
 	assert_true(json_equal(json_object_get(a, "case"), json_object_get(b, "case")));
+	json_decref(a);
+	json_decref(b);
+	/* The next seed generates other inputs. */
+	a = answer(req, &quit);
+	b = answer("{\"op\":\"trial\",\"id\":1,\"check\":\"softmax.fwd\",\"dtype\":\"f16\",\"seed\":8}",
+		   &quit);
+	assert_string_not_equal(json_string_value(json_object_get(json_object_get(a, "case"), "digest")),
+				json_string_value(json_object_get(json_object_get(b, "case"), "digest")));
 	json_decref(a);
 	json_decref(b);
 }
@@ -810,6 +1037,8 @@ int main(void)
 	    cmocka_unit_test(test_run_kernel_digest_and_repeats),
 	    cmocka_unit_test(test_run_kernel_rearms_poison_and_counts_canaries),
 	    cmocka_unit_test(test_run_kernel_library_error_is_an_error_answer),
+	    cmocka_unit_test(test_case_digest_sees_the_generator),
+	    cmocka_unit_test(test_case_digest_of_every_check),
 	    cmocka_unit_test(test_runner_hello),
 	    cmocka_unit_test(test_runner_unknown_op_and_bad_lines),
 	    cmocka_unit_test(test_runner_trial_answer),

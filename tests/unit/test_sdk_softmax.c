@@ -376,6 +376,43 @@ static void test_tail_bug_is_found_within_64_seeds(void **state)
 	}
 }
 
+/*
+ * The case digest is the inputs' identity: a library with a bug answers
+ * differently on the same inputs, so its cases keep their digests (the
+ * daemon pairs the seeds of two commits by them).
+ */
+static void test_case_digest_does_not_depend_on_the_library(void **state)
+{
+	const struct nw_check *checks[] = {&softmax_fwd_check, &softmax_bwd_check};
+	size_t i, j;
+	int failed = 0;
+
+	(void)state;
+	for (j = 0; j < 2; j++) {
+		struct nw_check c = with_kernels(checks[j], &tail_bug);
+
+		for (i = 0; i < sizeof(all_dtypes) / sizeof(all_dtypes[0]); i++) {
+			uint64_t seed;
+
+			for (seed = 0; seed < 64; seed++) {
+				struct nw_trial good = run(checks[j], all_dtypes[i], seed, -1);
+				struct nw_trial bad = run(&c, all_dtypes[i], seed, -1);
+
+				failed += nw_trial_failed(&bad) && !nw_trial_failed(&good);
+				if (good.case_digest != bad.case_digest)
+					fail_msg(
+					    "%s %s seed %llu: case digest %016llx with the library's bug, "
+					    "%016llx without",
+					    c.name, nw_dtype_name(all_dtypes[i]), (unsigned long long)seed,
+					    (unsigned long long)bad.case_digest,
+					    (unsigned long long)good.case_digest);
+			}
+		}
+	}
+	/* Not vacuous: the bug changed some verdicts. */
+	assert_true(failed > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +426,7 @@ int main(void)
 	    cmocka_unit_test(test_planted_unwritten_element_is_caught),
 	    cmocka_unit_test(test_planted_overrun_is_caught),
 	    cmocka_unit_test(test_tail_bug_is_found_within_64_seeds),
+	    cmocka_unit_test(test_case_digest_does_not_depend_on_the_library),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
