@@ -184,7 +184,8 @@ $$;
 -- its verdict changed, is judged again (its trials job is queued; nothing
 -- runs again), so that the verdicts do not depend on the order work finished
 -- in. done is false, with nothing written, while any planned seed has no
--- stored result (trials are written in batches).
+-- stored result (trials are written in batches) or the baseline changed
+-- since judge_input read it.
 CREATE FUNCTION judge_record(cid bigint, chk int, dt text, n_trials int, n_failures int, worst float8,
 	rel text, failing bigint[], evidence jsonb, base bigint, changed int, changed_failures int,
 	job bigint, planned int, job_state text,
@@ -201,6 +202,13 @@ DECLARE
 BEGIN
 	done := false;
 	is_new := false;
+	-- One judgement of a check x dtype at a time (on every daemon): two commits judged at once
+	-- would each miss the other's verdict. One whose baseline changed since it was read is
+	-- judged again from judge_input (done is false).
+	PERFORM pg_advisory_xact_lock(chk, hashtext(dt));
+	IF judge_baseline(cid, chk, dt) IS DISTINCT FROM base THEN
+		RETURN;
+	END IF;
 	IF job_state <> 'failed' AND (SELECT count(DISTINCT t.seed) FROM trials t WHERE t.commit_id = cid
 	    AND t.check_id = chk AND t.dtype = dt AND t.outcome <> 'infra_error' AND t.seed < planned) < planned THEN
 		RETURN;
@@ -228,16 +236,17 @@ BEGIN
 		verdict := 'flaky';
 		ev := ev || jsonb_build_object('since_introduced', true, 'failing_since', cand.sha);
 	ELSIF rel = 'regressed' THEN
-		-- A regression raised at a later commit judged first, whose range holds this one (it may
-		-- be fixed already: the fix was judged before this commit too).
+		-- The regression this commit raised when it was judged before, or one raised at a later
+		-- commit judged first whose range holds this one (it may be fixed already: the fix was
+		-- judged before this commit too).
 		SELECT r.id INTO found_id FROM regressions r JOIN commits f ON f.id = r.first_commit_id
 			LEFT JOIN commits g ON g.id = r.good_commit_id
 			LEFT JOIN commits x ON x.id = r.fixed_commit_id
-			WHERE r.check_id = chk AND r.dtype = dt AND r.culprit_id IS NULL
-			AND r.state IN ('open', 'bisecting', 'fixed') AND f.position > cand.position
-			AND coalesce(x.position, cand.position + 1) > cand.position
-			AND coalesce(g.position, -1) < cand.position AND f.reachable
-			ORDER BY f.position LIMIT 1;
+			WHERE r.check_id = chk AND r.dtype = dt AND r.state NOT IN ('withdrawn', 'check_changed')
+			AND (r.first_commit_id = cid OR (r.culprit_id IS NULL AND f.position > cand.position
+				AND coalesce(x.position, cand.position + 1) > cand.position
+				AND coalesce(g.position, -1) < cand.position AND f.reachable))
+			ORDER BY r.first_commit_id = cid DESC, f.position LIMIT 1;
 		IF found_id IS NOT NULL THEN
 			UPDATE regressions r SET first_commit_id = cid, good_commit_id = base,
 				rate_before = coalesce(evidence -> 'baseline_pool', evidence -> 'baseline_rate', '{}'), rate_after = coalesce(evidence -> 'candidate', '{}'),
@@ -419,6 +428,8 @@ BEGIN
 	IF NEW.regression_id IS NULL OR NEW.state <> 'done' OR OLD.state = 'done' THEN
 		RETURN NEW;
 	END IF;
+	-- Under the judge's lock of the check x dtype (judge_record): the same rows, in the same order.
+	PERFORM pg_advisory_xact_lock(NEW.check_id, hashtext(NEW.dtype));
 	SELECT * INTO x FROM regressions WHERE id = NEW.regression_id FOR UPDATE;
 	IF NEW.outcome <> 'culprit' OR NEW.culprit_id IS NULL THEN
 		UPDATE regressions SET state = 'no_culprit', updated_at = now() WHERE id = x.id AND state = 'bisecting';

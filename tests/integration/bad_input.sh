@@ -33,7 +33,7 @@ for mode in good garbage hang segv crashonce failing; do
 	if [[ $mode != good ]]; then
 		echo good >"$work/repo/mode"
 		git -C "$work/repo" add mode
-		git -C "$work/repo" -c user.name="T good" -c user.email="good@example.com" commit -qm "runner mode: good before $mode"
+		git -C "$work/repo" -c user.name="T good" -c user.email="good@example.com" commit -q --allow-empty -m "runner mode: good before $mode"
 	fi
 	echo "$mode" >"$work/repo/mode"
 	git -C "$work/repo" add mode
@@ -86,7 +86,13 @@ pg_psql "SELECT error FROM trials t JOIN commits c ON c.id = t.commit_id WHERE c
 	grep -q "signal 11.*about to crash" || fail "crash without signal and stderr tail"
 # One crash that does not come back on the rerun: the check is not deterministic there, so its
 # rate decides, with more trials (adaptive) until the SPRT accepts a rate that low as flaky.
-[[ $(verdict crashonce) == flaky ]] || fail "crash-once runner: verdict $(verdict crashonce)"
+history=$(pg_psql "SELECT string_agg(replace(c.title, 'runner mode: ', '') || '=' || s.verdict
+	|| CASE WHEN s.regression_new THEN '*' ELSE '' END || '(' || s.failures || '/' || s.trials || ')', ', '
+	ORDER BY c.position) FROM commits c JOIN stats s ON s.commit_id = c.id")
+history="$history; regressions $(pg_psql "SELECT string_agg(r.id || ':' || r.state || ' first ' || f.title || ' fixed '
+	|| coalesce(x.title, '-'), '; ') FROM regressions r JOIN commits f ON f.id = r.first_commit_id
+	LEFT JOIN commits x ON x.id = r.fixed_commit_id")"
+[[ $(verdict crashonce) == flaky ]] || fail "crash-once runner: verdict $(verdict crashonce) ($history)"
 [[ $(outcomes crashonce) =~ ^crash=1,pass=([0-9]+)$ ]] && ((BASH_REMATCH[1] > 8)) ||
 	fail "crash-once runner: outcomes $(outcomes crashonce), expected one crash and more than 8 passes"
 [[ $(verdict failing) == regressed ]] || fail "failing runner: verdict $(verdict failing)"
