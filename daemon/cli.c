@@ -217,7 +217,7 @@ static int cmd_commits(int limit, int offset)
 /* Prints the failing checks of a commit. */
 static void print_failures(json_t *commit)
 {
-	json_t *check, *seed;
+	json_t *check, *seed, *reg;
 	size_t i, k;
 
 	json_array_foreach(json_object_get(commit, "checks"), i, check)
@@ -231,6 +231,16 @@ static void print_failures(json_t *commit)
 		       (long long)json_integer_value(json_object_get(check, "failures")),
 		       (long long)json_integer_value(json_object_get(check, "trials")),
 		       json_number_value(json_object_get(check, "worst_ratio")));
+		reg = json_object_get(check, "regression");
+		if (json_is_object(reg)) {
+			long long id = (long long)json_integer_value(json_object_get(reg, "id"));
+
+			if (json_is_true(json_object_get(reg, "new")))
+				printf("      new at this commit, regression #%lld", id);
+			else
+				printf("      open since %.12s, regression #%lld", str(reg, "new_at"), id);
+			printf(" (%s): %s/?view=regression&id=%lld\n", str(reg, "state"), base_url, id);
+		}
 		json_array_foreach(json_object_get(check, "failing_seeds"), k, seed)
 		{
 			if (k >= 3)

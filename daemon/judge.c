@@ -23,6 +23,7 @@ struct judging {
 	void *data;
 	struct stats_evidence ev;
 	unsigned ran, failed;
+	char base_sha[41]; /* the baseline's, "" for none */
 };
 
 static void finish(struct judging *j, enum judge_result r, unsigned more)
@@ -160,6 +161,7 @@ static int record(struct judging *j, const struct stats_seed *ss, long long base
 	ev_json = stats_evidence_json(&j->ev);
 	if (!ev_json)
 		goto out;
+	json_object_set_new(ev_json, "baseline", j->base_sha[0] ? json_string(j->base_sha) : json_null());
 	json_object_set_new(ev_json, "planned", json_integer(j->planned));
 	json_object_set_new(ev_json, "strikes", json_integer(j->job.strikes));
 	if (changed)
@@ -234,6 +236,7 @@ static void on_input(PGresult *res, const char *error, void *data)
 	}
 	if (PQntuples(res) > 0) {
 		base_id = db_get_ll(res, 0, 0, 0);
+		snprintf(j->base_sha, sizeof(j->base_sha), "%s", db_get(res, 0, 1) ? db_get(res, 0, 1) : "");
 		in.pool_trials = (unsigned)db_get_ll(res, 0, 8, 0);
 		in.pool_failures = (unsigned)db_get_ll(res, 0, 9, 0);
 	}
@@ -247,8 +250,14 @@ static void on_input(PGresult *res, const char *error, void *data)
 		if (!hit)
 			continue;
 		hit->clean_ratio = db_get_double(res, row, 10, NAN);
-		if (!db_get(res, row, 4))
-			continue; /* the baseline did not run this seed */
+		if (!db_get(res, row, 4)) {
+			/* The baseline never ran this seed: a probe runs it there first. */
+			if (base_id && hit->cand_first != OUTCOME_NONE) {
+				missing[hit - ss] = true;
+				nmissing++;
+			}
+			continue;
+		}
 		/* Another case under the same seed: another input, not comparable. */
 		if (cand_case && base_case && !same_case(cand_case, base_case)) {
 			changed++;
@@ -256,7 +265,7 @@ static void on_input(PGresult *res, const char *error, void *data)
 			hit->clean_ratio = NAN;
 			continue;
 		}
-		hit->base_first = db_get(res, row, 4) ? outcome_parse(PQgetvalue(res, row, 4)) : OUTCOME_NONE;
+		hit->base_first = outcome_parse(PQgetvalue(res, row, 4));
 		hit->base_rerun = db_get(res, row, 5) ? outcome_parse(PQgetvalue(res, row, 5)) : OUTCOME_NONE;
 		hit->base_ratio = db_get_double(res, row, 6, NAN);
 	}
@@ -291,24 +300,6 @@ static void on_input(PGresult *res, const char *error, void *data)
 		j->ran += ss[i].cand_first != OUTCOME_NONE;
 		failing[i] = outcome_is_failure(ss[i].cand_first);
 		j->failed += failing[i];
-	}
-	/* Seeds the baseline never ran (a changed case is not missing: it cannot be run there). */
-	{
-		unsigned k = 0;
-
-		for (int row = 0; row < PQntuples(res); row++) {
-			struct stats_seed key, *hit;
-
-			if (!base_id || db_get(res, row, 4))
-				continue;
-			key.seed = db_get_ll(res, row, 2, -1);
-			hit = bsearch(&key, ss, n, sizeof(*ss), cmp_stats_seed);
-			if (hit && hit->cand_first != OUTCOME_NONE) {
-				missing[hit - ss] = true;
-				k++;
-			}
-		}
-		nmissing = k;
 	}
 	rc = record(j, ss, base_id, changed, changed_failures, missing, nmissing, failing);
 	free(ss);

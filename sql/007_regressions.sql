@@ -383,7 +383,8 @@ BEGIN
 			THEN coalesce((s.evidence -> 'candidate' -> 'wilson95' ->> 0)::float8, 0.0) ELSE 1.0 END AS q
 		FROM regressions x JOIN commits c ON c.id = x.first_commit_id JOIN checks k ON k.id = x.check_id
 		JOIN stats s ON s.commit_id = x.first_commit_id AND s.check_id = x.check_id AND s.dtype = x.dtype
-		WHERE x.repo_id = repo AND x.state = 'open' AND c.reachable
+		-- (A regression fixed before its bisection was queued is bisected all the same.)
+		WHERE x.repo_id = repo AND x.state IN ('open', 'fixed') AND x.culprit_id IS NULL AND c.reachable
 		AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.check_id = x.check_id AND m.dtype IN (x.dtype, '*')
 			AND m.until > now())
 		AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.regression_id = x.id)
@@ -408,7 +409,8 @@ BEGIN
 		VALUES (repo, r.check_id, r.dtype, good, r.first_commit_id, r.failing_seeds, r.id)
 		ON CONFLICT DO NOTHING RETURNING id INTO bid;
 		CONTINUE WHEN bid IS NULL;
-		UPDATE regressions SET state = 'bisecting', bisection_id = bid, updated_at = now() WHERE id = r.id;
+		UPDATE regressions SET state = CASE WHEN state = 'open' THEN 'bisecting' ELSE state END,
+			bisection_id = bid, updated_at = now() WHERE id = r.id;
 		RETURN NEXT bid;
 	END LOOP;
 END

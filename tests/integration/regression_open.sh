@@ -69,6 +69,7 @@ echo "ok: one regression ($rid), new at $culprit, open at the $after commits aft
 
 # CI: the culprit fails; a later commit passes with a notice, and fails with --strict.
 sha_at() { pg_psql "SELECT sha FROM commits WHERE position = $1"; }
+culprit_sha=$(sha_at "$culprit")
 rc=0
 "$NUMWATCH" ci-wait "$(sha_at "$culprit")" --timeout 30 >"$work/ci-culprit.txt" || rc=$?
 [[ $rc == 1 ]] || fail "ci-wait on the culprit exited $rc, not 1: $(cat "$work/ci-culprit.txt")"
@@ -77,6 +78,8 @@ rc=0
 [[ $rc == 0 ]] || fail "ci-wait on a later commit exited $rc, not 0: $(cat "$work/ci-later.txt")"
 grep -q "^notice: .*regression an earlier commit brought in" "$work/ci-later.txt" ||
 	fail "ci-wait on a later commit gave no notice: $(cat "$work/ci-later.txt")"
+grep -q "open since ${culprit_sha:0:12}, regression #$rid " "$work/ci-later.txt" ||
+	fail "ci-wait on a later commit does not name the regression: $(cat "$work/ci-later.txt")"
 rc=0
 "$NUMWATCH" ci-wait "$(sha_at $last)" --timeout 30 --strict >/dev/null || rc=$?
 [[ $rc == 1 ]] || fail "ci-wait --strict on a later commit exited $rc, not 1"
@@ -92,7 +95,6 @@ PY
 }
 has_mail() { [[ -s $work/mbox ]] && mails | grep -q "^culprit "; }
 nw_wait 120 "the culprit mail" has_mail
-culprit_sha=$(sha_at "$culprit")
 n=$(mails | grep -c "^culprit ") || true
 [[ $n == 1 ]] || fail "$n culprit mails, expected 1: $(mails)"
 mails | grep "^culprit " | grep -q "regressed by ${culprit_sha:0:8}" ||
