@@ -54,6 +54,7 @@ static const char commit_sql[] =
     "    'infra_errors', s.infra_errors, 'worst_ratio', s.worst_ratio, 'verdict', s.verdict,"
     "    'evidence', s.evidence, 'regression', api_stats_regression(s.regression_id, s.regression_new),"
     "    'changed_seeds', s.changed_seeds, 'failing_since', s.evidence ->> 'failing_since',"
+    "    'baseline', (SELECT bc.sha FROM commits bc WHERE bc.id = s.baseline_id),"
     "    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
     "      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape, 'error', t.error,"
     "      'tensors', t.tensors, 'repro', format('numwatch-runner-%s --check %s --dtype %s --seed %s',"

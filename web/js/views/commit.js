@@ -130,9 +130,10 @@ function regressionsHere(checks, sha) {
   );
 }
 
-function baselineCell(ev) {
-  const b = ev && typeof ev === 'object' ? ev.baseline : null;
-  if (b == null) return h('td', { class: 'muted', title: 'no earlier clean commit for this check' }, 'none');
+function baselineCell(k) {
+  const ev = k.evidence;
+  const b = isSha(k.baseline) ? k.baseline : ev && typeof ev === 'object' ? ev.baseline : null;
+  if (b == null) return h('td', { class: 'muted', title: 'no earlier result for this check: its history starts here' }, 'none');
   return h('td', null, commitLink(String(b)));
 }
 
@@ -207,7 +208,7 @@ function checksTable(checks, sha) {
       countCell(k.failures, true),
       countCell(k.infra_errors, false),
       ratioCell(k.worst_ratio),
-      baselineCell(k.evidence),
+      baselineCell(k),
       h('td', null, evidenceSummary(k.evidence)),
       h('td', null, nfail ? h('a', { href: hashHref(seedsAnchor(k.check, k.dtype)) }, `${nfail} seed${nfail === 1 ? '' : 's'} ↑`) : h('span', { class: 'muted' }, '—')),
     );
