@@ -71,8 +71,8 @@ nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 
 q() { pg_psql "$1"; }
 sha_at() { q "SELECT sha FROM commits WHERE position = $1"; }
-api_field() { # PATH PYTHON-EXPRESSION-ON-j: prints it (fails on a non-JSON answer)
-	nw_api "$1" | python3 -c 'import json, sys; j = json.load(sys.stdin); print(eval(sys.argv[1]))' "$2"
+api_field() { # PATH PYTHON-EXPRESSION-ON-j [ARG]: prints it (fails on a non-JSON answer); ARG is sys.argv[2]
+	nw_api "$1" | python3 -c 'import json, sys; j = json.load(sys.stdin); print(eval(sys.argv[1]))' "$2" "${3:-}"
 }
 nw_wait 300 "every commit has a final verdict" nw_all_final
 echo "ok: $(q "SELECT count(*) FROM commits") commits final after $((SECONDS - t0)) s"
@@ -84,6 +84,8 @@ reg_sql="FROM regressions r JOIN checks k ON k.id = r.check_id WHERE k.name = 'f
 one_regression() { [[ $(q "SELECT count(*) $reg_sql") == 1 ]]; }
 nw_wait 120 "one regression of fake.fwd f32" one_regression
 rid=$(q "SELECT r.id $reg_sql")
+withdrawn=$(q "SELECT count(*) FROM regressions WHERE state = 'withdrawn'")
+((withdrawn == 0)) || echo "note: $withdrawn provisional regression(s) withdrawn (a later commit judged first)"
 culprit_named() { [[ $(q "SELECT culprit_id IS NOT NULL FROM regressions WHERE id = $rid") == t ]]; }
 nw_wait 300 "regression $rid gets a culprit" culprit_named
 read -r state cpos <<<"$(q "SELECT r.state || ' ' || c.position FROM regressions r JOIN commits c ON c.id = r.culprit_id
@@ -120,8 +122,10 @@ echo "ok: new at $culprit only, open at the $open_after commits after it; one bi
 # The API says the same.
 csha=$(sha_at "$culprit")
 osha=$(sha_at $((culprit + 2)))
-[[ $(api_field "/api/v1/regressions/$rid" "j['state'], j['new_at'], j['culprit'], j['first'], j['commits_total']") == \
-	"('culprit', '$csha', '$csha', '$csha', $((open_after + 1)))" ]] ||
+# (The first commit judged to show it is the culprit, unless a later commit was judged first.)
+firsts=$(q "SELECT string_agg(sha, ' ') FROM commits WHERE position >= $culprit")
+[[ $(api_field "/api/v1/regressions/$rid" "j['state'], j['new_at'], j['culprit'], j['first'] in sys.argv[2].split(), j['commits_total']" "$firsts") == \
+	"('culprit', '$csha', '$csha', True, $((open_after + 1)))" ]] ||
 	fail "GET /regressions/$rid: $(nw_api "/api/v1/regressions/$rid" | head -c 600)"
 [[ $(api_field "/api/v1/commits/$osha" "[(k['verdict'], k['regression']['id'], k['regression']['new'], k['regression']['new_at']) for k in j['checks']]") == \
 	"[('regressed', $rid, False, '$csha')]" ]] || fail "GET /commits/$osha: $(nw_api "/api/v1/commits/$osha" | head -c 600)"
