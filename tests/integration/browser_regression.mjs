@@ -15,7 +15,10 @@
 //   an open commit's page: "open since" and the regression's link
 //   regressions list (filters) and the check page link it
 //
-//   node browser_regression.mjs BASE_URL REGRESSION_ID CULPRIT_SHA OPEN_SHA FIX_SHA BISECTION_ID ARTEFACTS_DIR
+//   node browser_regression.mjs BASE_URL REGRESSION_ID CULPRIT_SHA OPEN_SHA FIX_SHA BISECTION_ID SINCE_SHA ARTEFACTS_DIR
+//
+// SINCE_SHA: where fake.bwd was introduced, failing about 12% of its trials
+// since (flaky, its rate and since when in the grid's tooltip).
 //
 // Environment: NW_WEB_DIR (web/, whose node_modules holds playwright-core),
 // CHROMIUM (default /usr/bin/chromium). Every wait has a deadline.
@@ -24,10 +27,10 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const [base, rid, culprit, openSha, fixSha, bid, outDir] = process.argv.slice(2);
+const [base, rid, culprit, openSha, fixSha, bid, sinceSha, outDir] = process.argv.slice(2);
 const shaOk = (s) => /^[0-9a-f]{40}$/.test(s || '');
-if (!base || !/^\d+$/.test(rid || '') || !shaOk(culprit) || !shaOk(openSha) || !shaOk(fixSha) || !/^\d+$/.test(bid || '') || !outDir) {
-  console.error('usage: browser_regression.mjs BASE_URL REGRESSION_ID CULPRIT_SHA OPEN_SHA FIX_SHA BISECTION_ID ARTEFACTS_DIR');
+if (!base || !/^\d+$/.test(rid || '') || !shaOk(culprit) || !shaOk(openSha) || !shaOk(fixSha) || !/^\d+$/.test(bid || '') || !shaOk(sinceSha) || !outDir) {
+  console.error('usage: browser_regression.mjs BASE_URL REGRESSION_ID CULPRIT_SHA OPEN_SHA FIX_SHA BISECTION_ID SINCE_SHA ARTEFACTS_DIR');
   process.exit(2);
 }
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -102,7 +105,7 @@ try {
   // ---- 1. the grid: new and open regressions look different
   await page.goto(`${base}/`);
   await settled(page);
-  const cell = (sha) => page.locator(`table.grid tbody tr[data-href*="${sha}"] a.cell[href*="fake.fwd/f32"]`);
+  const cell = (sha, check = 'fake.fwd') => page.locator(`table.grid tbody tr[data-href*="${sha}"] a.cell[href*="${check}/f32"]`);
   await cell(culprit).waitFor();
   const newCls = await cell(culprit).getAttribute('class');
   const openCls = await cell(openSha).getAttribute('class');
@@ -123,6 +126,9 @@ try {
   check(newTitle.includes(`regression #${rid}, new at this commit`), `the new cell's tooltip says new: '${newTitle}'`);
   const legend = await text(page.locator('ul.legend'));
   check(/regressed/.test(legend) && /open regression/.test(legend), `the legend names both: '${legend}'`);
+  const sinceCell = cell(openSha, 'fake.bwd');
+  const sinceTitle = await sinceCell.getAttribute('title');
+  check(/\bv-flaky\b/.test(await sinceCell.getAttribute('class')) && /\d+\/\d+ failing \([\d.]+%\)/.test(sinceTitle) && sinceTitle.includes(`failing since ${sinceSha.slice(0, 8)}, where the check was introduced`), `a check failing since it was introduced: flaky, its rate in the tooltip: '${sinceTitle}'`);
   const openRow = page.locator(`table.grid tbody tr[data-href*="${openSha}"] .c-line1 .badge`);
   check((await openRow.getAttribute('class')).includes('v-open_regression'), 'an open commit\u2019s own verdict is open regression, not regressed');
   await shot(page, 'grid');
@@ -188,7 +194,9 @@ try {
   await here2.waitFor();
   check(/still open, new at/.test(await text(here2)) && (await here2.locator(`a.sha[title="${culprit}"]`).count()) === 1, `an open commit says where the regression is new: '${await text(here2)}'`);
   const row = page.locator('tr[id="fake.fwd/f32"]');
-  check((await row.locator('.badge.v-open_regression').count()) === 1 && /open since/.test(await text(row)), `its result row: '${await text(row)}'`);
+  check((await row.locator('.badge.v-open_regression').count()) === 1 && /open since/.test(await text(row)), `its result row: '${(await text(row)).slice(0, 80)}…'`);
+  const bwdRow = page.locator('tr[id="fake.bwd/f32"]');
+  check(/failing since it was introduced at/.test(await text(bwdRow)) && (await bwdRow.locator(`a.sha[title="${sinceSha}"]`).count()) === 1, 'the new check\u2019s row says since when it fails');
   await shot(page, 'open-commit');
 
   // ---- 6. the regressions list and the check page

@@ -7,11 +7,13 @@
 # server (tests/integration/smtp_server.py, Debian's python3-aiosmtpd). Then a
 # fix is pushed: the regression is closed at the fix and the follow-up mail
 # goes out in the culprit mail's thread. Every step waits on the database or
-# the API for a state, each with its own deadline.
+# the API for a state, each with its own deadline. A second check appears at commit 1 failing about
+# 12% of its trials: flaky since it was introduced, with its rate, never a regression.
 #
 # browser_regression.mjs then drives Debian's Chromium (playwright-core from
 # web/node_modules): in the grid the new regression's cell and an open one's
-# look different; from the culprit's cell to its commit page, to the
+# look different, the new check's tooltip gives its rate and since when it fails; from the
+# culprit's cell to its commit page, to the
 # regression's page (state, commits, rates with their intervals, mail thread),
 # to its bisection and back; the regressions list and the check page link it.
 # Screenshots go to $NW_BUILD_DIR/artefacts/browser-regression/.
@@ -45,9 +47,19 @@ work=$(mktemp -d "${NW_TEST_TMP:-/tmp}/nw-browser-reg.XXXXXX")
 nw_atexit rm -rf "$work"
 culprit=${NW_REGRESSION_CULPRIT:-$((2 + RANDOM % 3))}
 open_after=5
+introduced=1
 echo "regression planted at position $culprit, open for $open_after more commits (set NW_REGRESSION_CULPRIT to replay)"
+# fake.fwd passes, then fails from the culprit on (seed-bound: seeds 3, 11, 19, ...). fake.bwd, a
+# non-deterministic check, appears at commit 1 failing about 12% of its trials at every commit
+# (hflaky12): failing since it was introduced, never a regression.
 repo=$work/repo
-nw_mode_history "$repo" $((culprit + open_after + 1)) "$culprit" good failing
+git init -q -b main "$repo"
+for ((i = 0; i < culprit + open_after + 1; i++)); do
+	if ((i < culprit)); then echo good; else echo failing; fi >"$repo/mode"
+	((i < introduced)) || echo hflaky12 >"$repo/bwd_mode"
+	echo "$i" >"$repo/version"
+	nw_commit "$repo" "$i"
+done
 pg_start
 
 SMTP_PORT=$(nw_free_port)
@@ -58,7 +70,7 @@ stop_pid() { kill "$1" 2>/dev/null || true; }
 nw_atexit stop_pid $!
 nw_wait 20 "the SMTP server is up" test -e "$work/smtp/ready"
 
-nw_mode_conf "$work/nw.conf" regressions "$repo" 16 16 "web_root = $web
+nw_mode_conf "$work/nw.conf" regressions "$repo" 64 512 "web_root = $web
 public_url = http://numwatch.test:8080/
 [mail]
 smtp_url = smtp://127.0.0.1:$SMTP_PORT
@@ -103,9 +115,12 @@ echo "ok: regression $rid: culprit at $culprit, mail sent, after $((SECONDS - t0
 for ((p = 0; p < culprit + open_after + 1; p++)); do
 	read -r verdict cverdict reg new <<<"$(q "SELECT s.verdict || ' ' || commit_verdict(c.id) || ' '
 		|| coalesce(s.regression_id::text, '-') || ' ' || s.regression_new FROM stats s
-		JOIN commits c ON c.id = s.commit_id WHERE c.position = $p")"
-	if ((p < culprit)); then
+		JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+		WHERE c.position = $p AND k.name = 'fake.fwd'")"
+	if ((p < introduced)); then
 		expect="clean clean - false"
+	elif ((p < culprit)); then
+		expect="clean flaky - false"
 	elif ((p == culprit)); then
 		expect="regressed regressed $rid true"
 	else
@@ -114,10 +129,20 @@ for ((p = 0; p < culprit + open_after + 1; p++)); do
 	[[ "$verdict $cverdict $reg $new" == "$expect" ]] ||
 		fail "commit at $p: verdict, commit verdict, regression, new = '$verdict $cverdict $reg $new', expected '$expect'"
 done
+since=$(q "SELECT string_agg(c.position || ':' || s.verdict || ':' || coalesce(s.evidence->>'failing_since', '-'), ' '
+	ORDER BY c.position) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+	WHERE k.name = 'fake.bwd'")
+sha_in=$(sha_at $introduced)
+for e in $since; do
+	[[ $e == *":flaky:$sha_in" ]] || fail "fake.bwd is not flaky since $introduced at every commit: $since"
+done
+[[ $(q "SELECT count(*) FROM regressions r JOIN checks k ON k.id = r.check_id WHERE k.name = 'fake.bwd'") == 0 ]] ||
+	fail "fake.bwd, failing since it was introduced, has regressions"
 [[ $(q "SELECT count(*) FROM bisections") == 1 ]] || fail "$(q "SELECT count(*) FROM bisections") bisections, expected 1"
 [[ $(q "SELECT count(*) FROM mail WHERE kind = 'culprit'") == 1 ]] ||
 	fail "$(q "SELECT count(*) FROM mail WHERE kind = 'culprit'") culprit mails, expected 1"
-echo "ok: new at $culprit only, open at the $open_after commits after it; one bisection, one culprit mail"
+echo "ok: new at $culprit only, open at the $open_after commits after it; one bisection, one culprit mail;" \
+	"fake.bwd flaky since $introduced"
 
 # The API says the same.
 csha=$(sha_at "$culprit")
@@ -127,8 +152,9 @@ firsts=$(q "SELECT string_agg(sha, ' ') FROM commits WHERE position >= $culprit"
 [[ $(api_field "/api/v1/regressions/$rid" "j['state'], j['new_at'], j['culprit'], j['first'] in sys.argv[2].split(), j['commits_total']" "$firsts") == \
 	"('culprit', '$csha', '$csha', True, $((open_after + 1)))" ]] ||
 	fail "GET /regressions/$rid: $(nw_api "/api/v1/regressions/$rid" | head -c 600)"
-[[ $(api_field "/api/v1/commits/$osha" "[(k['verdict'], k['regression']['id'], k['regression']['new'], k['regression']['new_at']) for k in j['checks']]") == \
-	"[('regressed', $rid, False, '$csha')]" ]] || fail "GET /commits/$osha: $(nw_api "/api/v1/commits/$osha" | head -c 600)"
+[[ $(api_field "/api/v1/commits/$osha" "[(k['check'], k['verdict'], k['regression'] and (k['regression']['id'], k['regression']['new'], k['regression']['new_at']), k['failing_since']) for k in j['checks']]") == \
+	"[('fake.bwd', 'flaky', None, '$sha_in'), ('fake.fwd', 'regressed', ($rid, False, '$csha'), None)]" ]] ||
+	fail "GET /commits/$osha: $(nw_api "/api/v1/commits/$osha" | head -c 600)"
 [[ $(api_field "/api/v1/commits?limit=50" "sorted((c['position'], c['verdict'], c['regressions'].get('fake.fwd/f32', {}).get('new')) for c in j['commits'] if c['regressions'])[:2]") == \
 	"[($culprit, 'regressed', True), ($((culprit + 1)), 'open_regression', False)]" ]] ||
 	fail "GET /commits: $(nw_api "/api/v1/commits?limit=50" | head -c 600)"
@@ -169,7 +195,7 @@ mkdir -p "$artefacts"
 base=http://127.0.0.1:$NW_PORT
 rc=0
 NW_WEB_DIR=$web CHROMIUM=$chromium timeout 180 node "$here/browser_regression.mjs" "$base" "$rid" "$csha" "$osha" \
-	"$(sha_at "$fpos")" "$(q "SELECT bisection_id FROM regressions WHERE id = $rid")" "$artefacts" || rc=$?
+	"$(sha_at "$fpos")" "$(q "SELECT bisection_id FROM regressions WHERE id = $rid")" "$sha_in" "$artefacts" || rc=$?
 echo "screenshots:"
 find "$artefacts" -name '*.png' -printf '  %p\n' | sort
 ((rc == 0)) || fail "browser checks failed (exit $rc)"
