@@ -39,6 +39,8 @@
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
 #define NW_HTTP_PAGE_MAX        500
+/* Regressions that GET /api/v1/checks/{name} lists (the newest; GET /regressions?check= pages them all). */
+#define NW_API_CHECK_REGRESSIONS 100
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
 /*
