@@ -156,10 +156,12 @@ CREATE FUNCTION judge_input(cid bigint, chk int, dt text, planned int)
 	       FROM base JOIN trials t ON t.commit_id = base.id
 	       WHERE t.check_id = chk AND t.dtype = dt AND t.seed < planned AND t.outcome <> 'infra_error'
 	       AND t.sanitizer IS NULL GROUP BY t.seed)
+	-- One row at least (seed NULL where the candidate has no result at all, every trial an
+	-- infrastructure fault): the baseline is still known.
 	SELECT base.id, base.sha, cand.seed, cand.kase, bt.o[1], bt.o[2], bt.ratio, bt.kase,
 	       pool.trials, pool.failures, clean.ratio
-	FROM cand LEFT JOIN base ON true LEFT JOIN pool ON true LEFT JOIN bt ON bt.seed = cand.seed
-	LEFT JOIN clean ON clean.seed = cand.seed
+	FROM (SELECT 1) one LEFT JOIN base ON true LEFT JOIN pool ON true LEFT JOIN cand ON true
+	LEFT JOIN bt ON bt.seed = cand.seed LEFT JOIN clean ON clean.seed = cand.seed
 	ORDER BY cand.seed
 $$;
 
