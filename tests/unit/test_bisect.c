@@ -481,8 +481,9 @@ static void rare_culprit_with_two_slots_and_resume(void **state)
 static void replay_order_does_not_matter(void **state)
 {
 	const struct bisect_probe probes[] = {
-	    {30, 40, 0, false}, {60, 7, 1, false},  {45, 20, 1, false}, {38, 60, 0, false},
-	    {41, 15, 1, true},  {39, 50, 0, false}, {40, 12, 1, false},
+	    {30, 40, 0, false, false}, {60, 7, 1, false, false}, {45, 20, 1, false, false},
+	    {38, 60, 0, false, true},  {41, 15, 1, true, false}, {39, 50, 0, false, false},
+	    {40, 12, 1, false, false},
 	};
 	struct bisect_probe rev[7];
 	struct bisect a, b;
