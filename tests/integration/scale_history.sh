@@ -203,7 +203,7 @@ out=$(curl -sS --max-time 60 -o "$work/body" -w '%{http_code}' -H "Authorization
 [[ $out == 201 || $out == 200 ]] || fail "POST /api/v1/bisections: status $out: $(head -c 300 "$work/body")"
 record "api: POST /api/v1/bisections (${pos[race_f16]} commits)" "$(($(date +%s%3N) - start_ms))"
 manual=$(jq -r .id "$work/body")
-manual_done() { [[ $(pg_psql "SELECT state FROM bisections WHERE id = $manual") == done ]]; }
+manual_done() { [[ $(pg_psql "SELECT state FROM bisections WHERE id = $manual") == "done" ]]; }
 nw_wait "$BISECT_TIMEOUT" "the bisection by hand over ${pos[race_f16]} commits" manual_done
 read -r outcome culprit_pos < <(pg_psql "SELECT b.outcome, cu.position FROM bisections b LEFT JOIN commits cu
 	ON cu.id = b.culprit_id WHERE b.id = $manual" -F ' ')
