@@ -7,9 +7,10 @@
 -- sha, parent, author, email, time, title, tab-separated), and writes for its
 -- first :commits commits what numwatchd would have written judging them with
 -- tests/integration/fake-runner (the same failures: the fake runner's hflaky
--- modes draw from sha256("VERSION:SEED"), reproduced here): the commits, their
--- builds (runner hashes), the checks, every plan trial (seeds 0..:per_commit-1,
--- then a rerun of each failing seed), one stats row per commit x check x dtype
+-- modes draw from sha256("VERSION:SEED"), reproduced here, as are its case
+-- digests): the commits, their builds (runner hashes, the checks declared),
+-- the checks, every plan trial (seeds 0..:per_commit-1, then a rerun of each
+-- failing seed), one stats row per commit x check x dtype
 -- with the verdict the new model gives (sql/007: baseline_id, regression_id,
 -- regression_new, the evidence's keys), the regressions, the done build and
 -- trials jobs, and for the fixed regression its bisection, probes and mail.
@@ -18,7 +19,7 @@
 --
 -- psql variables (psql -v): repo_name, repo_url (the daemon's [repository]
 -- name and url), commits, per_commit, and the scenario's positions from
--- `scale-repo.py vars COMMITS`: fwd_bad, bf16_from, fwd_fix, race_f32,
+-- `scale-repo.py vars COMMITS`: fwd_bad, extra_from, fwd_fix, race_f32,
 -- race_f16 (scale-repo.py says what happens where). The schema must exist
 -- (numwatchd --migrate).
 --
@@ -50,27 +51,31 @@ INSERT INTO commits (repo_id, sha, parent_sha, position, author, email, title, c
 SELECT :repo, sha, parent, position, author, email, title, to_timestamp(at), to_timestamp(at) + interval '1 minute'
 FROM scale_log ORDER BY position;
 
-INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)
+-- Each build with the checks its runner declared (sorted, as the builder stores them).
+INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, checks)
 SELECT c.id, 'ok', 'r=$NUMWATCH_BUILD_DIR/numwatch-runner-host && cp ... (scale-history)',
 	encode(sha256(convert_to('scale-runner-' || c.position, 'UTF8')), 'hex'),
-	c.found_at + interval '10 seconds', 900 + c.position % 300, 'scale-gen'
+	c.found_at + interval '10 seconds', 900 + c.position % 300, 'scale-gen',
+	CASE WHEN c.position >= :extra_from THEN '{fake.bwd,fake.extra,fake.fwd}'::text[]
+	     ELSE '{fake.bwd,fake.fwd}' END
 FROM commits c WHERE c.repo_id = :repo;
 
 -- The checks as the tip's runner declares them (the builder's upsert keeps their ids).
 INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic) VALUES
-	(:repo, 'fake.fwd', 'fake', 'fwd', '{f32,bf16}', '{aligned,tail}', true),
+	(:repo, 'fake.fwd', 'fake', 'fwd', '{f32}', '{aligned,tail}', true),
+	(:repo, 'fake.extra', 'fake', 'fwd', '{f32}', '{aligned,tail}', true),
 	(:repo, 'fake.bwd', 'fake', 'bwd', '{f32,f16}', '{aligned}', false)
 	ON CONFLICT (repo_id, name) DO NOTHING;
 
 -- One row per commit x check x dtype that ran, with what the runner did there:
 -- fwd 'failing' (seeds 3 mod 8 fail, twice) or a hflaky rate in percent.
 CREATE TEMP TABLE scale_cell ON COMMIT DROP AS
-SELECT c.id AS commit_id, c.position, c.sha, k.id AS check_id, k.deterministic, x.pair, x.dtype,
+SELECT c.id AS commit_id, c.position, c.sha, k.id AS check_id, k.name, k.deterministic, x.pair, x.dtype,
 	CASE x.pair WHEN 'fwd' THEN c.position >= :fwd_bad AND c.position < :fwd_fix ELSE false END AS seed_bound,
 	CASE x.pair WHEN 'bwd32' THEN CASE WHEN c.position >= :race_f32 THEN 7 ELSE 2 END
 	            WHEN 'bwd16' THEN CASE WHEN c.position >= :race_f16 THEN 5 ELSE 0 END ELSE 0 END AS pct
 FROM commits c
-JOIN (VALUES ('fwd', 'fake.fwd', 'f32', 0), ('fwd', 'fake.fwd', 'bf16', :bf16_from),
+JOIN (VALUES ('fwd', 'fake.fwd', 'f32', 0), ('fwd', 'fake.extra', 'f32', :extra_from),
              ('bwd32', 'fake.bwd', 'f32', 0), ('bwd16', 'fake.bwd', 'f16', 0)) x(pair, name, dtype, from_pos)
 	ON c.position >= x.from_pos
 JOIN checks k ON k.repo_id = :repo AND k.name = x.name
@@ -80,7 +85,7 @@ ALTER TABLE scale_cell ADD PRIMARY KEY (commit_id, check_id, dtype);
 -- Attempt 0 of every plan seed, then attempt 1 of each that failed (the fake
 -- runner's failures are a function of the build and the seed: the rerun fails too).
 CREATE TEMP TABLE scale_first ON COMMIT DROP AS
-SELECT x.commit_id, x.position, x.check_id, x.dtype, x.pair, s.seed,
+SELECT x.commit_id, x.position, x.check_id, x.name, x.dtype, x.pair, s.seed,
 	CASE WHEN x.pair = 'fwd' THEN x.seed_bound AND s.seed % 8 = 3
 	     ELSE x.pct > 0 AND (get_byte(h.h, 0)::bigint + get_byte(h.h, 1)::bigint * 256
 	          + get_byte(h.h, 2)::bigint * 65536 + get_byte(h.h, 3)::bigint * 16777216) % 10000 < 100 * x.pct
@@ -89,13 +94,16 @@ FROM scale_cell x CROSS JOIN generate_series(0, :per_commit - 1) s(seed)
 CROSS JOIN LATERAL (SELECT CASE WHEN x.pct > 0 THEN sha256(convert_to(x.position || ':' || s.seed, 'UTF8')) END
 	AS h) h;
 
-INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen, tensors, digest,
-	digests_differ, kernel_us, slot, host, finished_at)
+-- The case as the fake runner reports it: family, shape, gen 1, and its digest, the first 16
+-- hex digits of sha256("CHECK:SEED:FAMILY:[A, B]"), the same at every commit.
+INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, ratio, family, shape, gen, case_digest,
+	tensors, digest, digests_differ, kernel_us, slot, host, finished_at)
 SELECT f.commit_id, f.check_id, f.dtype, f.seed, a.attempt, CASE WHEN f.failed THEN 'fail' ELSE 'pass' END,
 	CASE WHEN f.pair = 'fwd' THEN CASE WHEN f.failed THEN 3.5 ELSE 0.25 END
 	     ELSE CASE WHEN f.failed THEN 2.0 ELSE 0.3 END END,
-	CASE WHEN f.pair = 'fwd' THEN CASE WHEN f.seed % 2 = 1 THEN 'tail' ELSE 'aligned' END ELSE 'aligned' END,
-	CASE WHEN f.pair = 'fwd' THEN ARRAY[2, 1000 + f.seed] ELSE ARRAY[4, 64]::bigint[] END, 1,
+	k.family, k.shape, 1,
+	left(encode(sha256(convert_to(f.name || ':' || f.seed || ':' || k.family || ':[' || k.shape[1] || ', '
+		|| k.shape[2] || ']', 'UTF8')), 'hex'), 16),
 	CASE WHEN f.failed THEN jsonb_build_array(jsonb_build_object('name', CASE WHEN f.pair = 'fwd' THEN 'y'
 		ELSE 'dvalue' END, 'ratio', CASE WHEN f.pair = 'fwd' THEN 3.5 ELSE 2.0 END, 'max_abs', 0.01,
 		'max_rel', 0.1, 'max_ulp', NULL, 'nonfinite', 0, 'ref_nonfinite', 0, 'unwritten', 0, 'canary', 0,
@@ -103,6 +111,8 @@ SELECT f.commit_id, f.check_id, f.dtype, f.seed, a.attempt, CASE WHEN f.failed T
 	CASE WHEN f.pair = 'fwd' THEN lpad(to_hex(f.seed), 16, '0') ELSE md5(f.position || ':' || f.seed || ':' || a.attempt)::text END,
 	0, 1.5, 'host' || (f.seed % 2), 'scale-gen', c.found_at + interval '1 minute'
 FROM scale_first f JOIN commits c ON c.id = f.commit_id
+CROSS JOIN LATERAL (SELECT CASE WHEN f.pair <> 'fwd' THEN 'aligned' WHEN f.seed % 2 = 1 THEN 'tail' ELSE 'aligned' END
+	AS family, CASE WHEN f.pair = 'fwd' THEN ARRAY[2, 1000 + f.seed] ELSE ARRAY[4, 64]::bigint[] END AS shape) k
 CROSS JOIN LATERAL (SELECT 0 AS attempt UNION ALL SELECT 1 WHERE f.failed) a
 ORDER BY f.commit_id, f.check_id, f.dtype, f.seed, a.attempt;
 
@@ -114,6 +124,7 @@ FROM scale_first f GROUP BY 1, 2, 3;
 CREATE TEMP TABLE scale_verdict ON COMMIT DROP AS
 SELECT x.*, y.failures, y.failing,
 	lag(x.commit_id) OVER w AS baseline_id,
+	lag(x.sha) OVER w AS base_sha,
 	lag(y.failures) OVER w AS base_failures,
 	first_value(x.sha) OVER w AS first_sha,
 	CASE
@@ -123,7 +134,7 @@ SELECT x.*, y.failures, y.failing,
 			     ELSE 'clean' END
 		WHEN x.pair = 'fwd' THEN
 			CASE WHEN x.seed_bound THEN 'flaky'
-			     WHEN x.position = :fwd_fix AND :bf16_from < :fwd_fix AND :bf16_from >= :fwd_bad THEN 'improved'
+			     WHEN x.position = :fwd_fix AND :extra_from < :fwd_fix AND :extra_from >= :fwd_bad THEN 'improved'
 			     ELSE 'clean' END
 		WHEN x.pair = 'bwd32' THEN
 			CASE WHEN x.position < :race_f32 THEN CASE WHEN y.failures > 0 THEN 'flaky' ELSE 'clean' END
@@ -184,8 +195,8 @@ SELECT v.commit_id, v.check_id, v.dtype, :per_commit, v.failures, 0,
 		'candidate', pg_temp.side(v.failures, :per_commit),
 		'baseline_rate', pg_temp.side(coalesce(v.base_failures, 0), CASE WHEN v.baseline_id IS NULL THEN 0
 			ELSE :per_commit END),
-		'seeds', to_jsonb(v.failing[1:32]), 'seeds_total', cardinality(v.failing), 'planned', :per_commit,
-		'strikes', 0)
+		'seeds', to_jsonb(v.failing[1:32]), 'seeds_total', cardinality(v.failing), 'baseline', v.base_sha,
+		'planned', :per_commit, 'strikes', 0)
 	|| CASE WHEN v.deterministic THEN jsonb_build_object('paired', jsonb_build_object(
 		'regressed', CASE WHEN v.kind = 'regressed_new' THEN v.failures ELSE 0 END,
 		'improved', CASE WHEN v.kind IN ('fixed', 'improved') THEN coalesce(v.base_failures, 0) ELSE 0 END,

@@ -21,8 +21,9 @@ the hflaky modes) and the files the fake runner reads. The scenario, with
 positions scaled to COMMITS (2000: 800, 1000, 1200, 1500, 1700):
 
   fake.fwd f32   deterministic: seeds 3 mod 8 fail from FWD_BAD, fixed at FWD_FIX
-  fake.fwd bf16  the dtype appears at BF16_FROM (inside that window: failing
-                 since it was introduced), fixed at FWD_FIX with f32
+  fake.extra f32 a new check (extra_checks: it behaves as fake.fwd) from
+                 EXTRA_FROM, inside that window: failing since it was
+                 introduced, then fixed at FWD_FIX
   fake.bwd f32   a 2% flake throughout (hflaky2), a race at 7% from RACE_F32,
                  never fixed (hflaky7)
   fake.bwd f16   clean, then a 5% race from RACE_F16, never fixed (hflaky5):
@@ -40,7 +41,7 @@ STEP_S = 600
 def scenario(commits):
     return {
         "fwd_bad": commits * 2 // 5,
-        "bf16_from": commits // 2,
+        "extra_from": commits // 2,
         "fwd_fix": commits * 3 // 5,
         "race_f32": commits * 3 // 4,
         "race_f16": commits * 17 // 20,
@@ -49,14 +50,16 @@ def scenario(commits):
 
 def files(p, sc):
     """The files the fake runner reads at position p."""
-    return {
+    f = {
         "version": "%d\n" % p,
         "mode": "failing\n" if sc["fwd_bad"] <= p < sc["fwd_fix"] else "good\n",
-        "fwd_dtypes": "f32 bf16\n" if p >= sc["bf16_from"] else "f32\n",
         "bwd_dtypes": "f32 f16\n",
         "bwd_mode": "hflaky7\n" if p >= sc["race_f32"] else "hflaky2\n",
         "bwd_mode.f16": "hflaky5\n" if p >= sc["race_f16"] else "good\n",
     }
+    if p >= sc["extra_from"]:
+        f["extra_checks"] = "fake.extra\n"
+    return f
 
 
 def author(p):

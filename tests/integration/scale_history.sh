@@ -67,7 +67,7 @@ url = $repo
 poll_interval = 2
 history_max = 100000
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode fwd_dtypes bwd_dtypes bwd_mode bwd_mode.* "\$NUMWATCH_BUILD_DIR/"
+command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode bwd_dtypes bwd_mode bwd_mode.* "\$NUMWATCH_BUILD_DIR/" && { test ! -e extra_checks || cp extra_checks "\$NUMWATCH_BUILD_DIR/"; }
 [trials]
 per_commit = $per_commit
 max = $((4 * per_commit))
@@ -100,6 +100,7 @@ pairs=$(pg_psql "SELECT count(*) FROM (SELECT check_id, dtype FROM stats GROUP B
 id_at() { pg_psql "SELECT id FROM commits WHERE position = $1"; }
 sha_at() { pg_psql "SELECT sha FROM commits WHERE position = $1"; }
 fwd=$(pg_psql "SELECT id FROM checks WHERE name = 'fake.fwd'")
+extra=$(pg_psql "SELECT id FROM checks WHERE name = 'fake.extra'")
 bwd=$(pg_psql "SELECT id FROM checks WHERE name = 'fake.bwd'")
 repo_id=$(pg_psql "SELECT id FROM repositories WHERE name = 'scale'")
 last=$(id_at $((commits - 1)))
@@ -115,7 +116,7 @@ sql_time() {
 }
 
 # The paths of judging the newest generated commit, as the daemon would judge it.
-for pair in "$fwd fwd f32" "$fwd fwd bf16" "$bwd bwd f32" "$bwd bwd f16"; do
+for pair in "$fwd fwd f32" "$extra extra f32" "$bwd bwd f32" "$bwd bwd f16"; do
 	read -r chk name dt <<<"$pair"
 	sql_time "judge_input() $name $dt" "SELECT * FROM judge_input($last, $chk, '$dt', $per_commit)"
 done
@@ -159,11 +160,11 @@ verdicts=$(pg_psql "SELECT string_agg(c.position || ' ' || k.name || '/' || s.dt
 	JOIN checks k ON k.id = s.check_id WHERE c.position >= $commits")
 echo "the daemon's verdicts: $verdicts"
 wrong=$(pg_psql "SELECT count(*) FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
-	WHERE c.position >= $commits AND NOT CASE WHEN k.name = 'fake.fwd' THEN s.verdict = 'clean'
+	WHERE c.position >= $commits AND NOT CASE WHEN k.name <> 'fake.bwd' THEN s.verdict = 'clean'
 	ELSE s.verdict = 'regressed' AND NOT s.regression_new
 	AND s.regression_id = (SELECT r.id FROM regressions r WHERE r.check_id = s.check_id AND r.dtype = s.dtype
 	AND r.good_commit_id IS NOT NULL AND r.fixed_commit_id IS NULL) END")
-((wrong == 0)) || fail "$wrong verdicts of the commits on top are not: fake.fwd clean, fake.bwd's races still open"
+((wrong == 0)) || fail "$wrong verdicts of the commits on top are not: fake.fwd and fake.extra clean, fake.bwd's races still open"
 
 # The two races: bisected by the daemon (queue_bisections, then its steps), each to its culprit.
 race_f32=$(id_at "${pos[race_f32]}") race_f16=$(id_at "${pos[race_f16]}")
@@ -266,7 +267,7 @@ api_get "/api/v1/commits/{sha} (the f32 race)" "/api/v1/commits/$(sha_at "${pos[
 api_get "/api/v1/commits/{sha} (a fwd regression, 32 failing seeds)" "/api/v1/commits/$(sha_at $((pos[fwd_bad] + 1)))"
 api_get /api/v1/checks /api/v1/checks
 api_get "/api/v1/checks/fake.bwd" "/api/v1/checks/fake.bwd"
-api_get "/api/v1/checks/fake.fwd?dtype=bf16&limit=500" "/api/v1/checks/fake.fwd?dtype=bf16&limit=500"
+api_get "/api/v1/checks/fake.extra?limit=500" "/api/v1/checks/fake.extra?limit=500"
 api_get "/api/v1/trials (a commit, 256 seeds)" "/api/v1/trials?commit=$tip_sha&check=fake.bwd&dtype=f32&limit=500"
 api_get /api/v1/bisections /api/v1/bisections
 for b in $(pg_psql "SELECT id FROM bisections ORDER BY id"); do
