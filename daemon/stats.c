@@ -2,7 +2,9 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,6 +257,13 @@ unsigned sprt_passes_to_decide(const struct sprt *s)
 	return n;
 }
 
+/* ceil(x), at least 0 and at most UINT_MAX. */
+static unsigned run_length(double x)
+{
+	x = ceil(x - 1e-9);
+	return !(x > 0.0) ? 0 : x >= (double)UINT_MAX ? UINT_MAX : (unsigned)x;
+}
+
 int sprt_run_lengths(const struct sprt_params *p, unsigned *fails_to_h1, unsigned *passes_to_h0)
 {
 	struct sprt s;
@@ -262,11 +271,15 @@ int sprt_run_lengths(const struct sprt_params *p, unsigned *fails_to_h1, unsigne
 
 	if (rc)
 		return rc;
-	/* The small epsilon keeps an exact landing on a boundary (k * inc == A) a crossing. */
+	/*
+	 * The small epsilon keeps an exact landing on a boundary (k * inc == A) a
+	 * crossing. Rates very close together (a pooled rate of 1e-12 against 3e-12)
+	 * take more passes than an unsigned holds: clamped, as a cast would not be.
+	 */
 	if (fails_to_h1)
-		*fails_to_h1 = (unsigned)ceil(s.a / s.inc_fail - 1e-9);
+		*fails_to_h1 = run_length(s.a / s.inc_fail);
 	if (passes_to_h0)
-		*passes_to_h0 = (unsigned)ceil(s.b / s.inc_pass - 1e-9);
+		*passes_to_h0 = run_length(s.b / s.inc_pass);
 	return 0;
 }
 
@@ -374,7 +387,9 @@ int stats_wilcoxon_signed_rank(const double *d, unsigned n, struct stats_wilcoxo
 {
 	struct ranked *r = NULL;
 	unsigned *rank2 = NULL;
-	unsigned m = 0, w2 = 0;
+	unsigned m = 0;
+	/* Doubled ranks sum to m (m + 1): past 65535 differences that overflows an unsigned. */
+	uint64_t w2 = 0;
 	double tie_term = 0.0;
 	int rc = 0;
 
@@ -426,9 +441,9 @@ int stats_wilcoxon_signed_rank(const double *d, unsigned n, struct stats_wilcoxo
 		}
 		i = j + 1;
 	}
-	out->w_plus = w2 / 2.0;
+	out->w_plus = (double)w2 / 2.0;
 	if (m < STATS_WILCOXON_EXACT_MAX) {
-		rc = wilcoxon_exact(rank2, m, w2, &out->p_greater, &out->p_less);
+		rc = wilcoxon_exact(rank2, m, (unsigned)w2, &out->p_greater, &out->p_less);
 		if (rc)
 			goto out;
 		out->exact = true;
