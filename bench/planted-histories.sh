@@ -155,6 +155,14 @@ CONF
 	pg_psql "SELECT string_agg(b.id || ' ' || k.name || '/' || b.dtype || ' ' || b.outcome || ' '
 		|| coalesce(left(c.title, 40), '-'), E'\n') FROM bisections b JOIN checks k ON k.id = b.check_id
 		LEFT JOIN commits c ON c.id = b.culprit_id" >&2
+	pg_psql "SELECT string_agg('regression ' || r.id || ' ' || k.name || '/' || r.dtype || ' ' || r.state
+		|| ' new at ' || n.position || coalesce(' fixed at ' || f.position, ''), E'\n' ORDER BY r.id)
+		FROM regressions r JOIN checks k ON k.id = r.check_id JOIN commits n ON n.id = regression_start(r)
+		LEFT JOIN commits f ON f.id = r.fixed_commit_id" >&2
+	pg_psql "SELECT string_agg(c.position || ' ' || k.name || '/' || s.dtype || ' ' || s.verdict || ' ('
+		|| s.failures || '/' || s.trials || ') ' || coalesce(s.evidence->>'reason', ''), E'\n'
+		ORDER BY c.position, k.name, s.dtype) FROM stats s JOIN commits c ON c.id = s.commit_id
+		JOIN checks k ON k.id = s.check_id WHERE s.verdict NOT IN ('clean') AND c.position > 10" >&2
 )
 
 printf '%-10s %4s  %12s %15s %13s %16s %7s\n' history run wrong_blames culprit_commits culprit_mails \
