@@ -121,10 +121,14 @@ static const char culprit_sql[] =
     "  CASE WHEN jsonb_typeof(w.e -> 'nonfinite') = 'number' THEN (w.e ->> 'nonfinite')::float8 END,"
     "  b.failing_seeds[1], b.posterior ->> 'seeds',"
     "  CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'"
-    "    THEN (b.posterior ->> 'culprit_rate')::float8 END"
+    "    THEN (b.posterior ->> 'culprit_rate')::float8 END,"
+    "  bu.repro, CASE WHEN t.slot LIKE 'gpu%' THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda')"
+    "    ELSE coalesce(bu.runner_host, 'numwatch-runner-host') END"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
     " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
-    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM "
+    " LEFT JOIN builds bu ON bu.commit_id = b.culprit_id"
+    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors, t.slot "
+    "FROM "
     "trials t"
     "   WHERE t.commit_id = b.culprit_id AND t.check_id = b.check_id AND t.dtype = b.dtype"
     "     AND t.outcome NOT IN ('pass', 'infra_error')"
@@ -361,6 +365,8 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	c.nonfinite = isnan(col_double(res, 22)) ? 0 : (long long)col_double(res, 22);
 	c.seeds = col(res, 24);
 	c.rate = col_double(res, 25);
+	c.repro_template = col(res, 26);
+	c.runner = col(res, 27);
 
 	rc = mail_compose_culprit(&c, &t);
 	if (rc == 0)
