@@ -578,8 +578,14 @@ class TorchCheck(Check):
         The op, straightforwardly. The SDK calls it on float64 inputs for the
         reference and, unless plain() is defined, on the dtype's inputs as the
         plain same-dtype program.
-    plain(case, **inputs)       (optional) the same-dtype program, or a list of them
+    plain(case, **inputs)       (optional) the same-dtype program (plain_programs() for several)
     kernel(case, **inputs)      the library under test, on the device
+    floor_scales(case, inputs, douts) -> {output: scale}   (optional)
+        For an output that is a difference of larger terms (a gradient that
+        is exactly 0 where one key gets all the weight): the size of those
+        terms, computed from the float64 inputs and output gradients (douts:
+        None for a forward check); the budget's floor scales with it instead
+        of max|ref| (as case.floor_scale).
     """
 
     op = None
@@ -687,6 +693,14 @@ class TorchCheck(Check):
 
         with torch.no_grad() if not self.backward else _null():
             ref, douts = self._run(self.reference, case, "ref", None)
+            hook = getattr(self, "floor_scales", None)
+            if hook is not None:
+                with torch.no_grad():
+                    ins = self._inputs(case, "ref")
+                    dd = None if douts is None else {k: v.to(case.device).to(torch.float64) for k, v in douts.items()}
+                    for k, v in (hook(case, {k: (t.detach() if isinstance(t, torch.Tensor) else t)
+                                             for k, t in ins.items()}, dd) or {}).items():
+                        case.floor_scale[k] = float(v)
             plains = []
             if not fixed:
                 overridden = type(self).plain is not Check.plain
