@@ -54,6 +54,7 @@ import math
 import os
 import platform
 import statistics
+import struct
 import time
 
 import torch
@@ -77,6 +78,8 @@ POISON_BITS = {torch.float16: 0x7EAD, torch.bfloat16: 0x7FED, torch.float32: 0x7
                torch.float64: 0x7FFDEAD00BADF00D}
 #: Guard elements on each side of a case.buffer(): a write there is a canary.
 GUARD = 64
+_D = struct.Struct("<d")
+_Q = struct.Struct("<Q")
 
 #: Shape families of PRODUCT.md, as sizes.
 THRESHOLDS = (1024, 2048, 4096)
@@ -330,6 +333,8 @@ class Case:
         self.family = self.dtype = self.seed = self.index = None
         self.device = DEVICE
         self._buffers = {}
+        self._dev = {}  # input name -> the input on the device (one copy per trial)
+        self._dev_douts = {}
 
     def __getitem__(self, key):
         if key in self.inputs:
@@ -471,8 +476,10 @@ def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=
             sel = both & (err > 0) & oref_ok
             d = (_ordered(got, dtype) - _ordered(ref, dtype)).abs()
             counts.append(torch.where(sel, d, torch.zeros_like(d)).max())
-        fl = floats.tolist()
-        ct = torch.stack([c.to(torch.int64) for c in counts]).tolist()
+        # One transfer for all of it: the floats' bits travel as integers.
+        both_ = torch.cat([floats.view(torch.int64), torch.stack([c.to(torch.int64) for c in counts])]).tolist()
+        fl = [_D.unpack(_Q.pack(b & 0xFFFFFFFFFFFFFFFF))[0] for b in both_[:5]]
+        ct = both_[5:]
     else:
         fl = [0.0, 0.0, 0.0, 0.0, 0.0]
         ct = [0, 0, 0, 0, 0, 0, 0] + ([0] if ulp else [])
@@ -528,10 +535,15 @@ def digest_tensor(t):
     """A 64-bit hash of a tensor's bits, computed on its device (a weighted sum of the
     elements' bit patterns, wrapping): equal tensors hash equal, and one element that
     differs changes the hash."""
+    return int(_digest_on_device(t).item()) & ((1 << 64) - 1)
+
+
+def _digest_on_device(t):
+    """digest_tensor() as a 0-dimensional int64 tensor on t's device (no transfer)."""
     t = t.detach().contiguous().reshape(-1)
     n = t.numel()
     if n == 0:
-        return 0
+        return torch.zeros((), dtype=torch.int64, device=t.device)
     if t.dtype in _INT_VIEW:
         bits = t.view(_INT_VIEW[t.dtype]).to(torch.int64)
     else:
@@ -539,9 +551,11 @@ def digest_tensor(t):
     idx = torch.arange(n, device=t.device, dtype=torch.int64)
     w = ((idx * 2654435761 + 40503) % (1 << 30)) * 2 + 1
     lo = bits & 0xFFFFFFFF
-    hi = (bits >> 32) & 0xFFFFFFFF
-    w2 = ((idx * 2246822519 + 3266489917) % (1 << 30)) * 2 + 1
-    return int(((lo * w).sum() + (hi * w2).sum()).item()) & ((1 << 64) - 1)
+    h = (lo * w).sum()
+    if t.dtype in (torch.float64, torch.int64):  # the high halves, where there are any
+        w2 = ((idx * 2246822519 + 3266489917) % (1 << 30)) * 2 + 1
+        h = h + (((bits >> 32) & 0xFFFFFFFF) * w2).sum()
+    return h
 
 
 # ---- the check ----------------------------------------------------------------------------------
@@ -626,15 +640,19 @@ class TorchCheck(Check):
     # ---- one trial --------------------------------------------------------------------------
 
     def _inputs(self, case, kind):
-        """The inputs of one program on the device: "ref" float64, "plain" or "kernel" as made."""
+        """The inputs of one program on the device: "ref" float64, "plain" or "kernel" as made.
+        Each input is copied to the device once per trial; the kernel gets its own copy of it
+        on the device (a kernel that writes into an input must not change the next repeat's)."""
         out = {}
         for k, v in case.inputs.items():
             if isinstance(v, torch.Tensor):
-                t = v.to(case.device)
+                t = case._dev.get(k)
+                if t is None:
+                    t = case._dev[k] = v.to(case.device)
                 if kind == "ref" and t.is_floating_point():
                     t = t.to(torch.float64)
-                if kind == "kernel" and k in case.views:
-                    t = VIEWS[case.views[k]](t)
+                if kind == "kernel":
+                    t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
                 if self.backward and k in self.grads:
                     t = t.detach().requires_grad_(True)
                 out[k] = t
@@ -654,7 +672,11 @@ class TorchCheck(Check):
             for k in names:
                 douts[k] = case.gen.normal(tuple(outs[k].shape), case.dtype)
         ys = [outs[k] for k in names]
-        gs = [douts[k].to(case.device).to(torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
+        dev = case._dev_douts
+        for k in names:
+            if k not in dev:
+                dev[k] = douts[k].to(case.device)
+        gs = [dev[k].to(torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
         wrt = [inputs[k] for k in self.grads]
         res = torch.autograd.grad(ys, wrt, gs, allow_unused=True)
         grads = {}
@@ -733,7 +755,7 @@ class TorchCheck(Check):
                 _sync()
                 times.append((time.perf_counter_ns() - t0) / 1000.0)
                 read = {}
-                h = hashlib.blake2b(digest_size=8)
+                hashes = []
                 for k in names:
                     if k not in outs:
                         raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
@@ -750,8 +772,11 @@ class TorchCheck(Check):
                             canary = int(((ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()).item())
                             break
                     got = o.to(td)  # as a store into a buffer of the dtype
-                    h.update(k.encode("utf-8") + b"\0" + digest_tensor(got).to_bytes(8, "little"))
+                    hashes.append(_digest_on_device(got))
                     read[k] = (got, unw, canary)
+                h = hashlib.blake2b(digest_size=8)
+                for k, v in zip(names, torch.stack(hashes).tolist()):
+                    h.update(k.encode("utf-8") + b"\0" + (v & ((1 << 64) - 1)).to_bytes(8, "little"))
                 d = h.hexdigest()
                 if first is None:
                     first, digest = read, d
