@@ -407,10 +407,11 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
 	char host_runner[PATH_MAX], cuda_runner[PATH_MAX], id_file[PATH_MAX + 32], nr[4];
-	char *globs = NULL;
+	char *globs = NULL, *g;
 	const char **argv = NULL;
 	bool want_host = false, want_cuda = false;
 	char why[128];
+	size_t len;
 	int n = 0;
 
 	b->child = NULL;
@@ -443,9 +444,13 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 	snprintf(b->runner, sizeof(b->runner), "%s",
 		 cfg->nslots > 0 && cfg->slots[0].gpu >= 0 ? cuda_runner : host_runner);
 	snprintf(nr, sizeof(nr), "%d", (int)want_host + (int)want_cuda);
-	/* sh -c SCRIPT sh WORKTREE ID_FILE NR RUNNERS... PATHSPECS... NULL; a glob is ":(glob)" + at most its text. */
-	globs = malloc(strlen(cfg->build_identity) * 2 + 16);
-	argv = calloc(8 + strlen(cfg->build_identity) / 2 + 2, sizeof(*argv));
+	/*
+	 * sh -c SCRIPT sh WORKTREE ID_FILE NR, up to two runners, the pathspecs, NULL: at most one
+	 * pathspec per byte of the option, each ":(glob)" + its text + a NUL.
+	 */
+	len = strlen(cfg->build_identity);
+	globs = malloc(9 * len + 1);
+	argv = calloc(7 + 2 + len + 1, sizeof(*argv));
 	if (!globs || !argv) {
 		fail(b, "failed", "numwatch: out of memory");
 		goto out;
@@ -461,13 +466,13 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 		argv[n++] = host_runner;
 	if (want_cuda)
 		argv[n++] = cuda_runner;
-	for (const char *c = cfg->build_identity, *g = globs; *(c += strspn(c, ", "));) {
-		size_t len = strcspn(c, ", ");
-		char *w = (char *)g;
+	g = globs;
+	for (const char *c = cfg->build_identity; *(c += strspn(c, ", "));) {
+		size_t k = strcspn(c, ", ");
 
 		argv[n++] = g;
-		g += sprintf(w, ":(glob)%.*s", (int)len, c) + 1;
-		c += len;
+		g += sprintf(g, ":(glob)%.*s", (int)k, c) + 1;
+		c += k;
 	}
 	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot run sha256sum");
