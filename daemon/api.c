@@ -58,11 +58,13 @@ static const char commit_sql[] =
     "    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
     "      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape,"
     "      'case_digest', t.case_digest, 'error', t.error,"
-    "      'tensors', t.tensors, 'repro', format('numwatch-runner-%s --check %s --dtype %s --seed %s',"
-    "       CASE WHEN t.slot LIKE 'gpu%' THEN 'cuda' ELSE 'host' END, k.name, t.dtype, t.seed))"
+    "      'tensors', t.tensors, 'repro', repro_command(bu.repro, CASE WHEN t.slot LIKE 'gpu%'"
+    "       THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda') ELSE coalesce(bu.runner_host,"
+    "       'numwatch-runner-host') END, k.name, t.dtype, t.seed, 1))"
     "      ORDER BY t.seed, t.attempt), '[]') FROM (SELECT * FROM trials t WHERE t.commit_id = c.id"
     "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds)"
-    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t)"
+    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t"
+    "      LEFT JOIN builds bu ON bu.commit_id = t.commit_id)"
     "   ) ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id"
     "   WHERE s.commit_id = c.id), '[]')"
     " )::text FROM c ORDER BY c.reachable DESC LIMIT 1)";
@@ -80,7 +82,8 @@ static const char health_sql[] =
     "    GROUP BY kind, state) q),"
     " 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
     " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
-    " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1))::text";
+    " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1),"
+    " 'identity_warning', identity_warning($1))::text";
 
 static const char checks_sql[] =
     "SELECT json_build_object('checks', coalesce(json_agg(json_build_object("

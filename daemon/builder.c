@@ -30,7 +30,10 @@ struct builder {
 	char runner[PATH_MAX];
 	char *log;       /* the build's output */
 	char status[16]; /* builds.status */
-	char hash[160];
+	char hash[320];  /* the runner files' hashes, then the declared identity's, joined by '+' */
+	char tree[80];   /* the commit's tree */
+	char repro[NW_PROTO_TEXT_MAX]; /* the runner's repro template from its hello, "" if none */
+	bool identity_warned;          /* the identity warning was logged (once while it holds) */
 	uint64_t started_ms;
 	long long started_wall;
 	char *hello_line;
@@ -38,12 +41,18 @@ struct builder {
 
 static void claim(struct builder *b);
 
-static int spawn(struct builder *b, const char *const *argv, const char *cwd, const char *const *extra_env,
-		 uint64_t timeout_ms, size_t out_max, bool merge, proc_done_cb cb, struct proc **child)
+/* Which configured variables a child sees besides the base list: none, [build] env or [slots] env. */
+enum env_kind { ENV_BASE, ENV_BUILD, ENV_RUNNER };
+
+static int spawn(struct builder *b, const char *const *argv, const char *cwd, enum env_kind kind,
+		 const char *const *extra_env, uint64_t timeout_ms, size_t out_max, bool merge,
+		 proc_done_cb cb, struct proc **child)
 {
 	struct proc_opts o = {0};
 	struct proc *p;
-	char **env = nwd_env(b->d, extra_env);
+	char **env = kind == ENV_BUILD    ? nwd_build_env(b->d, extra_env)
+		     : kind == ENV_RUNNER ? nwd_runner_env(b->d, extra_env)
+					  : nwd_env(b->d, extra_env);
 	int rc;
 
 	if (!env)
@@ -97,13 +106,30 @@ static void cleanup(struct builder *b)
 	const char *argv[] = {"git", "-C", mirror, "worktree", "remove", "--force", b->worktree, NULL};
 
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_cleaned, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_cleaned, NULL) < 0)
 		on_cleaned(NULL, NULL, b);
+}
+
+/* Logs identity_warning() (sql/030) once while it holds: the health page shows it all along. */
+static void on_identity_checked(PGresult *res, const char *error, void *data)
+{
+	struct builder *b = data;
+	const char *warning = error ? NULL : db_get(res, 0, 0);
+
+	if (error) {
+		log_warn("build: cannot check the build identities: %s", error);
+		return;
+	}
+	if (warning && !b->identity_warned)
+		log_warn("builds of %s: %s", b->d->cfg.repo_name, warning);
+	b->identity_warned = warning != NULL;
 }
 
 static void on_stored(PGresult *res, const char *error, void *data)
 {
 	struct builder *b = data;
+	char repo[16];
+	const char *params[1] = {repo};
 
 	/* COMMIT of a transaction that failed earlier answers ROLLBACK. */
 	if (!error && strcmp(PQcmdStatus(res), "COMMIT") != 0)
@@ -113,6 +139,10 @@ static void on_stored(PGresult *res, const char *error, void *data)
 		jobs_release(b->d, b->job.id);
 	} else {
 		nwd_kick(b->d);
+		if (strcmp(b->status, "ok") == 0) {
+			snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+			db_query(b->d->db, "SELECT identity_warning($1)", 1, params, on_identity_checked, b);
+		}
 	}
 	cleanup(b);
 }
@@ -124,11 +154,13 @@ static void on_query_error(PGresult *res, const char *error, void *data)
 }
 
 static const char build_sql[] =
-    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)"
-    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7)"
+    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, tree, repro,"
+    "  runner_host, runner_cuda)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7, $8, $9, $10, $11)"
     " ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
     " runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
-    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host";
+    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host, tree = EXCLUDED.tree,"
+    " repro = EXCLUDED.repro, runner_host = EXCLUDED.runner_host, runner_cuda = EXCLUDED.runner_cuda";
 
 static const char checks_sql[] =
     "WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
@@ -176,8 +208,17 @@ static bool has_gpu_slot(const struct config *cfg)
 static void store(struct builder *b, const char *checks_json)
 {
 	char commit[24], started[24], duration[24], repo[16];
-	const char *bparams[7] = {commit,  b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
-				  started, duration,  b->d->cfg.node_name};
+	const char *bparams[11] = {commit,
+				   b->status,
+				   b->log ? b->log : "",
+				   b->hash[0] ? b->hash : NULL,
+				   started,
+				   duration,
+				   b->d->cfg.node_name,
+				   b->tree[0] ? b->tree : NULL,
+				   b->repro[0] ? b->repro : NULL,
+				   b->d->cfg.runner_host,
+				   b->d->cfg.runner_cuda};
 	const char *cparams[4] = {repo, checks_json, commit,
 				  b->d->cfg.trials_checks ? b->d->cfg.trials_checks : ""};
 	const char *fparams[2] = {commit, repo};
@@ -192,7 +233,7 @@ static void store(struct builder *b, const char *checks_json)
 	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
 		 ok ? ", runner " : "", ok ? b->hash : "");
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
-	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
+	db_query(b->d->db, build_sql, 11, bparams, on_query_error, NULL);
 	if (ok)
 		db_query(b->d->db, checks_sql, 4, cparams, on_query_error, NULL);
 	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_gpu_slot(&b->d->cfg)) {
@@ -210,15 +251,21 @@ static void store(struct builder *b, const char *checks_json)
 	db_query(b->d->db, "COMMIT", 0, NULL, on_stored, b);
 }
 
-static void fail(struct builder *b, const char *status, const char *why)
+/* Appends a line to the build's log (it is stored with the build). */
+static void log_append(struct builder *b, const char *line)
 {
 	size_t n = b->log ? strlen(b->log) : 0;
-	char *log = realloc(b->log, n + strlen(why) + 2);
+	char *log = realloc(b->log, n + strlen(line) + 2);
 
-	if (log) {
-		sprintf(log + n, "%s%s", n && log[n - 1] != '\n' ? "\n" : "", why);
-		b->log = log;
-	}
+	if (!log)
+		return;
+	sprintf(log + n, "%s%s", n && log[n - 1] != '\n' ? "\n" : "", line);
+	b->log = log;
+}
+
+static void fail(struct builder *b, const char *status, const char *why)
+{
+	log_append(b, why);
 	snprintf(b->status, sizeof(b->status), "%s", status);
 	store(b, NULL);
 }
@@ -244,6 +291,7 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 		fail(b, "no_runner", why);
 		return;
 	}
+	snprintf(b->repro, sizeof(b->repro), "%s", hello.repro);
 	arr = json_array();
 	for (unsigned i = 0; arr && i < hello.nchecks; i++) {
 		const struct proto_check *c = &hello.checks[i];
@@ -293,37 +341,67 @@ static void ask_hello(struct builder *b)
 	else
 		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
 	extra[1] = gpu;
-	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX,
-		  false, on_hello, NULL) < 0)
+	if (spawn(b, argv, b->build_dir, ENV_RUNNER, extra, (uint64_t)cfg->hello_timeout_s * 1000,
+		  NW_PROTO_LINE_MAX, false, on_hello, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot start /bin/sh");
 	free(hello);
 	free(bye);
 }
 
+/*
+ * The build's identity, as lines: the commit's tree; then "HEX  PATH" for each
+ * runner file; for the listing of the commit's tracked files that the
+ * [build] identity globs match (mode, blob id and path: what they hold, not
+ * when they were checked out); and for the file the build may write.
+ * $1: worktree, $2: identity file, $3: number of runners; then the runners and
+ * the pathspecs. Exit 1: a runner is missing; exit 3: git failed.
+ */
+static const char identity_script[] =
+    "wt=$1 idf=$2 nr=$3; shift 3;"
+    " git -C \"$wt\" rev-parse --verify -q 'HEAD^{tree}' || exit 3;"
+    " while [ \"$nr\" -gt 0 ]; do sha256sum -- \"$1\" || exit 1; shift; nr=$((nr - 1)); done;"
+    " if [ $# -gt 0 ]; then l=$(git -C \"$wt\" ls-files -s -- \"$@\") || exit 3;"
+    "  printf '%s\\n' \"$l\" | sha256sum | sed 's/ -$/ [build] identity/'; fi;"
+    " if [ -f \"$idf\" ]; then sha256sum <\"$idf\" | sed 's/ -$/ numwatch-identity/'; fi";
+
 static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
-	char why[PATH_MAX + 64];
-	size_t n = 0;
+	char why[PATH_MAX + 64], parts[160] = "";
+	const char *line = r->out, *nl = strchr(line, '\n');
+	size_t n = 0, np = 0;
 
+	if (r->timed_out || r->term_signal || r->exit_status == 3 || !nl ||
+	    nl - line >= (long)sizeof(b->tree)) {
+		snprintf(why, sizeof(why), "numwatch: cannot compute the build's identity: %.300s", r->err);
+		fail(b, "failed", why);
+		return;
+	}
 	if (failed(r)) {
 		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'", b->runner);
 		fail(b, "no_runner", why);
 		return;
 	}
-	/* sha256sum prints "HEX  PATH" per runner; the hash is the hex digests joined. */
+	snprintf(b->tree, sizeof(b->tree), "%.*s", (int)(nl - line), line);
+	/* "HEX  NAME" per part; the hash is the hex digests joined, runner files first. */
 	b->hash[0] = '\0';
-	for (const char *line = r->out; *line && n + 66 < sizeof(b->hash);) {
+	for (line = nl + 1; *line && n + 66 < sizeof(b->hash);) {
 		const char *sp = strchr(line, ' ');
-		const char *nl = strchr(line, '\n');
 
+		nl = strchr(line, '\n');
 		if (!sp || sp - line != 64)
 			break;
 		n += (size_t)snprintf(b->hash + n, sizeof(b->hash) - n, "%s%.64s", n ? "+" : "", line);
+		if (sp[1] == ' ' && (sp[2] == '[' || !strncmp(sp + 2, "numwatch-identity", 17)))
+			np += (size_t)snprintf(parts + np, sizeof(parts) - np, "%s%.*s", np ? ", " : "",
+					       (int)((nl ? nl : sp + strlen(sp)) - (sp + 2)), sp + 2);
 		if (!nl)
 			break;
 		line = nl + 1;
 	}
+	snprintf(why, sizeof(why), "numwatch: build identity %.*s... (the runner files%s%s)", 16, b->hash,
+		 np ? ", " : "", parts);
+	log_append(b, why);
 	ask_hello(b);
 }
 
@@ -331,11 +409,13 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
-	char host_runner[PATH_MAX], cuda_runner[PATH_MAX];
-	const char *argv[4] = {"sha256sum", NULL, NULL, NULL};
+	char host_runner[PATH_MAX], cuda_runner[PATH_MAX], id_file[PATH_MAX + 32], nr[4];
+	char *globs = NULL, *g;
+	const char **argv = NULL;
 	bool want_host = false, want_cuda = false;
 	char why[128];
-	int n = 1;
+	size_t len;
+	int n = 0;
 
 	b->child = NULL;
 	b->log = strndup(r->out, r->out_len);
@@ -363,22 +443,53 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 	}
 	snprintf(host_runner, sizeof(host_runner), "%s/%s", b->build_dir, cfg->runner_host);
 	snprintf(cuda_runner, sizeof(cuda_runner), "%s/%s", b->build_dir, cfg->runner_cuda);
+	snprintf(id_file, sizeof(id_file), "%s/numwatch-identity", b->build_dir);
 	snprintf(b->runner, sizeof(b->runner), "%s",
 		 cfg->nslots > 0 && cfg->slots[0].gpu >= 0 ? cuda_runner : host_runner);
+	snprintf(nr, sizeof(nr), "%d", (int)want_host + (int)want_cuda);
+	/*
+	 * sh -c SCRIPT sh WORKTREE ID_FILE NR, up to two runners, the pathspecs, NULL: at most one
+	 * pathspec per byte of the option, each ":(glob)" + its text + a NUL.
+	 */
+	len = strlen(cfg->build_identity);
+	globs = malloc(9 * len + 1);
+	argv = calloc(7 + 2 + len + 1, sizeof(*argv));
+	if (!globs || !argv) {
+		fail(b, "failed", "numwatch: out of memory");
+		goto out;
+	}
+	argv[n++] = "/bin/sh";
+	argv[n++] = "-c";
+	argv[n++] = identity_script;
+	argv[n++] = "sh";
+	argv[n++] = b->worktree;
+	argv[n++] = id_file;
+	argv[n++] = nr;
 	if (want_host)
 		argv[n++] = host_runner;
 	if (want_cuda)
 		argv[n++] = cuda_runner;
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
+	g = globs;
+	for (const char *c = cfg->build_identity; *(c += strspn(c, ", "));) {
+		size_t k = strcspn(c, ", ");
+
+		argv[n++] = g;
+		g += sprintf(g, ":(glob)%.*s", (int)k, c) + 1;
+		c += k;
+	}
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot run sha256sum");
+out:
+	free(globs);
+	free(argv);
 }
 
 static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
-	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64];
-	const char *extra[] = {env_wt, env_bd, env_c, NULL};
+	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64], env_id[PATH_MAX + 64];
+	const char *extra[] = {env_wt, env_bd, env_c, env_id, NULL};
 	const char *argv[] = {"/bin/sh", "-c", cfg->build_command, NULL};
 	char why[600];
 
@@ -393,9 +504,10 @@ static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 	snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", b->worktree);
 	snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", b->build_dir);
 	snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", b->job.sha);
+	snprintf(env_id, sizeof(env_id), "NUMWATCH_IDENTITY_FILE=%s/numwatch-identity", b->build_dir);
 	log_info("build %.12s: started", b->job.sha);
-	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max,
-		  true, on_built, &b->child) < 0)
+	if (spawn(b, argv, b->worktree, ENV_BUILD, extra, (uint64_t)cfg->build_timeout_s * 1000,
+		  cfg->build_log_max, true, on_built, &b->child) < 0)
 		fail(b, "failed", "numwatch: cannot start /bin/sh");
 }
 
@@ -407,7 +519,7 @@ static void on_prepared(struct proc *p, const struct proc_result *r, void *data)
 			      "--force", "--quiet", b->worktree, b->job.sha, NULL};
 
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
 		on_worktree(NULL, &(struct proc_result){.exit_status = 127, .out = "cannot run git"}, b);
 }
 
@@ -437,12 +549,14 @@ static void on_claimed(struct job *job, void *data)
 	}
 	b->job = *job;
 	b->hash[0] = '\0';
+	b->tree[0] = '\0';
+	b->repro[0] = '\0';
 	b->started_ms = uv_now(b->d->loop);
 	b->started_wall = (long long)time(NULL);
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
 	snprintf(b->worktree, sizeof(b->worktree), "%s/worktrees/%s", b->d->cfg.state_dir, job->sha);
 	snprintf(b->build_dir, sizeof(b->build_dir), "%s/builds/%s", b->d->cfg.state_dir, job->sha);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
 		on_prepared(NULL, NULL, b);
 }
 

@@ -33,6 +33,9 @@
 /* Config file: longest line and longest value. */
 #define NW_CONFIG_LINE_MAX  4096
 #define NW_CONFIG_SLOTS_MAX 64
+/* [build] env and [slots] env: variables in one list, and the longest variable name. */
+#define NW_CONFIG_ENV_MAX      64
+#define NW_CONFIG_ENV_NAME_MAX 64
 
 /* HTTP: request headers and body, and URL length. */
 #define NW_HTTP_HEADER_MAX      (16 * 1024)
