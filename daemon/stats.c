@@ -666,6 +666,13 @@ static double own_rate_llr(unsigned failures, unsigned trials, double other)
  * 228 trials in a row at 1% of commits, 342 at 0.1%.
  */
 #define POOL_ODDS 1000.0
+/*
+ * A candidate failing less often than the pool by these odds may be a fix:
+ * more trials tell. Low, since a fix missed leaves a regression open at every
+ * commit after it: 64 passes at a 5% race (0 of 64, odds 22) are worth the
+ * 80 more trials that decide; a 2% flake's 64 passes (odds 3.6) are not.
+ */
+#define FIX_ODDS 8.0
 static bool pool_fits_baseline(const struct stats_verdict_input *in, const struct stats_side *base)
 {
 	double pool;
@@ -684,7 +691,7 @@ static bool pool_fits_baseline(const struct stats_verdict_input *in, const struc
  * How much likelier the candidate's own failure rate makes its trials than
  * the pooled baseline rate does (log odds), when it fails less often; 0
  * otherwise. POOL_ODDS of it is an improvement (a fix: the next commits'
- * pool starts there); half of that asks for more trials first.
+ * pool starts there); FIX_ODDS asks for more trials first.
  */
 static double below_pool(const struct stats_evidence *ev)
 {
@@ -917,7 +924,7 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		snprintf(ev->reason, sizeof(ev->reason),
 			 "failure rate %u/%u, below the baseline's %u/%u pooled", ev->cand.failures,
 			 ev->cand.trials, ev->pool.failures, ev->pool.trials);
-	} else if (below_pool(ev) >= 0.5 * log(POOL_ODDS) && dec != SPRT_UNDECIDED &&
+	} else if (below_pool(ev) >= log(FIX_ODDS) && dec != SPRT_UNDECIDED &&
 		   (p->max_trials == 0 || ev->cand.trials < p->max_trials)) {
 		/*
 		 * Perhaps a fix: more trials tell it from a flake that happened not to
