@@ -27,16 +27,22 @@ __version__ = "0.1.0"
 BACKEND = "triton" if HAVE_TRITON else "torch"
 
 
+def _on_triton(x):
+    """Whether x goes to the Triton kernels: a CUDA tensor with elements (an empty one has no rows
+    for a grid, and reshaping it by rows is ambiguous: the torch path handles it)."""
+    return HAVE_TRITON and _triton is not None and x.is_cuda and x.numel() > 0
+
+
 def softmax(x):
     """Softmax over the last dimension, in x's dtype (float32 inside)."""
-    if HAVE_TRITON and x.is_cuda and _triton is not None:
+    if _on_triton(x):
         return _triton.softmax(x)
     return _torch.softmax(x)
 
 
 def rmsnorm(x, w, eps=1e-6):
     """x / sqrt(mean(x^2) + eps) * w over the last dimension; differentiable in x and w."""
-    return _torch.RMSNorm.apply(x, w, eps, HAVE_TRITON and x.is_cuda and _triton is not None)
+    return _torch.RMSNorm.apply(x, w, eps, _on_triton(x))
 
 
 def attention(q, k, v, causal=False):
