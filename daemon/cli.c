@@ -290,7 +290,57 @@ static int ci_exit(const char *verdict, bool strict)
 	return !strcmp(verdict, "infra_error") ? EXIT_ERROR : EXIT_CLEAN;
 }
 
-static int cmd_ci_wait(const char *sha, int timeout_s, bool strict)
+/* A commit's position in the watched history (GET /api/v1/commits/SHA), or -1. */
+static long long commit_position(const char *sha)
+{
+	char path[160], err[512];
+	json_t *c = NULL;
+	long long pos = -1;
+
+	snprintf(path, sizeof(path), "/api/v1/commits/%.64s", sha);
+	if (get_json(path, &c, err, sizeof(err)) == 200 && json_is_integer(json_object_get(c, "position")))
+		pos = (long long)json_integer_value(json_object_get(c, "position"));
+	json_decref(c);
+	return pos;
+}
+
+/*
+ * --base B (a pull request's merge base): an open regression this commit
+ * shows that is new at a commit after B came in with the pull request, so it
+ * fails the job as one new here would. Returns how many there are, or -1
+ * when a position cannot be read.
+ */
+static int regressions_since(json_t *commit, const char *base)
+{
+	long long from = commit_position(base);
+	json_t *check;
+	size_t i;
+	int n = 0;
+
+	if (from < 0)
+		return -1;
+	json_array_foreach(json_object_get(commit, "checks"), i, check)
+	{
+		json_t *reg = json_object_get(check, "regression");
+		long long at;
+
+		if (!json_is_object(reg) || json_is_true(json_object_get(reg, "new")) ||
+		    !json_is_string(json_object_get(reg, "new_at")))
+			continue;
+		at = commit_position(str(reg, "new_at"));
+		if (at < 0)
+			return -1;
+		if (at > from) {
+			printf("regression #%lld (%s %s) is new at %.12s, after the base %.12s\n",
+			       (long long)json_integer_value(json_object_get(reg, "id")), str(check, "check"),
+			       str(check, "dtype"), str(reg, "new_at"), base);
+			n++;
+		}
+	}
+	return n;
+}
+
+static int cmd_ci_wait(const char *sha, const char *base, int timeout_s, bool strict)
 {
 	time_t end = time(NULL) + timeout_s;
 	char path[128], err[512];
@@ -308,6 +358,15 @@ static int cmd_ci_wait(const char *sha, int timeout_s, bool strict)
 			printf("%.12s %s: %s\n", str(c, "sha"), str(c, "title"), v);
 			print_failures(c);
 			rc = ci_exit(v, strict);
+			if (rc == EXIT_CLEAN && base && !strcmp(v, "open_regression")) {
+				int since = regressions_since(c, base);
+
+				rc = since < 0 ? EXIT_ERROR : since > 0 ? EXIT_REGRESSED : EXIT_CLEAN;
+				if (since < 0)
+					fprintf(stderr,
+						"numwatch: cannot place the base '%s' in the history\n",
+						base);
+			}
 			printf("%s/?view=commit&sha=%s\n", base_url, str(c, "sha"));
 			json_decref(c);
 			return rc;
@@ -720,10 +779,11 @@ static void usage(FILE *f)
 		   "  health                       the daemon's state\n"
 		   "  commits [--limit N] [--offset N]\n"
 		   "  show SHA                     a commit's verdict and failing checks\n"
-		   "  ci-wait SHA [--timeout S] [--strict]\n"
+		   "  ci-wait SHA [--timeout S] [--strict] [--base MERGE_BASE]\n"
 		   "                               wait for a verdict: exit 0 clean (or a regression\n"
 		   "                               still open from an earlier commit, with a notice),\n"
-		   "                               1 regressed here (--strict: or still open),\n"
+		   "                               1 regressed here (--strict: or still open;\n"
+		   "                               --base: or new after the merge base),\n"
 		   "                               2 timed out, 3 error\n"
 		   "  bisect --good SHA --bad SHA --check C --dtype D   start a bisection\n"
 		   "                               (token from --token or NUMWATCH_TOKEN)\n"
@@ -736,27 +796,19 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
-	    {"url", required_argument, NULL, 'u'},
-	    {"limit", required_argument, NULL, 'l'},
-	    {"offset", required_argument, NULL, 'o'},
-	    {"timeout", required_argument, NULL, 't'},
-	    {"good", required_argument, NULL, 'g'},
-	    {"bad", required_argument, NULL, 'b'},
-	    {"check", required_argument, NULL, 'k'},
-	    {"dtype", required_argument, NULL, 'd'},
-	    {"seed", required_argument, NULL, 's'},
-	    {"commit", required_argument, NULL, 'C'},
-	    {"config", required_argument, NULL, 'c'},
-	    {"token", required_argument, NULL, 'T'},
-	    {"cuda", no_argument, NULL, 'G'},
-	    {"runs", required_argument, NULL, 'R'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"strict", no_argument, NULL, 'S'},
-	    {NULL, 0, NULL, 0},
+	    {"url", required_argument, NULL, 'u'},    {"limit", required_argument, NULL, 'l'},
+	    {"offset", required_argument, NULL, 'o'}, {"timeout", required_argument, NULL, 't'},
+	    {"good", required_argument, NULL, 'g'},   {"bad", required_argument, NULL, 'b'},
+	    {"check", required_argument, NULL, 'k'},  {"dtype", required_argument, NULL, 'd'},
+	    {"seed", required_argument, NULL, 's'},   {"commit", required_argument, NULL, 'C'},
+	    {"config", required_argument, NULL, 'c'}, {"token", required_argument, NULL, 'T'},
+	    {"cuda", no_argument, NULL, 'G'},         {"runs", required_argument, NULL, 'R'},
+	    {"help", no_argument, NULL, 'h'},         {"strict", no_argument, NULL, 'S'},
+	    {"base", required_argument, NULL, 'B'},   {NULL, 0, NULL, 0},
 	};
 	int limit = 50, offset = 0, timeout_s = 3600, c, rc;
 	const char *good = NULL, *bad = NULL, *check = NULL, *dtype = NULL, *seed = NULL, *commit = NULL,
-		   *runs = NULL;
+		   *runs = NULL, *base = NULL;
 	const char *config_path = getenv("NUMWATCH_CONFIG"), *token = getenv("NUMWATCH_TOKEN");
 	bool cuda = false, strict = false;
 	char *args[64];
@@ -814,6 +866,9 @@ int main(int argc, char **argv)
 		case 'S':
 			strict = true;
 			break;
+		case 'B':
+			base = optarg;
+			break;
 		case 'R':
 			runs = optarg;
 			break;
@@ -838,7 +893,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "show") && nargs == 2) {
 		rc = cmd_show(args[1]);
 	} else if (!strcmp(cmd, "ci-wait") && nargs == 2) {
-		rc = cmd_ci_wait(args[1], timeout_s, strict);
+		rc = cmd_ci_wait(args[1], base, timeout_s, strict);
 	} else if (!strcmp(cmd, "bisect") && nargs == 1) {
 		rc = cmd_bisect(good, bad, check, dtype, token);
 	} else if (!strcmp(cmd, "token")) {

@@ -83,7 +83,18 @@ grep -q "open since ${culprit_sha:0:12}, regression #$rid " "$work/ci-later.txt"
 rc=0
 "$NUMWATCH" ci-wait "$(sha_at $last)" --timeout 30 --strict >/dev/null || rc=$?
 [[ $rc == 1 ]] || fail "ci-wait --strict on a later commit exited $rc, not 1"
-echo "ok: ci-wait fails the culprit (1), passes a later commit with a notice (0), --strict fails it (1)"
+# A pull request: its merge base before the culprit brought the regression in with it (1); one after
+# the culprit did not (0).
+rc=0
+"$NUMWATCH" ci-wait "$(sha_at $last)" --timeout 30 --base "$(sha_at $((culprit - 1)))" >"$work/ci-pr.txt" || rc=$?
+[[ $rc == 1 ]] || fail "ci-wait --base (before the culprit) exited $rc, not 1: $(cat "$work/ci-pr.txt")"
+grep -q "is new at ${culprit_sha:0:12}, after the base" "$work/ci-pr.txt" ||
+	fail "ci-wait --base does not say why: $(cat "$work/ci-pr.txt")"
+rc=0
+"$NUMWATCH" ci-wait "$(sha_at $last)" --timeout 30 --base "$(sha_at "$culprit")" >/dev/null || rc=$?
+[[ $rc == 0 ]] || fail "ci-wait --base (at the culprit) exited $rc, not 0"
+echo "ok: ci-wait fails the culprit (1), passes a later commit with a notice (0), --strict fails it (1);" \
+	"--base fails a pull request whose merge base is before the culprit (1), not one after it (0)"
 
 # One culprit mail, naming the culprit.
 mails() { # kind message-id in-reply-to subject, one mail a line
