@@ -13,27 +13,45 @@
 #include "jobs.h"
 #include "log.h"
 #include "nwd.h"
+#include "poller.h"
 #include "proc.h"
 #include "protocol.h"
+#include "slot.h"
 
-#define CLAIM_POLL_MS           1000
+#define CLAIM_POLL_MS 1000
+/* After a failed worktree (this host's mirror lacks the commit): time for the fetch to land. */
+#define CLAIM_BACKOFF_MS        5000
 #define HOUSEKEEPING_TIMEOUT_MS (120 * 1000)
 
 struct builder {
 	struct nwd *d;
 	uv_timer_t timer;
+	uv_timer_t lease; /* renews the build job's lease while it builds */
 	bool busy, draining, stopped;
+	/*
+	 * A per-host build: the commit was built first elsewhere (builds holds
+	 * that), and this host builds it too, for its own slots, since a host
+	 * runs only runners it built itself. No job: host_build_next() chose it.
+	 */
+	bool local;
+	bool lease_lost; /* the build job's lease ran out and another daemon took it over */
 	struct job job;
 	struct proc *child; /* the build command, while it runs */
 	char worktree[PATH_MAX];
 	char build_dir[PATH_MAX];
-	char runner[PATH_MAX];
-	char *log;       /* the build's output */
-	char status[16]; /* builds.status */
-	char hash[160];
+	char host_runner[PATH_MAX];
+	char cuda_runner[PATH_MAX];
+	char *log;                         /* the build's output */
+	char status[16];                   /* builds.status */
+	char hash[160];                    /* runner_hash: the runners this host's slots use, joined by '+' */
+	char host_hash[65], cuda_hash[65]; /* each runner's sha256, "" when the build has none */
 	uint64_t started_ms;
 	long long started_wall;
-	char *hello_line;
+	/* The checks the runners declared, by name, each with the backends that did ("host", "cuda"). */
+	json_t *checks;
+	bool asked_host, asked_cuda; /* the runner answered hello */
+	bool hello_cuda;             /* the hello in flight is the CUDA runner's */
+	uint64_t retry_ms;           /* the next claim's wait, when not the usual */
 };
 
 static void claim(struct builder *b);
@@ -79,10 +97,11 @@ static void on_cleaned(struct proc *p, const struct proc_result *r, void *data)
 	struct builder *b = data;
 
 	b->busy = false;
+	uv_timer_stop(&b->lease);
 	free(b->log);
 	b->log = NULL;
-	free(b->hello_line);
-	b->hello_line = NULL;
+	json_decref(b->checks);
+	b->checks = NULL;
 	if (b->draining) {
 		builder_drain(b);
 		return;
@@ -124,19 +143,25 @@ static void on_query_error(PGresult *res, const char *error, void *data)
 }
 
 static const char build_sql[] =
-    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host)"
-    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7)"
+    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, host_hash, "
+    "cuda_hash)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7, $8, $9)"
     " ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
     " runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
-    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host";
+    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host, host_hash = EXCLUDED.host_hash,"
+    " cuda_hash = EXCLUDED.cuda_hash";
+
+/* This host's build of the commit (host_build_record(), sql/040): which of its runners are the commit's. */
+static const char host_build_sql[] = "SELECT * FROM host_build_record($1, $2, $3, $4, $5, $6, $7)";
 
 static const char checks_sql[] =
     "WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
-    "  dtypes text[], families text[], deterministic boolean)),"
-    " up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic)"
-    "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic FROM input"
+    "  dtypes text[], families text[], deterministic boolean, needs text)),"
+    " up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic, needs)"
+    "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic, needs FROM input"
     "  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
-    "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic"
+    "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic,"
+    "   needs = EXCLUDED.needs"
     "  RETURNING id, name, dtypes),"
     /* What this commit declares: a check no earlier commit declared is introduced here. */
     " declared AS (UPDATE builds SET checks = (SELECT array_agg(name ORDER BY name) FROM input)"
@@ -164,26 +189,89 @@ static const char failed_stats_sql[] =
     " SELECT $1, k.id, d, 0, 0, 0, 'build_failed' FROM checks k, unnest(k.dtypes) AS d WHERE k.repo_id = $2"
     " ON CONFLICT (commit_id, check_id, dtype) DO UPDATE SET verdict = 'build_failed', updated_at = now()";
 
-static bool has_gpu_slot(const struct config *cfg)
+static bool has_slot(const struct config *cfg, bool gpu)
 {
 	for (unsigned i = 0; i < cfg->nslots; i++)
-		if (cfg->slots[i].gpu >= 0)
+		if ((cfg->slots[i].gpu >= 0) == gpu)
 			return true;
 	return false;
+}
+
+static void on_local_stored(PGresult *res, const char *error, void *data)
+{
+	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	bool host_ok, cuda_ok;
+
+	if (error || PQntuples(res) != 1) {
+		log_error("build %.12s: storing this host's build failed: %s", b->job.sha,
+			  error ? error : "no answer");
+		cleanup(b);
+		return;
+	}
+	host_ok = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	cuda_ok = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	if (strcmp(b->status, "ok") != 0)
+		log_warn("build %.12s: %s here, though it built elsewhere: this host runs none of its jobs",
+			 b->job.sha, b->status);
+	else if ((has_slot(cfg, false) && !host_ok) || (has_slot(cfg, true) && !cuda_ok))
+		log_warn("build %.12s: this host's runner differs from the commit's first build (runner %s):"
+			 " its slots run none of the commit's jobs (is the build reproducible?)",
+			 b->job.sha, b->hash);
+	else
+		log_info("build %.12s: built here too, runner identical to the first build's", b->job.sha);
+	nwd_kick(b->d);
+	cleanup(b);
+}
+
+/* A per-host build: only host_builds learns of it (the commit's build, checks and jobs are the first builder's). */
+static void store_local(struct builder *b)
+{
+	char commit[24], duration[24];
+	const char *params[7] = {commit,
+				 b->d->cfg.node_name,
+				 b->status,
+				 b->host_hash[0] ? b->host_hash : NULL,
+				 b->cuda_hash[0] ? b->cuda_hash : NULL,
+				 duration,
+				 strcmp(b->status, "ok") == 0 ? NULL : (b->log ? b->log : "")};
+	uint64_t ms = uv_now(b->d->loop) - b->started_ms;
+
+	snprintf(commit, sizeof(commit), "%lld", b->job.commit_id);
+	snprintf(duration, sizeof(duration), "%llu", (unsigned long long)ms);
+	nwd_count_build(b->d, b->status, (double)ms / 1000.0);
+	if (db_query(b->d->db, host_build_sql, 7, params, on_local_stored, b) < 0)
+		on_local_stored(NULL, "cannot queue the query", b);
 }
 
 /* Stores the build, its checks and trials jobs (or build_failed verdicts) in one transaction. */
 static void store(struct builder *b, const char *checks_json)
 {
 	char commit[24], started[24], duration[24], repo[16];
-	const char *bparams[7] = {commit,  b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
-				  started, duration,  b->d->cfg.node_name};
+	const char *host_hash = b->host_hash[0] ? b->host_hash : NULL;
+	const char *cuda_hash = b->cuda_hash[0] ? b->cuda_hash : NULL;
+	const char *bparams[9] = {commit,   b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
+				  started,  duration,  b->d->cfg.node_name,  host_hash,
+				  cuda_hash};
+	const char *hparams[7] = {commit, b->d->cfg.node_name, b->status, host_hash, cuda_hash, duration,
+				  NULL};
 	const char *cparams[4] = {repo, checks_json, commit,
 				  b->d->cfg.trials_checks ? b->d->cfg.trials_checks : ""};
 	const char *fparams[2] = {commit, repo};
 	bool ok = strcmp(b->status, "ok") == 0;
 	uint64_t ms = uv_now(b->d->loop) - b->started_ms;
 
+	if (b->lease_lost) {
+		log_warn(
+		    "build %.12s: its lease ran out and another daemon took it over; leaving it to that one",
+		    b->job.sha);
+		cleanup(b);
+		return;
+	}
+	if (b->local) {
+		store_local(b);
+		return;
+	}
 	snprintf(commit, sizeof(commit), "%lld", b->job.commit_id);
 	snprintf(started, sizeof(started), "%lld", b->started_wall);
 	snprintf(duration, sizeof(duration), "%llu", (unsigned long long)ms);
@@ -192,10 +280,11 @@ static void store(struct builder *b, const char *checks_json)
 	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
 		 ok ? ", runner " : "", ok ? b->hash : "");
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
-	db_query(b->d->db, build_sql, 7, bparams, on_query_error, NULL);
+	db_query(b->d->db, build_sql, 9, bparams, on_query_error, NULL);
+	db_query(b->d->db, host_build_sql, 7, hparams, on_query_error, NULL);
 	if (ok)
 		db_query(b->d->db, checks_sql, 4, cparams, on_query_error, NULL);
-	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_gpu_slot(&b->d->cfg)) {
+	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_slot(&b->d->cfg, true)) {
 		char per[16], every[16], commits[16];
 		const char *sparams[6] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, commits};
 
@@ -223,58 +312,122 @@ static void fail(struct builder *b, const char *status, const char *why)
 	store(b, NULL);
 }
 
-/* The runner's hello: which checks this build offers. */
+/*
+ * The checks as checks_sql reads them. What each needs is known where both
+ * runners were asked: a check only the CUDA runner declares needs a GPU
+ * slot, one only the host runner declares a host slot; else any slot.
+ */
+static char *checks_json(struct builder *b)
+{
+	json_t *arr = json_array(), *c;
+	const char *name;
+	char *out;
+
+	json_object_foreach(b->checks, name, c)
+	{
+		bool host = json_is_true(json_object_get(c, "host")),
+		     cuda = json_is_true(json_object_get(c, "cuda"));
+		json_t *o = json_deep_copy(c);
+
+		json_object_del(o, "host");
+		json_object_del(o, "cuda");
+		if (b->asked_host && b->asked_cuda && host != cuda)
+			json_object_set_new(o, "needs", json_string(cuda ? "gpu" : "host"));
+		json_array_append_new(arr, o);
+	}
+	out = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+	json_decref(arr);
+	return out;
+}
+
+static void ask_hello(struct builder *b);
+
+/* A runner's hello: which checks this build offers on its backend. */
 static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	bool cuda = b->hello_cuda;
+	const char *runner = cuda ? b->cuda_runner : b->host_runner;
+	/* The runners this host's slots use must answer; the host runner of a GPU-only host need not. */
+	bool required = cuda || has_slot(cfg, false);
 	struct proto_hello hello = {0};
-	char err[512], why[700];
+	char err[512], why[PATH_MAX + 700];
 	const char *nl = strchr(r->out, '\n');
-	json_t *arr;
-	char *json;
 
-	if (!nl) {
+	if (!nl)
 		snprintf(why, sizeof(why), "numwatch: runner '%s' gave no hello (exit %lld%s): %.300s",
-			 b->runner, (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
+			 runner, (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
+	else if (proto_parse_hello(r->out, (size_t)(nl - r->out), &hello, err, sizeof(err)) < 0)
+		snprintf(why, sizeof(why), "numwatch: runner '%s' answered hello badly: %s", runner, err);
+	else
+		why[0] = '\0';
+	if (why[0] && required) {
 		fail(b, "no_runner", why);
 		return;
 	}
-	if (proto_parse_hello(r->out, (size_t)(nl - r->out), &hello, err, sizeof(err)) < 0) {
-		snprintf(why, sizeof(why), "numwatch: runner '%s' answered hello badly: %s", b->runner, err);
-		fail(b, "no_runner", why);
-		return;
-	}
-	arr = json_array();
-	for (unsigned i = 0; arr && i < hello.nchecks; i++) {
-		const struct proto_check *c = &hello.checks[i];
-		json_t *dt = json_array(), *fam = json_array();
+	if (why[0]) {
+		log_warn("build %.12s: %s (which checks need a GPU is not known)", b->job.sha, why);
+	} else {
+		for (unsigned i = 0; i < hello.nchecks; i++) {
+			const struct proto_check *c = &hello.checks[i];
+			json_t *o = json_object_get(b->checks, c->check);
 
-		for (unsigned k = 0; k < c->ndtypes; k++)
-			json_array_append_new(dt, json_string(c->dtypes[k]));
-		for (unsigned k = 0; k < c->nfamilies; k++)
-			json_array_append_new(fam, json_string(c->families[k]));
-		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:o, s:o, s:b}", "name", c->check, "op",
-						     c->op, "pass", c->pass, "dtypes", dt, "families", fam,
-						     "deterministic", c->deterministic));
+			if (!o) {
+				json_t *dt = json_array(), *fam = json_array();
+
+				for (unsigned k = 0; k < c->ndtypes; k++)
+					json_array_append_new(dt, json_string(c->dtypes[k]));
+				for (unsigned k = 0; k < c->nfamilies; k++)
+					json_array_append_new(fam, json_string(c->families[k]));
+				o = json_pack("{s:s, s:s, s:s, s:o, s:o, s:b}", "name", c->check, "op", c->op,
+					      "pass", c->pass, "dtypes", dt, "families", fam, "deterministic",
+					      c->deterministic);
+				json_object_set_new(b->checks, c->check, o);
+			}
+			json_object_set_new(o, cuda ? "cuda" : "host", json_true());
+		}
+		if (cuda)
+			b->asked_cuda = true;
+		else
+			b->asked_host = true;
 	}
-	json = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
-	json_decref(arr);
 	proto_hello_release(&hello);
-	if (!json) {
-		fail(b, "no_runner", "numwatch: out of memory");
+	if (!cuda && b->cuda_hash[0] && has_slot(cfg, true)) {
+		b->hello_cuda = true;
+		ask_hello(b);
 		return;
 	}
-	store(b, json);
-	free(json);
+	{
+		char *json = checks_json(b);
+
+		if (!json) {
+			fail(b, "no_runner", "numwatch: out of memory");
+			return;
+		}
+		store(b, json);
+		free(json);
+	}
 }
 
+/*
+ * Asks a runner for its hello: the host runner first, where the build made
+ * one (it needs no GPU), then the CUDA runner where this host has GPU slots
+ * (on the first one's device).
+ */
 static void ask_hello(struct builder *b)
 {
 	const struct config *cfg = &b->d->cfg;
-	const char *argv[] = {
-	    "/bin/sh", "-c", "printf '%s\\n%s\\n' \"$1\" \"$2\" | exec \"$0\"", b->runner, NULL, NULL, NULL};
+	bool cuda = b->hello_cuda;
+	const char *argv[] = {"/bin/sh",
+			      "-c",
+			      "printf '%s\\n%s\\n' \"$1\" \"$2\" | exec \"$0\"",
+			      cuda ? b->cuda_runner : b->host_runner,
+			      NULL,
+			      NULL,
+			      NULL};
 	const char *extra[] = {"NUMWATCH_PROTOCOL=1", NULL, NULL};
-	char gpu[32];
+	char gpu[32] = "CUDA_VISIBLE_DEVICES=";
 	char *hello = proto_hello_request(), *bye = proto_bye_request();
 
 	if (!hello || !bye) {
@@ -287,11 +440,12 @@ static void ask_hello(struct builder *b)
 	bye[strlen(bye) - 1] = '\0';
 	argv[4] = hello;
 	argv[5] = bye;
-	/* The hello comes from the runner the first slot uses, on that slot's device. */
-	if (cfg->nslots > 0 && cfg->slots[0].gpu >= 0)
-		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=%d", cfg->slots[0].gpu);
-	else
-		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
+	for (unsigned i = 0; cuda && i < cfg->nslots; i++) {
+		if (cfg->slots[i].gpu >= 0) {
+			snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=%d", cfg->slots[i].gpu);
+			break;
+		}
+	}
 	extra[1] = gpu;
 	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX,
 		  false, on_hello, NULL) < 0)
@@ -303,26 +457,55 @@ static void ask_hello(struct builder *b)
 static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	bool want_host = has_slot(cfg, false), want_cuda = has_slot(cfg, true);
 	char why[PATH_MAX + 64];
-	size_t n = 0;
 
 	if (failed(r)) {
-		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'", b->runner);
+		snprintf(why, sizeof(why), "numwatch: cannot hash the runners: %.200s", r->out);
 		fail(b, "no_runner", why);
 		return;
 	}
-	/* sha256sum prints "HEX  PATH" per runner; the hash is the hex digests joined. */
-	b->hash[0] = '\0';
-	for (const char *line = r->out; *line && n + 66 < sizeof(b->hash);) {
-		const char *sp = strchr(line, ' ');
+	/* "HEX  PATH" per runner the build made. */
+	b->host_hash[0] = b->cuda_hash[0] = '\0';
+	for (const char *line = r->out; *line;) {
 		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
 
-		if (!sp || sp - line != 64)
-			break;
-		n += (size_t)snprintf(b->hash + n, sizeof(b->hash) - n, "%s%.64s", n ? "+" : "", line);
+		if (len > 66 && line[64] == ' ' && line[65] == ' ') {
+			size_t plen = len - 66;
+
+			if (plen == strlen(b->host_runner) && memcmp(line + 66, b->host_runner, plen) == 0)
+				snprintf(b->host_hash, sizeof(b->host_hash), "%.64s", line);
+			else if (plen == strlen(b->cuda_runner) &&
+				 memcmp(line + 66, b->cuda_runner, plen) == 0)
+				snprintf(b->cuda_hash, sizeof(b->cuda_hash), "%.64s", line);
+		}
 		if (!nl)
 			break;
 		line = nl + 1;
+	}
+	if ((want_host && !b->host_hash[0]) || (want_cuda && !b->cuda_hash[0]) ||
+	    (!b->host_hash[0] && !b->cuda_hash[0])) {
+		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'",
+			 want_host && !b->host_hash[0] ? b->host_runner : b->cuda_runner);
+		fail(b, "no_runner", why);
+		return;
+	}
+	/* runner_hash: the runners this host's slots use, host first; equal hashes mean equal binaries. */
+	snprintf(b->hash, sizeof(b->hash), "%s%s%s", want_host ? b->host_hash : "",
+		 want_host && want_cuda ? "+" : "", want_cuda ? b->cuda_hash : "");
+	if (b->local) {
+		store(b, NULL);
+		return;
+	}
+	b->checks = json_object();
+	b->asked_host = b->asked_cuda = false;
+	/* The host runner first, where the build made one: it answers without a GPU. */
+	b->hello_cuda = !b->host_hash[0];
+	if (!b->checks) {
+		fail(b, "no_runner", "numwatch: out of memory");
+		return;
 	}
 	ask_hello(b);
 }
@@ -331,16 +514,26 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
-	char host_runner[PATH_MAX], cuda_runner[PATH_MAX];
-	const char *argv[4] = {"sha256sum", NULL, NULL, NULL};
-	bool want_host = false, want_cuda = false;
+	/* Each runner the build made, whichever slots this host has: the commit's first build names both. */
+	const char *argv[] = {"/bin/sh",
+			      "-c",
+			      "for r; do if [ -e \"$r\" ]; then sha256sum \"$r\" || exit 1; fi; done",
+			      "sh",
+			      b->host_runner,
+			      b->cuda_runner,
+			      NULL};
 	char why[128];
-	int n = 1;
 
 	b->child = NULL;
 	b->log = strndup(r->out, r->out_len);
-	if (b->draining) {
-		jobs_release(b->d, b->job.id);
+	if (b->draining || b->lease_lost) {
+		if (b->lease_lost)
+			log_warn(
+			    "build %.12s: its lease ran out and another daemon took it over; leaving it to"
+			    " that one",
+			    b->job.sha);
+		else if (!b->local)
+			jobs_release(b->d, b->job.id);
 		cleanup(b);
 		return;
 	}
@@ -357,19 +550,7 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 		return;
 	}
 	snprintf(b->status, sizeof(b->status), "ok");
-	for (unsigned i = 0; i < cfg->nslots; i++) {
-		want_host |= cfg->slots[i].gpu < 0;
-		want_cuda |= cfg->slots[i].gpu >= 0;
-	}
-	snprintf(host_runner, sizeof(host_runner), "%s/%s", b->build_dir, cfg->runner_host);
-	snprintf(cuda_runner, sizeof(cuda_runner), "%s/%s", b->build_dir, cfg->runner_cuda);
-	snprintf(b->runner, sizeof(b->runner), "%s",
-		 cfg->nslots > 0 && cfg->slots[0].gpu >= 0 ? cuda_runner : host_runner);
-	if (want_host)
-		argv[n++] = host_runner;
-	if (want_cuda)
-		argv[n++] = cuda_runner;
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
+	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_hashed, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot run sha256sum");
 }
 
@@ -380,20 +561,29 @@ static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64];
 	const char *extra[] = {env_wt, env_bd, env_c, NULL};
 	const char *argv[] = {"/bin/sh", "-c", cfg->build_command, NULL};
-	char why[600];
 
 	if (failed(r)) {
-		/* The commit exists in the mirror, so this is the host's problem, not the commit's. */
-		snprintf(why, sizeof(why), "git worktree add failed: %.500s", r->out);
-		log_warn("build %.12s: %s", b->job.sha, why);
-		jobs_finish(b->d, b->job.id, true, why);
+		/*
+		 * The commit was imported, maybe by another daemon whose mirror was
+		 * fetched later than this host's: this host's problem, never the
+		 * commit's. The job goes back (another host may build it) and this
+		 * host fetches now.
+		 */
+		log_warn("build %.12s: git worktree add failed here (fetching again): %.300s", b->job.sha,
+			 r->out);
+		if (!b->local)
+			jobs_release(b->d, b->job.id);
+		if (b->d->poller)
+			poller_poll_now(b->d->poller);
+		b->retry_ms = CLAIM_BACKOFF_MS;
 		cleanup(b);
 		return;
 	}
 	snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", b->worktree);
 	snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", b->build_dir);
 	snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", b->job.sha);
-	log_info("build %.12s: started", b->job.sha);
+	log_info("build %.12s: started%s", b->job.sha,
+		 b->local ? " (for this host: built elsewhere first)" : "");
 	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max,
 		  true, on_built, &b->child) < 0)
 		fail(b, "failed", "numwatch: cannot start /bin/sh");
@@ -411,9 +601,29 @@ static void on_prepared(struct proc *p, const struct proc_result *r, void *data)
 		on_worktree(NULL, &(struct proc_result){.exit_status = 127, .out = "cannot run git"}, b);
 }
 
-static void on_claimed(struct job *job, void *data)
+static void on_renewed(long long job_id, bool held, void *data)
 {
 	struct builder *b = data;
+
+	if (held || !b->busy || b->local || b->job.id != job_id || b->lease_lost)
+		return;
+	b->lease_lost = true;
+	if (b->child)
+		proc_kill(b->child); /* on_built leaves the job to its new owner */
+}
+
+static void on_lease(uv_timer_t *t)
+{
+	struct builder *b = t->data;
+
+	if (b->busy && !b->local)
+		jobs_renew(b->d, b->job.id, on_renewed, b);
+}
+
+/* Builds 'job' (a build job's commit, or with 'local' one built elsewhere first). */
+static void build(struct builder *b, const struct job *job, bool local)
+{
+	const struct config *cfg = &b->d->cfg;
 	char mirror[PATH_MAX];
 	/* Leftovers of a build killed mid-way are wiped first. */
 	const char *argv[] = {
@@ -421,29 +631,87 @@ static void on_claimed(struct job *job, void *data)
 	    "sh",      b->worktree, b->build_dir,
 	    mirror,    NULL};
 
-	if (!job) {
-		b->busy = false;
-		if (b->draining)
-			builder_drain(b);
-		else
-			uv_timer_start(&b->timer, on_wake, CLAIM_POLL_MS, 0);
-		return;
-	}
-	if (b->draining) {
-		jobs_release(b->d, job->id);
-		b->busy = false;
-		builder_drain(b);
-		return;
-	}
 	b->job = *job;
-	b->hash[0] = '\0';
+	b->local = local;
+	b->lease_lost = false;
+	b->hash[0] = b->host_hash[0] = b->cuda_hash[0] = '\0';
 	b->started_ms = uv_now(b->d->loop);
 	b->started_wall = (long long)time(NULL);
-	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
-	snprintf(b->worktree, sizeof(b->worktree), "%s/worktrees/%s", b->d->cfg.state_dir, job->sha);
-	snprintf(b->build_dir, sizeof(b->build_dir), "%s/builds/%s", b->d->cfg.state_dir, job->sha);
+	snprintf(mirror, sizeof(mirror), "%s/mirror.git", cfg->state_dir);
+	snprintf(b->worktree, sizeof(b->worktree), "%s/worktrees/%s", cfg->state_dir, job->sha);
+	snprintf(b->build_dir, sizeof(b->build_dir), "%s/builds/%s", cfg->state_dir, job->sha);
+	snprintf(b->host_runner, sizeof(b->host_runner), "%s/%s", b->build_dir, cfg->runner_host);
+	snprintf(b->cuda_runner, sizeof(b->cuda_runner), "%s/%s", b->build_dir, cfg->runner_cuda);
+	if (!local)
+		uv_timer_start(&b->lease, on_lease, (uint64_t)cfg->lease_s * 1000 / 3,
+			       (uint64_t)cfg->lease_s * 1000 / 3);
 	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
 		on_prepared(NULL, NULL, b);
+}
+
+static void wait_for_work(struct builder *b)
+{
+	uint64_t ms = b->retry_ms ? b->retry_ms : CLAIM_POLL_MS;
+
+	b->retry_ms = 0;
+	b->busy = false;
+	if (b->draining)
+		builder_drain(b);
+	else
+		uv_timer_start(&b->timer, on_wake, ms, 0);
+}
+
+static void on_local_next(PGresult *res, const char *error, void *data)
+{
+	struct builder *b = data;
+	struct job job = {0};
+
+	if (error)
+		log_warn("build: cannot look for commits to build here: %s", error);
+	if (error || PQntuples(res) != 1 || b->draining) {
+		wait_for_work(b);
+		return;
+	}
+	job.commit_id = db_get_ll(res, 0, 0, 0);
+	snprintf(job.sha, sizeof(job.sha), "%s", PQgetvalue(res, 0, 1));
+	job.round = -1;
+	build(b, &job, true);
+}
+
+/* Whether a slot of this host waits for work: the work there is may be for commits it has not built. */
+static bool slots_hungry(const struct nwd *d)
+{
+	for (unsigned i = 0; i < d->nslots; i++)
+		if (slot_idle(d->slots[i]))
+			return true;
+	return false;
+}
+
+static void on_claimed(struct job *job, void *data)
+{
+	struct builder *b = data;
+	const struct config *cfg = &b->d->cfg;
+	char repo[16];
+	const char *params[4] = {repo, cfg->node_name, has_slot(cfg, true) ? "t" : "f",
+				 has_slot(cfg, false) ? "t" : "f"};
+
+	if (job && b->draining) {
+		jobs_release(b->d, job->id);
+		job = NULL;
+	}
+	if (job) {
+		build(b, job, false);
+		return;
+	}
+	if (b->draining || b->d->read_only || !slots_hungry(b->d)) {
+		wait_for_work(b);
+		return;
+	}
+	/* No first build to make: a commit built elsewhere whose jobs this host could run, built here too. */
+	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+	if (db_query(b->d->db, "SELECT * FROM host_build_next($1, $2, $3, $4)", 4, params, on_local_next, b) <
+	    0)
+		wait_for_work(b);
 }
 
 static void claim(struct builder *b)
@@ -451,8 +719,13 @@ static void claim(struct builder *b)
 	if (b->busy || b->draining)
 		return;
 	uv_timer_stop(&b->timer);
+	/* Until its first fetch, this host's mirror may lack the commits other daemons imported. */
+	if (b->d->poller && poller_polls(b->d->poller) == 0) {
+		uv_timer_start(&b->timer, on_wake, CLAIM_POLL_MS, 0);
+		return;
+	}
 	b->busy = true;
-	jobs_claim(b->d, "build", 0, on_claimed, b);
+	jobs_claim(b->d, "build", 0, has_slot(&b->d->cfg, true), on_claimed, b);
 }
 
 void builder_kick(struct builder *b)
@@ -477,6 +750,26 @@ const char *builder_current(const struct builder *b)
 	return b->busy ? b->job.sha : "";
 }
 
+static void on_forgotten(PGresult *res, const char *error, void *data)
+{
+	if (error)
+		log_warn("build: cannot forget this host's build: %s", error);
+}
+
+void builder_forget(struct nwd *d, long long commit_id)
+{
+	char commit[24];
+	const char *params[2] = {commit, d->cfg.node_name};
+
+	if (d->read_only)
+		return;
+	snprintf(commit, sizeof(commit), "%lld", commit_id);
+	db_query(d->db, "DELETE FROM host_builds WHERE commit_id = $1 AND host = $2", 2, params, on_forgotten,
+		 NULL);
+	if (d->builder)
+		builder_kick(d->builder);
+}
+
 int builder_start(struct nwd *d, struct builder **out)
 {
 	struct builder *b = calloc(1, sizeof(*b));
@@ -485,7 +778,8 @@ int builder_start(struct nwd *d, struct builder **out)
 		return -ENOMEM;
 	b->d = d;
 	uv_timer_init(d->loop, &b->timer);
-	b->timer.data = b;
+	uv_timer_init(d->loop, &b->lease);
+	b->timer.data = b->lease.data = b;
 	uv_timer_start(&b->timer, on_wake, 0, 0);
 	*out = b;
 	return 0;

@@ -46,6 +46,12 @@ struct nwd {
 	struct http *http;
 	struct bisector *bisector;
 	bool draining; /* SIGTERM: claim nothing new, finish what runs */
+	/*
+	 * The database's schema is newer than this binary knows (fleet.c): the
+	 * daemon writes nothing more (no claim, no result, no lease) and serves
+	 * only reads, until it is replaced.
+	 */
+	bool read_only;
 	struct nwd_metrics metrics;
 	uint64_t started_ms;
 	unsigned running_services; /* builder and slots not yet stopped after a drain */

@@ -1,0 +1,115 @@
+-- Several daemons on one database (issue 16): per-host builds, jobs that say
+-- what they need, one writer per bisection step, and the daemons themselves.
+
+-- Per-host builds. A host runs only runners it built itself, in its own
+-- state_dir: a trials, probe or sanitize job is claimed only by a host whose
+-- own build of the commit holds the runner its slot needs, byte-identical
+-- (by hash) to the runner the commit was first built with. builds stays the
+-- commit's build as its first builder found it (status, log, checks,
+-- runner_hash); host_builds says which hosts have a runner for it.
+ALTER TABLE builds ADD COLUMN host_hash text; -- sha256 of the host runner as first built (NULL: none yet)
+ALTER TABLE builds ADD COLUMN cuda_hash text; -- sha256 of the CUDA runner as first built
+CREATE TABLE host_builds (
+	commit_id   bigint NOT NULL REFERENCES commits (id),
+	host        text NOT NULL,
+	status      text NOT NULL CHECK (status IN ('ok', 'failed', 'timeout', 'no_runner')),
+	host_hash   text,
+	cuda_hash   text,
+	-- The runner is here and identical to the commit's first build's: host slots
+	-- (host_ok) or GPU slots (cuda_ok) of this host may run the commit's jobs.
+	host_ok     boolean NOT NULL DEFAULT false,
+	cuda_ok     boolean NOT NULL DEFAULT false,
+	built_at    timestamptz NOT NULL DEFAULT now(),
+	duration_ms int NOT NULL DEFAULT 0,
+	error       text,
+	PRIMARY KEY (commit_id, host)
+);
+
+-- What a check needs: NULL any slot; 'gpu' only the CUDA runner declares it
+-- (a host with only host slots never claims it); 'host' only the host runner
+-- does. Sanitize jobs need a GPU slot whatever the check.
+ALTER TABLE checks ADD COLUMN needs text CHECK (needs IN ('gpu', 'host'));
+
+-- When a job was last claimed, and from whom it was taken over when that
+-- claim took it from a daemon whose lease had run out (its host died).
+ALTER TABLE jobs ADD COLUMN claimed_at timestamptz;
+ALTER TABLE jobs ADD COLUMN taken_from text;
+ALTER TABLE jobs ADD COLUMN taken_over_at timestamptz;
+
+-- Records a host's build of a commit ($1 commit, $2 host, $3 status, $4 and
+-- $5 the hashes of the host and CUDA runners it holds, NULL where it has
+-- none). The commit's runner identities are the first ones seen: a runner
+-- kind its first builder did not build is set by the first host that builds
+-- it. Returns whether this host's host and CUDA runners are the commit's.
+CREATE FUNCTION host_build_record(cid bigint, me text, st text, hh text, ch text, ms int, err text,
+	OUT host_ok boolean, OUT cuda_ok boolean) LANGUAGE plpgsql AS $$
+BEGIN
+	IF st = 'ok' THEN
+		UPDATE builds SET host_hash = coalesce(host_hash, hh), cuda_hash = coalesce(cuda_hash, ch)
+			WHERE commit_id = cid AND status = 'ok';
+	END IF;
+	SELECT st = 'ok' AND hh IS NOT NULL AND hh = b.host_hash, st = 'ok' AND ch IS NOT NULL AND ch = b.cuda_hash
+		INTO host_ok, cuda_ok FROM builds b WHERE b.commit_id = cid;
+	host_ok := coalesce(host_ok, false);
+	cuda_ok := coalesce(cuda_ok, false);
+	INSERT INTO host_builds AS x (commit_id, host, status, host_hash, cuda_hash, host_ok, cuda_ok, built_at,
+		duration_ms, error)
+	VALUES (cid, me, st, hh, ch, host_ok, cuda_ok, now(), ms, err)
+	ON CONFLICT (commit_id, host) DO UPDATE SET status = EXCLUDED.status, host_hash = EXCLUDED.host_hash,
+		cuda_hash = EXCLUDED.cuda_hash, host_ok = EXCLUDED.host_ok, cuda_ok = EXCLUDED.cuda_ok,
+		built_at = EXCLUDED.built_at, duration_ms = EXCLUDED.duration_ms, error = EXCLUDED.error;
+END
+$$;
+
+-- The commit this host should build for itself next ($1 repository, $2 host,
+-- $3 it has GPU slots, $4 it has host slots): the one of the most urgent
+-- job it could claim but for its own build (built elsewhere, not here yet).
+CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boolean)
+	RETURNS TABLE (commit_id bigint, sha text) LANGUAGE sql STABLE AS $$
+	SELECT c.id, c.sha FROM jobs j JOIN commits c ON c.id = j.commit_id JOIN builds b ON b.commit_id = c.id
+	LEFT JOIN checks k ON k.id = j.check_id
+	WHERE c.repo_id = repo AND c.reachable AND b.status = 'ok' AND j.not_before <= now()
+	AND j.kind IN ('trials', 'probe', 'sanitize') AND (j.kind <> 'sanitize' OR has_gpu)
+	AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+	AND (k.needs IS NULL OR (k.needs = 'gpu' AND has_gpu) OR (k.needs = 'host' AND has_host))
+	AND NOT EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = c.id AND h.host = me)
+	ORDER BY j.priority, c.position, j.id LIMIT 1
+$$;
+
+-- Claims the next job ($1 the kinds, "build" or "trials,probe"; $2 this
+-- daemon; $3 the lease in seconds; $4 the commit whose runner the slot has;
+-- $5 repository; $6 the slot is a GPU slot) with FOR UPDATE SKIP LOCKED: a
+-- queued job, or one whose lease ran out (its daemon died: taken over, and
+-- recorded as such). A trials, probe or sanitize job goes only to a slot
+-- whose host built the commit's runner for it (host_builds) and whose kind
+-- the check needs.
+CREATE FUNCTION job_claim(kinds text, me text, lease int, prefer bigint, repo int, gpu boolean)
+	RETURNS TABLE (id bigint, commit_id bigint, check_id int, dtype text, strikes int, sha text, check_name text,
+	               deterministic boolean, seeds text, bisection_id bigint, stop_on_failure boolean, tool text,
+	               round int)
+	LANGUAGE sql AS $$
+	WITH next AS (
+		SELECT j.id, j.state AS was, j.owner AS was_owner FROM jobs j JOIN commits c ON c.id = j.commit_id
+		LEFT JOIN checks k ON k.id = j.check_id
+		WHERE j.kind = ANY (string_to_array(kinds, ',')) AND c.repo_id = repo AND c.reachable
+		AND j.not_before <= now() AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+		AND (j.kind = 'build' OR ((k.needs IS NULL OR k.needs = CASE WHEN gpu THEN 'gpu' ELSE 'host' END)
+			AND EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = j.commit_id AND h.host = me
+				AND CASE WHEN gpu THEN h.cuda_ok ELSE h.host_ok END)))
+		ORDER BY j.priority, (j.commit_id = prefer) DESC, c.position, j.id
+		LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
+	claimed AS (
+		UPDATE jobs SET state = 'running', owner = me, lease_until = now() + lease * interval '1 second',
+			claimed_at = now(),
+			taken_from = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN next.was_owner
+				ELSE jobs.taken_from END,
+			taken_over_at = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN now()
+				ELSE jobs.taken_over_at END
+		FROM next WHERE jobs.id = next.id RETURNING jobs.*)
+	SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),
+		claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),
+		(SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,
+		coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, ''),
+		coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)
+	FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id
+$$;
