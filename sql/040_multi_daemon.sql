@@ -113,3 +113,58 @@ CREATE FUNCTION job_claim(kinds text, me text, lease int, prefer bigint, repo in
 		coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)
 	FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id
 $$;
+
+-- One writer per bisection step, whichever daemon steps it. A step reads the
+-- bisection (daemon/bisector.c), decides, and saves its probes and new state
+-- in one statement, bisection_save(): under the bisection's row lock, and
+-- only if no other step was saved since it read the bisection ('step' counts
+-- the saved steps). A step another daemon saved first wins; the late one
+-- writes nothing and the bisection is looked at again. So each round's
+-- probes, the confirmation and the outcome (hence the culprit mail) happen
+-- once.
+ALTER TABLE bisections ADD COLUMN step int NOT NULL DEFAULT 0;
+
+-- $1 bisection, $2 the step it read, then the new state, outcome, culprit,
+-- confidence, posterior, log entries to append, and the probes to queue
+-- ([{commit, seeds, stop, round, purpose, failing}]). Returns whether it saved.
+CREATE FUNCTION bisection_save(bid bigint, seen int, new_state text, new_outcome text, culprit bigint,
+	conf float8, post jsonb, entries jsonb, new_probes jsonb) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+	b bisections;
+	p jsonb;
+	jid bigint;
+	seeds bigint[];
+BEGIN
+	SELECT * INTO b FROM bisections x WHERE x.id = bid AND x.step = seen FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	FOR p IN SELECT e FROM jsonb_array_elements(new_probes) e LOOP
+		seeds := ARRAY(SELECT s::bigint FROM jsonb_array_elements_text(p -> 'seeds') s);
+		INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds, bisection_id, stop_on_failure)
+		VALUES ('probe', (p ->> 'commit')::bigint, b.check_id, b.dtype, 10, seeds, bid, (p ->> 'stop')::boolean)
+		RETURNING id INTO jid;
+		INSERT INTO probes (bisection_id, commit_id, round, purpose, seeds, job_id, failing_seeds)
+		VALUES (bid, (p ->> 'commit')::bigint, (p ->> 'round')::int, p ->> 'purpose', seeds, jid,
+			(p ->> 'failing')::boolean);
+	END LOOP;
+	UPDATE bisections x SET step = x.step + 1, state = new_state, outcome = new_outcome, culprit_id = culprit,
+		confidence = conf, posterior = post, log = x.log || entries, updated_at = now(),
+		finished_at = CASE WHEN new_state = 'done' THEN now() END
+		WHERE x.id = bid;
+	RETURN true;
+END
+$$;
+
+-- The baseline's missing seeds are probed once, whichever daemons judge at
+-- the same time: under the judge's lock of the check x dtype (judge_record).
+CREATE OR REPLACE FUNCTION judge_wait_for_baseline(job bigint, chk int, dt text, base bigint, missing bigint[])
+	RETURNS void LANGUAGE sql AS $$
+	SELECT pg_advisory_xact_lock(chk, hashtext(dt));
+	INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)
+		SELECT 'probe', base, chk, dt, 20, missing WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE kind = 'probe'
+		AND commit_id = base AND check_id = chk AND dtype = dt AND bisection_id IS NULL
+		AND state IN ('queued', 'running'));
+	UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,
+		not_before = now() + interval '5 seconds' WHERE id = job;
+$$;
