@@ -18,6 +18,7 @@ struct builder;
 struct slot;
 struct http;
 struct bisector;
+struct fleet;
 
 /* Counters for /metrics, kept by the services that do the work. */
 #define NWD_BUILD_BUCKETS 8
@@ -52,6 +53,8 @@ struct nwd {
 	 * only reads, until it is replaced.
 	 */
 	bool read_only;
+	char refused[1024]; /* why it refuses to write, "" while it writes */
+	struct fleet *fleet;
 	struct nwd_metrics metrics;
 	uint64_t started_ms;
 	unsigned running_services; /* builder and slots not yet stopped after a drain */
@@ -64,6 +67,13 @@ void nwd_service_stopped(struct nwd *d);
 /* Builds the environment of a child: the daemon's base plus 'extra' ("K=V", NULL-terminated). Caller frees with nwd_env_free. */
 char **nwd_env(const struct nwd *d, const char *const *extra);
 void nwd_env_free(char **env);
+/*
+ * The database's schema is newer than this binary knows: from now on the
+ * daemon writes nothing (no claim, result, lease, mail or bisection step;
+ * the write connection takes no query), stops its work without storing it,
+ * and keeps serving reads. 'why' is logged and shown on the health page.
+ */
+void nwd_refuse(struct nwd *d, const char *why);
 /* A probe or a verdict was stored: bisections may take their next step. */
 void nwd_kick_bisector(struct nwd *d);
 /* Records a finished build for /metrics. */

@@ -76,44 +76,6 @@ CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boo
 	ORDER BY j.priority, c.position, j.id LIMIT 1
 $$;
 
--- Claims the next job ($1 the kinds, "build" or "trials,probe"; $2 this
--- daemon; $3 the lease in seconds; $4 the commit whose runner the slot has;
--- $5 repository; $6 the slot is a GPU slot) with FOR UPDATE SKIP LOCKED: a
--- queued job, or one whose lease ran out (its daemon died: taken over, and
--- recorded as such). A trials, probe or sanitize job goes only to a slot
--- whose host built the commit's runner for it (host_builds) and whose kind
--- the check needs.
-CREATE FUNCTION job_claim(kinds text, me text, lease int, prefer bigint, repo int, gpu boolean)
-	RETURNS TABLE (id bigint, commit_id bigint, check_id int, dtype text, strikes int, sha text, check_name text,
-	               deterministic boolean, seeds text, bisection_id bigint, stop_on_failure boolean, tool text,
-	               round int)
-	LANGUAGE sql AS $$
-	WITH next AS (
-		SELECT j.id, j.state AS was, j.owner AS was_owner FROM jobs j JOIN commits c ON c.id = j.commit_id
-		LEFT JOIN checks k ON k.id = j.check_id
-		WHERE j.kind = ANY (string_to_array(kinds, ',')) AND c.repo_id = repo AND c.reachable
-		AND j.not_before <= now() AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
-		AND (j.kind = 'build' OR ((k.needs IS NULL OR k.needs = CASE WHEN gpu THEN 'gpu' ELSE 'host' END)
-			AND EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = j.commit_id AND h.host = me
-				AND CASE WHEN gpu THEN h.cuda_ok ELSE h.host_ok END)))
-		ORDER BY j.priority, (j.commit_id = prefer) DESC, c.position, j.id
-		LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
-	claimed AS (
-		UPDATE jobs SET state = 'running', owner = me, lease_until = now() + lease * interval '1 second',
-			claimed_at = now(),
-			taken_from = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN next.was_owner
-				ELSE jobs.taken_from END,
-			taken_over_at = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN now()
-				ELSE jobs.taken_over_at END
-		FROM next WHERE jobs.id = next.id RETURNING jobs.*)
-	SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),
-		claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),
-		(SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,
-		coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, ''),
-		coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)
-	FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id
-$$;
-
 -- One writer per bisection step, whichever daemon steps it. A step reads the
 -- bisection (daemon/bisector.c), decides, and saves its probes and new state
 -- in one statement, bisection_save(): under the bisection's row lock, and
@@ -167,4 +129,130 @@ CREATE OR REPLACE FUNCTION judge_wait_for_baseline(job bigint, chk int, dt text,
 		AND state IN ('queued', 'running'));
 	UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL,
 		not_before = now() + interval '5 seconds' WHERE id = job;
+$$;
+
+-- Every daemon sharing the database, with its heartbeat (daemon/fleet.c):
+-- what it runs (version, the newest migration it knows, its slots) and a
+-- digest of the settings every daemon must share for their verdicts to agree
+-- (config_shared: the settings themselves, "section.key=value" lines).
+CREATE TABLE daemons (
+	name           text PRIMARY KEY,
+	repo_id        int REFERENCES repositories (id),
+	version        text NOT NULL,
+	schema_version int NOT NULL,
+	config_digest  text NOT NULL,
+	config_shared  text NOT NULL DEFAULT '',
+	host_slots     int NOT NULL DEFAULT 0,
+	gpu_slots      int NOT NULL DEFAULT 0,
+	slots          text NOT NULL DEFAULT '',
+	url            text NOT NULL DEFAULT '',
+	pid            int,
+	heartbeat_s    int NOT NULL,
+	-- running; draining (SIGTERM); stopped (drained); refused (the schema is newer than it knows:
+	-- it writes nothing more)
+	state          text NOT NULL DEFAULT 'running' CHECK (state IN ('running', 'draining', 'stopped', 'refused')),
+	note           text NOT NULL DEFAULT '',
+	started_at     timestamptz NOT NULL DEFAULT now(),
+	last_seen      timestamptz NOT NULL DEFAULT now()
+);
+
+-- A daemon is alive while its heartbeat is at most three beats old.
+CREATE FUNCTION daemon_alive(x daemons) RETURNS boolean LANGUAGE sql STABLE AS $$
+	SELECT x.state IN ('running', 'draining') AND x.last_seen > now() - 3 * x.heartbeat_s * interval '1 second'
+$$;
+
+-- A daemon's heartbeat: its row, upserted. Returns the other live daemons
+-- of its repository whose shared settings or schema version differ from its
+-- own, and (clash) whether another live daemon wrote its row under the same
+-- name since its last beat (node_name must be unique).
+CREATE FUNCTION daemon_heartbeat(me text, repo int, ver text, schema_ver int, digest text, shared text,
+	n_host int, n_gpu int, slot_names text, link text, proc int, beat int, st text, started float8)
+	RETURNS TABLE (name text, version text, schema_version int, config_shared text, clash boolean)
+	LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+	old daemons;
+BEGIN
+	SELECT * INTO old FROM daemons x WHERE x.name = me FOR UPDATE;
+	INSERT INTO daemons AS x (name, repo_id, version, schema_version, config_digest, config_shared, host_slots,
+		gpu_slots, slots, url, pid, heartbeat_s, state, note, started_at, last_seen)
+	VALUES (me, repo, ver, schema_ver, digest, shared, n_host, n_gpu, slot_names, link, proc, beat, st, '',
+		to_timestamp(started), now())
+	ON CONFLICT ON CONSTRAINT daemons_pkey DO UPDATE SET repo_id = EXCLUDED.repo_id, version = EXCLUDED.version,
+		schema_version = EXCLUDED.schema_version, config_digest = EXCLUDED.config_digest,
+		config_shared = EXCLUDED.config_shared, host_slots = EXCLUDED.host_slots,
+		gpu_slots = EXCLUDED.gpu_slots, slots = EXCLUDED.slots, url = EXCLUDED.url, pid = EXCLUDED.pid,
+		heartbeat_s = EXCLUDED.heartbeat_s, state = EXCLUDED.state, note = '',
+		started_at = EXCLUDED.started_at, last_seen = now();
+	-- Written by another process since this one started, and that one is alive: two daemons, one name.
+	IF old.name IS NOT NULL AND daemon_alive(old) AND old.started_at <> to_timestamp(started)
+	    AND old.last_seen > to_timestamp(started) THEN
+		RETURN QUERY SELECT me, old.version, old.schema_version, old.config_shared, true;
+	END IF;
+	RETURN QUERY SELECT x.name, x.version, x.schema_version, x.config_shared, false FROM daemons x
+		WHERE x.repo_id = repo AND x.name <> me AND daemon_alive(x)
+		AND (x.config_digest <> digest OR x.schema_version <> schema_ver) ORDER BY x.name;
+END
+$$;
+
+-- The daemons of a repository for /api/v1/health and /metrics ($2: the
+-- daemon asking): each with whether it is alive, and which live daemons'
+-- shared settings or schema version differ from its own.
+CREATE FUNCTION fleet_json(repo int, me text) RETURNS json LANGUAGE sql STABLE AS $$
+	SELECT coalesce(json_agg(json_build_object('name', x.name, 'self', x.name = me, 'version', x.version,
+		'schema_version', x.schema_version, 'config_digest', x.config_digest, 'host_slots', x.host_slots,
+		'gpu_slots', x.gpu_slots, 'slots', x.slots, 'url', x.url, 'state', x.state, 'note', x.note,
+		'alive', daemon_alive(x), 'started_at', x.started_at, 'last_seen', x.last_seen,
+		'seen_s_ago', round(extract(epoch FROM now() - x.last_seen)::numeric, 1),
+		'config_differs_from', (SELECT coalesce(json_agg(y.name ORDER BY y.name), '[]') FROM daemons y
+			WHERE y.repo_id = x.repo_id AND y.name <> x.name AND daemon_alive(y)
+			AND y.config_digest <> x.config_digest),
+		'schema_differs_from', (SELECT coalesce(json_agg(y.name ORDER BY y.name), '[]') FROM daemons y
+			WHERE y.repo_id = x.repo_id AND y.name <> x.name AND daemon_alive(y)
+			AND y.schema_version <> x.schema_version),
+		'jobs_running', (SELECT count(*) FROM jobs j WHERE j.owner = x.name AND j.state = 'running'))
+		ORDER BY x.name), '[]')
+	FROM daemons x WHERE x.repo_id = repo
+$$;
+
+-- Claims the next job ($1 the kinds, "build" or "trials,probe"; $2 this
+-- daemon; $3 the lease in seconds; $4 the commit whose runner the slot has;
+-- $5 repository; $6 the slot is a GPU slot) with FOR UPDATE SKIP LOCKED: a
+-- queued job, or one whose lease ran out (its daemon died: taken over, and
+-- recorded as such). A trials, probe or sanitize job goes only to a slot
+-- whose host built the commit's runner for it (host_builds) and whose kind
+-- the check needs. A commit's first build goes to a host with GPU slots
+-- while one is alive: only such a host asks the CUDA runner which checks it
+-- has (checks.needs).
+CREATE FUNCTION job_claim(kinds text, me text, lease int, prefer bigint, repo int, gpu boolean)
+	RETURNS TABLE (id bigint, commit_id bigint, check_id int, dtype text, strikes int, sha text, check_name text,
+	               deterministic boolean, seeds text, bisection_id bigint, stop_on_failure boolean, tool text,
+	               round int)
+	LANGUAGE sql AS $$
+	WITH next AS (
+		SELECT j.id, j.state AS was, j.owner AS was_owner FROM jobs j JOIN commits c ON c.id = j.commit_id
+		LEFT JOIN checks k ON k.id = j.check_id
+		WHERE j.kind = ANY (string_to_array(kinds, ',')) AND c.repo_id = repo AND c.reachable
+		AND j.not_before <= now() AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+		AND CASE WHEN j.kind = 'build' THEN gpu OR NOT EXISTS (SELECT 1 FROM daemons x WHERE x.repo_id = repo
+				AND x.gpu_slots > 0 AND x.state = 'running' AND daemon_alive(x))
+			ELSE (k.needs IS NULL OR k.needs = CASE WHEN gpu THEN 'gpu' ELSE 'host' END)
+				AND EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = j.commit_id AND h.host = me
+					AND CASE WHEN gpu THEN h.cuda_ok ELSE h.host_ok END) END
+		ORDER BY j.priority, (j.commit_id = prefer) DESC, c.position, j.id
+		LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
+	claimed AS (
+		UPDATE jobs SET state = 'running', owner = me, lease_until = now() + lease * interval '1 second',
+			claimed_at = now(),
+			taken_from = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN next.was_owner
+				ELSE jobs.taken_from END,
+			taken_over_at = CASE WHEN next.was = 'running' AND next.was_owner <> me THEN now()
+				ELSE jobs.taken_over_at END
+		FROM next WHERE jobs.id = next.id RETURNING jobs.*)
+	SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),
+		claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),
+		(SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,
+		coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, ''),
+		coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)
+	FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id
 $$;
