@@ -692,8 +692,8 @@ static void on_claimed(struct job *job, void *data)
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
 	char repo[16];
-	const char *params[4] = {repo, cfg->node_name, has_slot(cfg, true) ? "t" : "f",
-				 has_slot(cfg, false) ? "t" : "f"};
+	const char *params[5] = {repo, cfg->node_name, has_slot(cfg, true) ? "t" : "f",
+				 has_slot(cfg, false) ? "t" : "f", slots_hungry(b->d) ? "t" : "f"};
 
 	if (job && b->draining) {
 		jobs_release(b->d, job->id);
@@ -703,14 +703,18 @@ static void on_claimed(struct job *job, void *data)
 		build(b, job, false);
 		return;
 	}
-	if (b->draining || b->d->read_only || !slots_hungry(b->d)) {
+	if (b->draining || b->d->read_only) {
 		wait_for_work(b);
 		return;
 	}
-	/* No first build to make: a commit built elsewhere whose jobs this host could run, built here too. */
+	/*
+	 * No first build to make: a commit built elsewhere whose jobs this host
+	 * could run is built here too, when its slots wait for work or the work
+	 * is urgent (a probe; a dead daemon's job, taken over sooner).
+	 */
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
-	if (db_query(b->d->db, "SELECT * FROM host_build_next($1, $2, $3, $4)", 4, params, on_local_next, b) <
-	    0)
+	if (db_query(b->d->db, "SELECT * FROM host_build_next($1, $2, $3, $4, $5)", 5, params, on_local_next,
+		     b) < 0)
 		wait_for_work(b);
 }
 

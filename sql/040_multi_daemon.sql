@@ -62,17 +62,24 @@ END
 $$;
 
 -- The commit this host should build for itself next ($1 repository, $2 host,
--- $3 it has GPU slots, $4 it has host slots): the one of the most urgent
--- job it could claim but for its own build (built elsewhere, not here yet).
-CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boolean)
+-- $3 it has GPU slots, $4 it has host slots, $5 one of its slots waits for
+-- work): the one of the most urgent job it could claim but for its own build
+-- (built elsewhere, not here yet). While its slots are busy, only urgent
+-- work counts: a bisection's probe (priority below the plan's 100), or a job
+-- whose daemon died (its lease ran out), which this host takes over sooner
+-- by building its commit now. A build here that failed is tried again after
+-- an hour.
+CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boolean, hungry boolean)
 	RETURNS TABLE (commit_id bigint, sha text) LANGUAGE sql STABLE AS $$
 	SELECT c.id, c.sha FROM jobs j JOIN commits c ON c.id = j.commit_id JOIN builds b ON b.commit_id = c.id
 	LEFT JOIN checks k ON k.id = j.check_id
 	WHERE c.repo_id = repo AND c.reachable AND b.status = 'ok' AND j.not_before <= now()
 	AND j.kind IN ('trials', 'probe', 'sanitize') AND (j.kind <> 'sanitize' OR has_gpu)
 	AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+	AND (hungry OR j.priority < 100 OR j.state = 'running')
 	AND (k.needs IS NULL OR (k.needs = 'gpu' AND has_gpu) OR (k.needs = 'host' AND has_host))
-	AND NOT EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = c.id AND h.host = me)
+	AND NOT EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = c.id AND h.host = me
+		AND (h.status = 'ok' OR h.built_at > now() - interval '1 hour'))
 	ORDER BY j.priority, c.position, j.id LIMIT 1
 $$;
 
