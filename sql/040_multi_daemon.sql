@@ -66,8 +66,8 @@ $$;
 -- work): the one of the most urgent job it could claim but for its own build
 -- (built elsewhere, not here yet). While its slots are busy, only urgent
 -- work counts: a bisection's probe (priority below the plan's 100), or a job
--- whose daemon died (its lease ran out), which this host takes over sooner
--- by building its commit now. A build here that failed is tried again after
+-- whose daemon died (its lease ran out; of one priority, first), which this
+-- host takes over sooner by building its commit now. A build here that failed is tried again after
 -- an hour.
 CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boolean, hungry boolean)
 	RETURNS TABLE (commit_id bigint, sha text) LANGUAGE sql STABLE AS $$
@@ -80,7 +80,7 @@ CREATE FUNCTION host_build_next(repo int, me text, has_gpu boolean, has_host boo
 	AND (k.needs IS NULL OR (k.needs = 'gpu' AND has_gpu) OR (k.needs = 'host' AND has_host))
 	AND NOT EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = c.id AND h.host = me
 		AND (h.status = 'ok' OR h.built_at > now() - interval '1 hour'))
-	ORDER BY j.priority, c.position, j.id LIMIT 1
+	ORDER BY j.priority, j.state = 'running' DESC, c.position, j.id LIMIT 1
 $$;
 
 -- One writer per bisection step, whichever daemon steps it. A step reads the
@@ -226,7 +226,8 @@ $$;
 -- daemon; $3 the lease in seconds; $4 the commit whose runner the slot has;
 -- $5 repository; $6 the slot is a GPU slot) with FOR UPDATE SKIP LOCKED: a
 -- queued job, or one whose lease ran out (its daemon died: taken over, and
--- recorded as such). A trials, probe or sanitize job goes only to a slot
+-- recorded as such: of one priority, those are claimed first). A trials,
+-- probe or sanitize job goes only to a slot
 -- whose host built the commit's runner for it (host_builds) and whose kind
 -- the check needs. A commit's first build goes to a host with GPU slots
 -- while one is alive: only such a host asks the CUDA runner which checks it
@@ -246,7 +247,7 @@ CREATE FUNCTION job_claim(kinds text, me text, lease int, prefer bigint, repo in
 			ELSE (k.needs IS NULL OR k.needs = CASE WHEN gpu THEN 'gpu' ELSE 'host' END)
 				AND EXISTS (SELECT 1 FROM host_builds h WHERE h.commit_id = j.commit_id AND h.host = me
 					AND CASE WHEN gpu THEN h.cuda_ok ELSE h.host_ok END) END
-		ORDER BY j.priority, (j.commit_id = prefer) DESC, c.position, j.id
+		ORDER BY j.priority, j.state = 'running' DESC, (j.commit_id = prefer) DESC, c.position, j.id
 		LIMIT 1 FOR UPDATE OF j SKIP LOCKED),
 	claimed AS (
 		UPDATE jobs SET state = 'running', owner = me, lease_until = now() + lease * interval '1 second',
