@@ -49,9 +49,16 @@ static void on_timer(uv_timer_t *t)
 	beat(t->data);
 }
 
+/* A third of the lease (a reload may change it), at most BEAT_MAX_MS. */
+static unsigned beat_ms(const struct nwd *d)
+{
+	return d->cfg.lease_s * 1000 / 3 < BEAT_MAX_MS ? d->cfg.lease_s * 1000 / 3 : BEAT_MAX_MS;
+}
+
 static void done(struct fleet *f)
 {
 	f->busy = false;
+	f->beat_ms = beat_ms(f->d);
 	if (!f->stopped && !f->d->read_only)
 		uv_timer_start(&f->timer, on_timer, f->beat_ms, 0);
 }
@@ -208,7 +215,7 @@ int fleet_start(struct nwd *d, struct fleet **out)
 	if (!f)
 		return -ENOMEM;
 	f->d = d;
-	f->beat_ms = cfg->lease_s * 1000 / 3 < BEAT_MAX_MS ? cfg->lease_s * 1000 / 3 : BEAT_MAX_MS;
+	f->beat_ms = beat_ms(d);
 	{
 		struct timespec ts;
 
