@@ -194,9 +194,20 @@ sql "SELECT DISTINCT ON (c.sha, k.name, b.dtype) c.sha || ' ' || k.name || ' ' |
 	echo "| # | commit | title | verdict | checks not clean |"
 	echo "| ---: | --- | --- | --- | --- |"
 	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
-		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict || ' (' || s.failures || '/' || s.trials || ')', ', '
+		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict
+		|| CASE WHEN s.regression_new THEN ' (new)' WHEN s.verdict = 'regressed' THEN ' (open)' ELSE '' END
+		|| ' (' || s.failures || '/' || s.trials || ')', ', '
 		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
 		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+	echo
+	echo "### Regressions"
+	echo
+	echo "| # | check | dtype | state | new at | fixed at | culprit mails for its culprit |"
+	echo "| ---: | --- | --- | --- | ---: | ---: | ---: |"
+	sql "SELECT '| ' || r.id || ' | ' || k.name || ' | ' || r.dtype || ' | ' || r.state || ' | ' || n.position || ' | '
+		|| coalesce(f.position::text, '-') || ' | ' || (SELECT count(*) FROM mail m WHERE m.kind = 'culprit'
+		AND m.culprit_id = r.culprit_id) || ' |' FROM regressions r JOIN checks k ON k.id = r.check_id
+		JOIN commits n ON n.id = regression_start(r) LEFT JOIN commits f ON f.id = r.fixed_commit_id ORDER BY r.id"
 	echo
 	echo "### Failing seeds at the regressed commits, and those whose repeats differed"
 	echo

@@ -33,7 +33,8 @@ static const char commits_sql[] =
     "   SELECT c.sha, c.title, c.author, c.email, c.committed_at, c.position, b.status AS build,"
     "    commit_verdict(c.id) AS verdict,"
     "    (SELECT coalesce(json_object_agg(k.name || '/' || s.dtype, s.verdict), '{}')"
-    "     FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id) AS verdicts"
+    "     FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id) AS verdicts,"
+    "    api_commit_regressions(c.id) AS regressions, api_commit_details(c.id) AS details"
     "   FROM commits c LEFT JOIN builds b ON b.commit_id = c.id"
     "   WHERE c.repo_id = $1 AND c.reachable ORDER BY c.position DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
 
@@ -51,15 +52,19 @@ static const char commit_sql[] =
     "  'checks', coalesce((SELECT json_agg(json_build_object('check', k.name, 'dtype', s.dtype,"
     "    'deterministic', k.deterministic, 'trials', s.trials, 'failures', s.failures,"
     "    'infra_errors', s.infra_errors, 'worst_ratio', s.worst_ratio, 'verdict', s.verdict,"
-    "    'evidence', s.evidence,"
+    "    'evidence', s.evidence, 'regression', api_stats_regression(s.regression_id, s.regression_new),"
+    "    'changed_seeds', s.changed_seeds, 'failing_since', s.evidence ->> 'failing_since',"
+    "    'baseline', (SELECT bc.sha FROM commits bc WHERE bc.id = s.baseline_id),"
     "    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
     "      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape,"
     "      'case_digest', t.case_digest, 'error', t.error,"
-    "      'tensors', t.tensors, 'repro', format('numwatch-runner-%s --check %s --dtype %s --seed %s',"
-    "       CASE WHEN t.slot LIKE 'gpu%' THEN 'cuda' ELSE 'host' END, k.name, t.dtype, t.seed))"
+    "      'tensors', t.tensors, 'repro', repro_command(bu.repro, CASE WHEN t.slot LIKE 'gpu%'"
+    "       THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda') ELSE coalesce(bu.runner_host,"
+    "       'numwatch-runner-host') END, k.name, t.dtype, t.seed, 1))"
     "      ORDER BY t.seed, t.attempt), '[]') FROM (SELECT * FROM trials t WHERE t.commit_id = c.id"
     "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds)"
-    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t)"
+    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t"
+    "      LEFT JOIN builds bu ON bu.commit_id = t.commit_id)"
     "   ) ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id"
     "   WHERE s.commit_id = c.id), '[]')"
     " )::text FROM c ORDER BY c.reachable DESC LIMIT 1)";
@@ -78,6 +83,7 @@ static const char health_sql[] =
     " 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
     " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
     " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1),"
+    " 'identity_warning', identity_warning($1),"
     /* Every daemon sharing the database (fleet_json(), sql/040). */
     " 'daemons', fleet_json($1, $2))::text";
 
@@ -100,7 +106,8 @@ static const char check_sql[] =
     "  'total', (SELECT count(*) FROM commits c WHERE c.repo_id = $1 AND c.reachable),"
     "  'limit', $4::int, 'offset', $5::int,"
     "  'series', coalesce((SELECT json_agg(x ORDER BY x.position, x.dtype) FROM ("
-    "    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict, s.trials, s.failures,"
+    "    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict,"
+    "     s.regression_id AS regression, s.regression_new, s.trials, s.failures,"
     "     s.worst_ratio, CASE WHEN s.trials > 0 THEN s.failures::float8 / s.trials END AS failure_rate,"
     "     (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY t.ratio) FROM trials t WHERE t.commit_id = c.id"
     "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.attempt = 0) AS median_ratio"
@@ -109,9 +116,10 @@ static const char check_sql[] =
     "    WHERE $3 = '' OR s.dtype = $3) x), '[]'),"
     "  'bisections', coalesce((SELECT json_agg(json_build_object('id', b.id, 'dtype', b.dtype,"
     "    'bad', bd.sha, 'culprit', cu.sha, 'outcome', b.outcome, 'state', b.state, 'confidence', "
-    "b.confidence)"
+    "b.confidence, 'regression', b.regression_id)"
     "    ORDER BY b.id) FROM bisections b JOIN commits bd ON bd.id = b.bad_commit_id"
-    "    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]')"
+    "    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]'),"
+    "  'regressions', api_check_regressions(k.id, $3, $6)"
     " )::text FROM k)";
 
 static const char trials_sql[] =
@@ -132,7 +140,8 @@ static const char bisections_sql[] =
     " 'bisections', coalesce((SELECT json_agg(x ORDER BY x.id DESC) FROM ("
     "  SELECT b.id, k.name AS check, b.dtype, g.sha AS good, bd.sha AS bad, b.state, b.outcome,"
     "   cu.sha AS culprit, cu.title AS culprit_title, b.confidence, b.requested_by, b.created_at,"
-    "   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes"
+    "   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes,"
+    "   b.regression_id AS regression"
     "  FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     "  JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id"
     "  WHERE b.repo_id = $1 ORDER BY b.id DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
@@ -144,7 +153,7 @@ static const char bisection_sql[] =
     "  'good', g.sha, 'bad', bd.sha, 'state', b.state, 'outcome', b.outcome, 'culprit', cu.sha,"
     "  'culprit_title', cu.title, 'culprit_author', cu.author, 'confidence', b.confidence,"
     "  'failing_seeds', b.failing_seeds, 'requested_by', b.requested_by, 'created_at', b.created_at,"
-    "  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log,"
+    "  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log, 'regression', b.regression_id,"
     "  'range', (SELECT coalesce(json_agg(json_build_object('sha', c.sha, 'title', c.title, 'author', "
     "c.author,"
     "    'position', c.position, 'build', bu.status, 'runner_hash', bu.runner_hash) ORDER BY c.position), "
@@ -158,6 +167,12 @@ static const char bisection_sql[] =
     "    FROM probes p JOIN commits pc ON pc.id = p.commit_id WHERE p.bisection_id = b.id)"
     " )::text FROM b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id)";
+
+/* Regressions: the list ($2 state, $3 check, $4 dtype, '' for any; $5 limit, $6 offset), and one. */
+static const char regressions_sql[] = "SELECT api_regressions($1, $2, $3, $4, $5, $6)::text";
+static const char regression_sql[] =
+    "SELECT (SELECT count(*) FROM regressions WHERE repo_id = $1 AND id = $2::bigint),"
+    " api_regression($1, $2::bigint, $3, $4)::text";
 
 bool api_valid_sha(const char *s)
 {
@@ -791,9 +806,9 @@ static bool valid_name(const char *s)
 
 static void get_check(struct nwd *d, struct http_req *r, const char *name)
 {
-	char repo[16], lim[16], off[16];
+	char repo[16], lim[16], off[16], nreg[16];
 	const char *dtype = http_arg(r, "dtype");
-	const char *params[5] = {repo, name, dtype ? dtype : "", lim, off};
+	const char *params[6] = {repo, name, dtype ? dtype : "", lim, off, nreg};
 
 	if (!valid_name(name)) {
 		http_reply_error(r, 400, "malformed check name");
@@ -806,7 +821,8 @@ static void get_check(struct nwd *d, struct http_req *r, const char *name)
 	if (!page_args(r, 200, lim, off))
 		return;
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
-	ask(d, r, check_sql, 5, params, "check", name, false);
+	snprintf(nreg, sizeof(nreg), "%d", NW_API_CHECK_REGRESSIONS);
+	ask(d, r, check_sql, 6, params, "check", name, false);
 }
 
 static void get_trials(struct nwd *d, struct http_req *r)
@@ -855,6 +871,58 @@ static void get_bisection(struct nwd *d, struct http_req *r, const char *id)
 	ask(d, r, bisection_sql, 2, params, "bisection", id, false);
 }
 
+/* The ?state= filter of the regressions list: one state, or 'active' / 'closed'. */
+static bool valid_regression_state(const char *s)
+{
+	static const char *const states[] = {"open",  "bisecting", "culprit", "no_culprit", "check_changed",
+					     "fixed", "withdrawn", "active",  "closed"};
+
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		if (strcmp(s, states[i]) == 0)
+			return true;
+	return false;
+}
+
+static void get_regressions(struct nwd *d, struct http_req *r)
+{
+	char repo[16], lim[16], off[16];
+	const char *state = http_arg(r, "state"), *check = http_arg(r, "check"),
+		   *dtype = http_arg(r, "dtype");
+	const char *params[6] = {repo, state ? state : "", check ? check : "", dtype ? dtype : "", lim, off};
+
+	if (state && *state && !valid_regression_state(state)) {
+		http_reply_error(
+		    r, 400,
+		    "'state' must be open, bisecting, culprit, no_culprit, check_changed, fixed, "
+		    "withdrawn, active or closed");
+		return;
+	}
+	if ((check && *check && !valid_name(check)) || (dtype && *dtype && !valid_name(dtype))) {
+		http_reply_error(r, 400, "malformed 'check' or 'dtype'");
+		return;
+	}
+	if (!page_args(r, 50, lim, off))
+		return;
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	ask(d, r, regressions_sql, 6, params, "page", NULL, false);
+}
+
+/* One regression; limit and offset page the commits that show it. */
+static void get_regression(struct nwd *d, struct http_req *r, const char *id)
+{
+	char repo[16], lim[16], off[16];
+	const char *params[4] = {repo, id, lim, off};
+
+	if (!*id || strlen(id) > 18 || strspn(id, "0123456789") != strlen(id)) {
+		http_reply_error(r, 400, "malformed regression id '%s'", id);
+		return;
+	}
+	if (!page_args(r, 200, lim, off))
+		return;
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	ask(d, r, regression_sql, 4, params, "regression", id, false);
+}
+
 static bool safe_path(const char *p)
 {
 	if (strstr(p, "..") || strlen(p) > 200)
@@ -890,6 +958,10 @@ static void route_get(struct nwd *d, struct http_req *r, const char *path)
 			ask(d, r, bisections_sql, 3, params, "page", NULL, false);
 	} else if (strncmp(path, "/bisections/", 12) == 0) {
 		get_bisection(d, r, path + 12);
+	} else if (strcmp(path, "/regressions") == 0) {
+		get_regressions(d, r);
+	} else if (strncmp(path, "/regressions/", 13) == 0) {
+		get_regression(d, r, path + 13);
 	} else {
 		http_reply_error(r, 404, "no such endpoint '/api/v1%s'", path);
 	}

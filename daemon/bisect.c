@@ -186,15 +186,15 @@ int bisect_set_flags(struct bisect *b, unsigned commit, unsigned flags)
 	return 0;
 }
 
-int bisect_observe(struct bisect *b, unsigned commit, unsigned failures, unsigned trials, bool failing_seeds)
+static int observe(struct bisect *b, const struct bisect_probe *probe)
 {
-	int k = failing_seeds ? 1 : 0;
+	int k = probe->failing_seeds ? 1 : 0;
 
-	if (!b || commit >= b->n || failures > trials)
+	if (!b || probe->commit >= b->n || probe->failures > probe->trials)
 		return -EINVAL;
-	if (trials == 0)
+	if (probe->trials == 0)
 		return 0;
-	if (b->nprobes >= BISECT_PROBES_MAX || b->trial[k][commit] > UINT32_MAX - trials)
+	if (b->nprobes >= BISECT_PROBES_MAX || b->trial[k][probe->commit] > UINT32_MAX - probe->trials)
 		return -E2BIG;
 	if (b->nprobes == b->probes_cap) {
 		unsigned cap = b->probes_cap ? 2 * b->probes_cap : 64;
@@ -205,12 +205,31 @@ int bisect_observe(struct bisect *b, unsigned commit, unsigned failures, unsigne
 		b->probes = np;
 		b->probes_cap = cap;
 	}
-	b->probes[b->nprobes++] = (struct bisect_probe){commit, trials, failures, failing_seeds};
-	b->fail[k][commit] += failures;
-	b->trial[k][commit] += trials;
-	b->total_trials += trials;
+	b->probes[b->nprobes++] = *probe;
+	b->fail[k][probe->commit] += probe->failures;
+	b->trial[k][probe->commit] += probe->trials;
+	b->total_trials += probe->trials;
+	if (probe->free)
+		b->free_trials += probe->trials;
 	b->dirty = true;
 	return 0;
+}
+
+int bisect_observe(struct bisect *b, unsigned commit, unsigned failures, unsigned trials, bool failing_seeds)
+{
+	return observe(b, &(struct bisect_probe){commit, trials, failures, failing_seeds, false});
+}
+
+int bisect_observe_free(struct bisect *b, unsigned commit, unsigned failures, unsigned trials,
+			bool failing_seeds)
+{
+	return observe(b, &(struct bisect_probe){commit, trials, failures, failing_seeds, true});
+}
+
+/* Trials the search ran itself: what its budget counts. */
+static unsigned long spent(const struct bisect *b)
+{
+	return b->total_trials - b->free_trials;
 }
 
 int bisect_replay(struct bisect *b, const struct bisect_probe *probes, unsigned n)
@@ -218,8 +237,7 @@ int bisect_replay(struct bisect *b, const struct bisect_probe *probes, unsigned 
 	if (!b || (n && !probes))
 		return -EINVAL;
 	for (unsigned i = 0; i < n; i++) {
-		int rc = bisect_observe(b, probes[i].commit, probes[i].failures, probes[i].trials,
-					probes[i].failing_seeds);
+		int rc = observe(b, &probes[i]);
 
 		if (rc)
 			return rc;
@@ -399,7 +417,7 @@ enum bisect_status bisect_done(struct bisect *b, int *culprit, double *prob)
 		return BISECT_EXHAUSTED;
 	if (best >= b->par.confidence)
 		return arg == BISECT_NONE ? BISECT_NO_CULPRIT : BISECT_FOUND;
-	if (b->total_trials >= b->par.max_trials)
+	if (spent(b) >= b->par.max_trials)
 		return BISECT_EXHAUSTED;
 	return BISECT_RUNNING;
 }
@@ -671,8 +689,7 @@ static unsigned plan_probe(const struct bisect *b, unsigned j, double mass, unsi
 /* The trials one probe may run when np probes share what is left of the budget. */
 static unsigned probe_cap(const struct bisect *b, unsigned np)
 {
-	unsigned left =
-	    b->total_trials < b->par.max_trials ? b->par.max_trials - (unsigned)b->total_trials : 0;
+	unsigned left = spent(b) < b->par.max_trials ? b->par.max_trials - (unsigned)spent(b) : 0;
 	unsigned cap = b->par.batch_max;
 
 	if (np && cap > left / np + 1)
@@ -903,9 +920,13 @@ json_t *bisect_to_json(struct bisect *b)
 	for (unsigned i = 0; i < b->nprobes; i++) {
 		const struct bisect_probe *p = &b->probes[i];
 
-		if (json_array_append_new(probes, json_pack("[I, I, I, b]", (json_int_t)p->commit,
-							    (json_int_t)p->trials, (json_int_t)p->failures,
-							    p->failing_seeds)))
+		json_t *e = json_pack("[I, I, I, b]", (json_int_t)p->commit, (json_int_t)p->trials,
+				      (json_int_t)p->failures, p->failing_seeds);
+
+		/* A free result says so in a fifth item (older documents have four). */
+		if (e && p->free && json_array_append_new(e, json_true()))
+			e = NULL;
+		if (json_array_append_new(probes, e))
 			goto error;
 	}
 	o = json_pack("{s:i, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}, s:o, s:o, s:o, s:f, s:I}",
@@ -970,13 +991,16 @@ int bisect_from_json(struct bisect *b, const json_t *j)
 	{
 		json_int_t c, t, f;
 		int seeded = 0;
+		json_t *free_item = json_array_get(x, 4);
 
-		if (json_unpack(x, "[I, I, I, b]", &c, &t, &f, &seeded) || c < 0 || c >= n || t < 0 ||
-		    t > UINT32_MAX || f < 0 || f > t) {
+		if (json_unpack(x, "[I, I, I, b*]", &c, &t, &f, &seeded) || c < 0 || c >= n || t < 0 ||
+		    t > UINT32_MAX || f < 0 || f > t || json_array_size(x) > 5 ||
+		    (free_item && !json_is_boolean(free_item))) {
 			rc = -EINVAL;
 			goto error;
 		}
-		rc = bisect_observe(b, (unsigned)c, (unsigned)f, (unsigned)t, seeded);
+		rc = observe(b, &(struct bisect_probe){(unsigned)c, (unsigned)t, (unsigned)f, seeded,
+						       json_is_true(free_item)});
 		if (rc)
 			goto error;
 	}

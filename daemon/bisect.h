@@ -64,7 +64,7 @@ struct bisect_params {
 	double q_min;        /* smallest culprit rate modelled (0.02), at least 2 f */
 	double q_known;      /* 0: learn q; else the culprit's rate is known (1 for a deterministic check) */
 	unsigned batch_max;  /* trials one probe may run (512) */
-	unsigned max_trials; /* search budget: give up, blaming nobody (50000) */
+	unsigned max_trials; /* search budget: give up, blaming nobody (50000); free results not counted */
 	unsigned failing_seeds; /* seeds that failed at the bad commit, rerun first (0) */
 };
 void bisect_params_default(struct bisect_params *p);
@@ -75,6 +75,7 @@ struct bisect_probe {
 	unsigned trials;
 	unsigned failures;
 	bool failing_seeds; /* the trials reran seeds that failed at the bad commit */
+	bool free;          /* not run by the search (bisect_observe_free): not counted against its budget */
 };
 
 /* What to run next at one commit. */
@@ -104,6 +105,7 @@ struct bisect {
 	struct bisect_probe *probes;
 	unsigned nprobes, probes_cap;
 	unsigned long total_trials;
+	unsigned long free_trials; /* of total_trials, those observed with bisect_observe_free */
 	/* Per commit sums, [0] fresh seeds, [1] failing seeds. */
 	unsigned *fail[2], *trial[2];
 	/* The model. */
@@ -135,6 +137,15 @@ int bisect_set_flags(struct bisect *b, unsigned commit, unsigned flags);
  * of range or failures > trials; -E2BIG past BISECT_PROBES_MAX.
  */
 int bisect_observe(struct bisect *b, unsigned commit, unsigned failures, unsigned trials, bool failing_seeds);
+/*
+ * The same for results the search did not run: the plan's first runs at a
+ * commit of the range, the bad commit's reruns. They are evidence like any
+ * probe's, but params.max_trials budgets the search's own probes: counted
+ * against it, a range over a long history (1500 commits of 256 plan trials)
+ * was over budget before its first probe, and nobody was blamed.
+ */
+int bisect_observe_free(struct bisect *b, unsigned commit, unsigned failures, unsigned trials,
+			bool failing_seeds);
 /* Records stored probes in one go (resume after a restart). */
 int bisect_replay(struct bisect *b, const struct bisect_probe *probes, unsigned n);
 

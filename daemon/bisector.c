@@ -484,15 +484,16 @@ static int build_model(struct ctx *c, struct bisect *m, bool *unbuilt)
 	if (reruns > 0 && (m->flags[n - 1] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
 		reruns = 0;
 	json_object_set_new(c->doc, "replayed_reruns", json_integer(reruns));
+	/* Both are free: the search's budget ([bisect] max_trials) is for its own probes. */
 	if (reruns > 0)
-		bisect_observe(m, n - 1, (unsigned)reruns, (unsigned)reruns, true);
+		bisect_observe_free(m, n - 1, (unsigned)reruns, (unsigned)reruns, true);
 	/* The plan's first runs are observations already paid for. */
 	for (i = 0; i < n; i++) {
 		json_t *commit = json_array_get(range, i);
 		long long t = jint(commit, "plan_trials", 0), f = jint(commit, "plan_failures", 0);
 
 		if (t > 0 && !(m->flags[i] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY)))
-			bisect_observe(m, (unsigned)i, (unsigned)f, (unsigned)t, false);
+			bisect_observe_free(m, (unsigned)i, (unsigned)f, (unsigned)t, false);
 	}
 	json_array_foreach(probes, i, p)
 	{

@@ -41,10 +41,18 @@ struct builder {
 	char build_dir[PATH_MAX];
 	char host_runner[PATH_MAX];
 	char cuda_runner[PATH_MAX];
-	char *log;                         /* the build's output */
-	char status[16];                   /* builds.status */
-	char hash[160];                    /* runner_hash: the runners this host's slots use, joined by '+' */
-	char host_hash[65], cuda_hash[65]; /* each runner's sha256, "" when the build has none */
+	char *log;       /* the build's output */
+	char status[16]; /* builds.status */
+	char hash[320];  /* the runner files' hashes, then the declared identity's, joined by '+' */
+	/*
+	 * Each runner's identity as hosts compare their builds of one commit
+	 * (host_builds): its sha256, then the declared identity's digests, joined
+	 * by '+'; "" when the build made no such runner.
+	 */
+	char host_hash[256], cuda_hash[256];
+	char tree[80];                 /* the commit's tree */
+	char repro[NW_PROTO_TEXT_MAX]; /* the runner's repro template from its hello, "" if none */
+	bool identity_warned;          /* the identity warning was logged (once while it holds) */
 	uint64_t started_ms;
 	long long started_wall;
 	/* The checks the runners declared, by name, each with the backends that did ("host", "cuda"). */
@@ -56,12 +64,18 @@ struct builder {
 
 static void claim(struct builder *b);
 
-static int spawn(struct builder *b, const char *const *argv, const char *cwd, const char *const *extra_env,
-		 uint64_t timeout_ms, size_t out_max, bool merge, proc_done_cb cb, struct proc **child)
+/* Which configured variables a child sees besides the base list: none, [build] env or [slots] env. */
+enum env_kind { ENV_BASE, ENV_BUILD, ENV_RUNNER };
+
+static int spawn(struct builder *b, const char *const *argv, const char *cwd, enum env_kind kind,
+		 const char *const *extra_env, uint64_t timeout_ms, size_t out_max, bool merge,
+		 proc_done_cb cb, struct proc **child)
 {
 	struct proc_opts o = {0};
 	struct proc *p;
-	char **env = nwd_env(b->d, extra_env);
+	char **env = kind == ENV_BUILD    ? nwd_build_env(b->d, extra_env)
+		     : kind == ENV_RUNNER ? nwd_runner_env(b->d, extra_env)
+					  : nwd_env(b->d, extra_env);
 	int rc;
 
 	if (!env)
@@ -116,13 +130,30 @@ static void cleanup(struct builder *b)
 	const char *argv[] = {"git", "-C", mirror, "worktree", "remove", "--force", b->worktree, NULL};
 
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_cleaned, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_cleaned, NULL) < 0)
 		on_cleaned(NULL, NULL, b);
+}
+
+/* Logs identity_warning() (sql/030) once while it holds: the health page shows it all along. */
+static void on_identity_checked(PGresult *res, const char *error, void *data)
+{
+	struct builder *b = data;
+	const char *warning = error ? NULL : db_get(res, 0, 0);
+
+	if (error) {
+		log_warn("build: cannot check the build identities: %s", error);
+		return;
+	}
+	if (warning && !b->identity_warned)
+		log_warn("builds of %s: %s", b->d->cfg.repo_name, warning);
+	b->identity_warned = warning != NULL;
 }
 
 static void on_stored(PGresult *res, const char *error, void *data)
 {
 	struct builder *b = data;
+	char repo[16];
+	const char *params[1] = {repo};
 
 	/* COMMIT of a transaction that failed earlier answers ROLLBACK. */
 	if (!error && strcmp(PQcmdStatus(res), "COMMIT") != 0)
@@ -132,6 +163,10 @@ static void on_stored(PGresult *res, const char *error, void *data)
 		jobs_release(b->d, b->job.id);
 	} else {
 		nwd_kick(b->d);
+		if (strcmp(b->status, "ok") == 0) {
+			snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
+			db_query(b->d->db, "SELECT identity_warning($1)", 1, params, on_identity_checked, b);
+		}
 	}
 	cleanup(b);
 }
@@ -143,13 +178,14 @@ static void on_query_error(PGresult *res, const char *error, void *data)
 }
 
 static const char build_sql[] =
-    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, host_hash, "
-    "cuda_hash)"
-    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7, $8, $9)"
+    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, tree, repro,"
+    "  runner_host, runner_cuda, host_hash, cuda_hash)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7, $8, $9, $10, $11, $12, $13)"
     " ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
     " runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
-    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host, host_hash = EXCLUDED.host_hash,"
-    " cuda_hash = EXCLUDED.cuda_hash";
+    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host, tree = EXCLUDED.tree,"
+    " repro = EXCLUDED.repro, runner_host = EXCLUDED.runner_host, runner_cuda = EXCLUDED.runner_cuda,"
+    " host_hash = EXCLUDED.host_hash, cuda_hash = EXCLUDED.cuda_hash";
 
 /* This host's build of the commit (host_build_record(), sql/040): which of its runners are the commit's. */
 static const char host_build_sql[] = "SELECT * FROM host_build_record($1, $2, $3, $4, $5, $6, $7)";
@@ -250,9 +286,19 @@ static void store(struct builder *b, const char *checks_json)
 	char commit[24], started[24], duration[24], repo[16];
 	const char *host_hash = b->host_hash[0] ? b->host_hash : NULL;
 	const char *cuda_hash = b->cuda_hash[0] ? b->cuda_hash : NULL;
-	const char *bparams[9] = {commit,   b->status, b->log ? b->log : "", b->hash[0] ? b->hash : NULL,
-				  started,  duration,  b->d->cfg.node_name,  host_hash,
-				  cuda_hash};
+	const char *bparams[13] = {commit,
+				   b->status,
+				   b->log ? b->log : "",
+				   b->hash[0] ? b->hash : NULL,
+				   started,
+				   duration,
+				   b->d->cfg.node_name,
+				   b->tree[0] ? b->tree : NULL,
+				   b->repro[0] ? b->repro : NULL,
+				   b->d->cfg.runner_host,
+				   b->d->cfg.runner_cuda,
+				   host_hash,
+				   cuda_hash};
 	const char *hparams[7] = {commit, b->d->cfg.node_name, b->status, host_hash, cuda_hash, duration,
 				  NULL};
 	const char *cparams[4] = {repo, checks_json, commit,
@@ -280,7 +326,7 @@ static void store(struct builder *b, const char *checks_json)
 	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
 		 ok ? ", runner " : "", ok ? b->hash : "");
 	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
-	db_query(b->d->db, build_sql, 9, bparams, on_query_error, NULL);
+	db_query(b->d->db, build_sql, 13, bparams, on_query_error, NULL);
 	db_query(b->d->db, host_build_sql, 7, hparams, on_query_error, NULL);
 	if (ok)
 		db_query(b->d->db, checks_sql, 4, cparams, on_query_error, NULL);
@@ -299,15 +345,21 @@ static void store(struct builder *b, const char *checks_json)
 	db_query(b->d->db, "COMMIT", 0, NULL, on_stored, b);
 }
 
-static void fail(struct builder *b, const char *status, const char *why)
+/* Appends a line to the build's log (it is stored with the build). */
+static void log_append(struct builder *b, const char *line)
 {
 	size_t n = b->log ? strlen(b->log) : 0;
-	char *log = realloc(b->log, n + strlen(why) + 2);
+	char *log = realloc(b->log, n + strlen(line) + 2);
 
-	if (log) {
-		sprintf(log + n, "%s%s", n && log[n - 1] != '\n' ? "\n" : "", why);
-		b->log = log;
-	}
+	if (!log)
+		return;
+	sprintf(log + n, "%s%s", n && log[n - 1] != '\n' ? "\n" : "", line);
+	b->log = log;
+}
+
+static void fail(struct builder *b, const char *status, const char *why)
+{
+	log_append(b, why);
 	snprintf(b->status, sizeof(b->status), "%s", status);
 	store(b, NULL);
 }
@@ -369,6 +421,9 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 	if (why[0]) {
 		log_warn("build %.12s: %s (which checks need a GPU is not known)", b->job.sha, why);
 	} else {
+		/* The repro template of the runner the first slot uses, else the other's. */
+		if (!b->repro[0] || cuda == (cfg->nslots > 0 && cfg->slots[0].gpu >= 0))
+			snprintf(b->repro, sizeof(b->repro), "%s", hello.repro);
 		for (unsigned i = 0; i < hello.nchecks; i++) {
 			const struct proto_check *c = &hello.checks[i];
 			json_t *o = json_object_get(b->checks, c->check);
@@ -447,11 +502,40 @@ static void ask_hello(struct builder *b)
 		}
 	}
 	extra[1] = gpu;
-	if (spawn(b, argv, b->build_dir, extra, (uint64_t)cfg->hello_timeout_s * 1000, NW_PROTO_LINE_MAX,
-		  false, on_hello, NULL) < 0)
+	if (spawn(b, argv, b->build_dir, ENV_RUNNER, extra, (uint64_t)cfg->hello_timeout_s * 1000,
+		  NW_PROTO_LINE_MAX, false, on_hello, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot start /bin/sh");
 	free(hello);
 	free(bye);
+}
+
+/*
+ * The build's identity, as lines: the commit's tree; then "HEX  PATH" for each
+ * runner file; for the listing of the commit's tracked files that the
+ * [build] identity globs match (mode, blob id and path: what they hold, not
+ * when they were checked out); and for the file the build may write.
+ * $1: worktree, $2: identity file, $3: number of runners the slots use, $4:
+ * number of others, hashed where the build made them (the commit's first
+ * build names every runner: host_build_record()); then the runners and the
+ * pathspecs. Exit 1: a runner the slots use is missing; exit 3: git failed.
+ */
+static const char identity_script[] =
+    "wt=$1 idf=$2 nr=$3 no=$4; shift 4;"
+    " git -C \"$wt\" rev-parse --verify -q 'HEAD^{tree}' || exit 3;"
+    " while [ \"$nr\" -gt 0 ]; do sha256sum -- \"$1\" || exit 1; shift; nr=$((nr - 1)); done;"
+    " while [ \"$no\" -gt 0 ]; do if [ -e \"$1\" ]; then sha256sum -- \"$1\" || exit 1; fi; shift;"
+    "  no=$((no - 1)); done;"
+    " if [ $# -gt 0 ]; then l=$(git -C \"$wt\" ls-files -s -- \"$@\") || exit 3;"
+    "  printf '%s\\n' \"$l\" | sha256sum | sed 's/ -$/ [build] identity/'; fi;"
+    " if [ -f \"$idf\" ]; then sha256sum <\"$idf\" | sed 's/ -$/ numwatch-identity/'; fi";
+
+/* Each runner's identity (host_builds): its digest, then the declared identity's parts. */
+static void runner_identity(char *out, size_t len, const char *digest, const char *parts)
+{
+	if (*digest)
+		snprintf(out, len, "%.64s%s%s", digest, *parts ? "+" : "", parts);
+	else
+		out[0] = '\0';
 }
 
 static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
@@ -459,42 +543,64 @@ static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
 	bool want_host = has_slot(cfg, false), want_cuda = has_slot(cfg, true);
-	char why[PATH_MAX + 64];
+	char why[PATH_MAX + 64], parts[160] = "", declared[160] = "", host[65] = "", cuda[65] = "";
+	const char *line = r->out, *nl = strchr(line, '\n');
+	size_t n = 0, np = 0, nd = 0;
 
+	if (r->timed_out || r->term_signal || r->exit_status == 3 || !nl ||
+	    nl - line >= (long)sizeof(b->tree)) {
+		snprintf(why, sizeof(why), "numwatch: cannot compute the build's identity: %.300s", r->err);
+		fail(b, "failed", why);
+		return;
+	}
 	if (failed(r)) {
-		snprintf(why, sizeof(why), "numwatch: cannot hash the runners: %.200s", r->out);
+		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'",
+			 want_host ? b->host_runner : b->cuda_runner);
 		fail(b, "no_runner", why);
 		return;
 	}
-	/* "HEX  PATH" per runner the build made. */
-	b->host_hash[0] = b->cuda_hash[0] = '\0';
-	for (const char *line = r->out; *line;) {
-		const char *nl = strchr(line, '\n');
-		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+	snprintf(b->tree, sizeof(b->tree), "%.*s", (int)(nl - line), line);
+	/*
+	 * "HEX  NAME" per part; the hash is the hex digests joined, the runner
+	 * files the slots use first: a runner they do not use is only named for
+	 * the other hosts (host_hash, cuda_hash).
+	 */
+	b->hash[0] = '\0';
+	for (line = nl + 1; *line && n + 66 < sizeof(b->hash);) {
+		const char *sp = strchr(line, ' ');
+		const char *name = sp ? sp + 2 : "";
+		size_t nlen;
 
-		if (len > 66 && line[64] == ' ' && line[65] == ' ') {
-			size_t plen = len - 66;
-
-			if (plen == strlen(b->host_runner) && memcmp(line + 66, b->host_runner, plen) == 0)
-				snprintf(b->host_hash, sizeof(b->host_hash), "%.64s", line);
-			else if (plen == strlen(b->cuda_runner) &&
-				 memcmp(line + 66, b->cuda_runner, plen) == 0)
-				snprintf(b->cuda_hash, sizeof(b->cuda_hash), "%.64s", line);
+		nl = strchr(line, '\n');
+		if (!sp || sp - line != 64 || sp[1] != ' ')
+			break;
+		nlen = (size_t)((nl ? nl : name + strlen(name)) - name);
+		if (nlen == strlen(b->host_runner) && !strncmp(name, b->host_runner, nlen))
+			snprintf(host, sizeof(host), "%.64s", line);
+		else if (nlen == strlen(b->cuda_runner) && !strncmp(name, b->cuda_runner, nlen))
+			snprintf(cuda, sizeof(cuda), "%.64s", line);
+		else if (nd + 66 < sizeof(declared))
+			nd += (size_t)snprintf(declared + nd, sizeof(declared) - nd, "%s%.64s", nd ? "+" : "",
+					       line);
+		if ((nlen == strlen(b->host_runner) && !strncmp(name, b->host_runner, nlen) && !want_host) ||
+		    (nlen == strlen(b->cuda_runner) && !strncmp(name, b->cuda_runner, nlen) && !want_cuda)) {
+			/* Hashed for the other hosts only. */
+		} else {
+			n +=
+			    (size_t)snprintf(b->hash + n, sizeof(b->hash) - n, "%s%.64s", n ? "+" : "", line);
 		}
+		if (name[0] == '[' || !strncmp(name, "numwatch-identity", 17))
+			np += (size_t)snprintf(parts + np, sizeof(parts) - np, "%s%.*s", np ? ", " : "",
+					       (int)nlen, name);
 		if (!nl)
 			break;
 		line = nl + 1;
 	}
-	if ((want_host && !b->host_hash[0]) || (want_cuda && !b->cuda_hash[0]) ||
-	    (!b->host_hash[0] && !b->cuda_hash[0])) {
-		snprintf(why, sizeof(why), "numwatch: the build produced no runner at '%s'",
-			 want_host && !b->host_hash[0] ? b->host_runner : b->cuda_runner);
-		fail(b, "no_runner", why);
-		return;
-	}
-	/* runner_hash: the runners this host's slots use, host first; equal hashes mean equal binaries. */
-	snprintf(b->hash, sizeof(b->hash), "%s%s%s", want_host ? b->host_hash : "",
-		 want_host && want_cuda ? "+" : "", want_cuda ? b->cuda_hash : "");
+	runner_identity(b->host_hash, sizeof(b->host_hash), host, declared);
+	runner_identity(b->cuda_hash, sizeof(b->cuda_hash), cuda, declared);
+	snprintf(why, sizeof(why), "numwatch: build identity %.*s... (the runner files%s%s)", 16, b->hash,
+		 np ? ", " : "", parts);
+	log_append(b, why);
 	if (b->local) {
 		store(b, NULL);
 		return;
@@ -502,7 +608,7 @@ static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 	b->checks = json_object();
 	b->asked_host = b->asked_cuda = false;
 	/* The host runner first, where the build made one: it answers without a GPU. */
-	b->hello_cuda = !b->host_hash[0];
+	b->hello_cuda = !host[0];
 	if (!b->checks) {
 		fail(b, "no_runner", "numwatch: out of memory");
 		return;
@@ -514,15 +620,13 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
-	/* Each runner the build made, whichever slots this host has: the commit's first build names both. */
-	const char *argv[] = {"/bin/sh",
-			      "-c",
-			      "for r; do if [ -e \"$r\" ]; then sha256sum \"$r\" || exit 1; fi; done",
-			      "sh",
-			      b->host_runner,
-			      b->cuda_runner,
-			      NULL};
+	char id_file[PATH_MAX + 32], nr[4], no[4];
+	char *globs = NULL, *g;
+	const char **argv = NULL;
+	bool want_host = false, want_cuda = false;
 	char why[128];
+	size_t len;
+	int n = 0;
 
 	b->child = NULL;
 	b->log = strndup(r->out, r->out_len);
@@ -550,18 +654,63 @@ static void on_built(struct proc *p, const struct proc_result *r, void *data)
 		return;
 	}
 	snprintf(b->status, sizeof(b->status), "ok");
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, true, on_hashed, NULL) < 0)
+	for (unsigned i = 0; i < cfg->nslots; i++) {
+		want_host |= cfg->slots[i].gpu < 0;
+		want_cuda |= cfg->slots[i].gpu >= 0;
+	}
+	snprintf(id_file, sizeof(id_file), "%s/numwatch-identity", b->build_dir);
+	snprintf(nr, sizeof(nr), "%d", (int)want_host + (int)want_cuda);
+	snprintf(no, sizeof(no), "%d", 2 - (int)want_host - (int)want_cuda);
+	/*
+	 * sh -c SCRIPT sh WORKTREE ID_FILE NR NO, the two runners, the pathspecs, NULL: at most one
+	 * pathspec per byte of the option, each ":(glob)" + its text + a NUL.
+	 */
+	len = strlen(cfg->build_identity);
+	globs = malloc(9 * len + 1);
+	argv = calloc(8 + 2 + len + 1, sizeof(*argv));
+	if (!globs || !argv) {
+		fail(b, "failed", "numwatch: out of memory");
+		goto out;
+	}
+	argv[n++] = "/bin/sh";
+	argv[n++] = "-c";
+	argv[n++] = identity_script;
+	argv[n++] = "sh";
+	argv[n++] = b->worktree;
+	argv[n++] = id_file;
+	argv[n++] = nr;
+	argv[n++] = no;
+	/* The runners the slots use first, then the other ones. */
+	if (want_host)
+		argv[n++] = b->host_runner;
+	if (want_cuda)
+		argv[n++] = b->cuda_runner;
+	if (!want_host)
+		argv[n++] = b->host_runner;
+	if (!want_cuda)
+		argv[n++] = b->cuda_runner;
+	g = globs;
+	for (const char *c = cfg->build_identity; *(c += strspn(c, ", "));) {
+		size_t k = strcspn(c, ", ");
+
+		argv[n++] = g;
+		g += sprintf(g, ":(glob)%.*s", (int)k, c) + 1;
+		c += k;
+	}
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 4096, false, on_hashed, NULL) < 0)
 		fail(b, "no_runner", "numwatch: cannot run sha256sum");
+out:
+	free(globs);
+	free(argv);
 }
 
 static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct builder *b = data;
 	const struct config *cfg = &b->d->cfg;
-	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64];
-	const char *extra[] = {env_wt, env_bd, env_c, NULL};
+	char env_wt[PATH_MAX + 32], env_bd[PATH_MAX + 32], env_c[64], env_id[PATH_MAX + 64];
+	const char *extra[] = {env_wt, env_bd, env_c, env_id, NULL};
 	const char *argv[] = {"/bin/sh", "-c", cfg->build_command, NULL};
-
 	if (failed(r)) {
 		/*
 		 * The commit was imported, maybe by another daemon whose mirror was
@@ -582,10 +731,11 @@ static void on_worktree(struct proc *p, const struct proc_result *r, void *data)
 	snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", b->worktree);
 	snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", b->build_dir);
 	snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", b->job.sha);
+	snprintf(env_id, sizeof(env_id), "NUMWATCH_IDENTITY_FILE=%s/numwatch-identity", b->build_dir);
 	log_info("build %.12s: started%s", b->job.sha,
 		 b->local ? " (for this host: built elsewhere first)" : "");
-	if (spawn(b, argv, b->worktree, extra, (uint64_t)cfg->build_timeout_s * 1000, cfg->build_log_max,
-		  true, on_built, &b->child) < 0)
+	if (spawn(b, argv, b->worktree, ENV_BUILD, extra, (uint64_t)cfg->build_timeout_s * 1000,
+		  cfg->build_log_max, true, on_built, &b->child) < 0)
 		fail(b, "failed", "numwatch: cannot start /bin/sh");
 }
 
@@ -597,7 +747,7 @@ static void on_prepared(struct proc *p, const struct proc_result *r, void *data)
 			      "--force", "--quiet", b->worktree, b->job.sha, NULL};
 
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", b->d->cfg.state_dir);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_worktree, NULL) < 0)
 		on_worktree(NULL, &(struct proc_result){.exit_status = 127, .out = "cannot run git"}, b);
 }
 
@@ -635,6 +785,8 @@ static void build(struct builder *b, const struct job *job, bool local)
 	b->local = local;
 	b->lease_lost = false;
 	b->hash[0] = b->host_hash[0] = b->cuda_hash[0] = '\0';
+	b->tree[0] = '\0';
+	b->repro[0] = '\0';
 	b->started_ms = uv_now(b->d->loop);
 	b->started_wall = (long long)time(NULL);
 	snprintf(mirror, sizeof(mirror), "%s/mirror.git", cfg->state_dir);
@@ -645,7 +797,7 @@ static void build(struct builder *b, const struct job *job, bool local)
 	if (!local)
 		uv_timer_start(&b->lease, on_lease, (uint64_t)cfg->lease_s * 1000 / 3,
 			       (uint64_t)cfg->lease_s * 1000 / 3);
-	if (spawn(b, argv, NULL, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
+	if (spawn(b, argv, NULL, ENV_BASE, NULL, HOUSEKEEPING_TIMEOUT_MS, 8192, true, on_prepared, NULL) < 0)
 		on_prepared(NULL, NULL, b);
 }
 

@@ -33,12 +33,17 @@
 /* Config file: longest line and longest value. */
 #define NW_CONFIG_LINE_MAX  4096
 #define NW_CONFIG_SLOTS_MAX 64
+/* [build] env and [slots] env: variables in one list, and the longest variable name. */
+#define NW_CONFIG_ENV_MAX      64
+#define NW_CONFIG_ENV_NAME_MAX 64
 
 /* HTTP: request headers and body, and URL length. */
 #define NW_HTTP_HEADER_MAX      (16 * 1024)
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
 #define NW_HTTP_PAGE_MAX        500
+/* Regressions that GET /api/v1/checks/{name} lists (the newest; GET /regressions?check= pages them all). */
+#define NW_API_CHECK_REGRESSIONS 100
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
 /*

@@ -447,11 +447,22 @@ out:
 }
 
 /*
+ * In a child: the configured variables of [build] env or [slots] env over the
+ * environment numwatch runs in (variables passed through are already there).
+ */
+static void apply_env(const struct config_env *e)
+{
+	for (unsigned i = 0; e && i < e->n; i++)
+		if (e->vars[i].value)
+			setenv(e->vars[i].name, e->vars[i].value, 1);
+}
+
+/*
  * Runs a child in its own process group with a deadline: SIGTERM to the group
  * at the deadline, SIGKILL two seconds later. Returns its exit status, or -1.
  */
-static int run_child(const char *const *argv, const char *cwd, const char *const *env_extra, int timeout_s,
-		     bool quiet)
+static int run_child(const char *const *argv, const char *cwd, const struct config_env *conf_env,
+		     const char *const *env_extra, int timeout_s, bool quiet)
 {
 	pid_t pid = fork();
 	int status = 0;
@@ -464,6 +475,7 @@ static int run_child(const char *const *argv, const char *cwd, const char *const
 		setpgid(0, 0);
 		if (cwd && chdir(cwd) < 0)
 			_exit(126);
+		apply_env(conf_env);
 		for (size_t i = 0; env_extra && env_extra[i]; i++)
 			putenv((char *)env_extra[i]);
 		if (quiet) {
@@ -530,8 +542,8 @@ static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
  * EXIT_ERROR when none failed but one could not run (crash, timeout, error,
  * a runner that stopped).
  */
-static int repro_trial(const char *runner, const char *cwd, const char *check, const char *dtype,
-		       unsigned long long seed, unsigned runs, int hello_s, int trial_s)
+static int repro_trial(const char *runner, const char *cwd, const struct config_env *env, const char *check,
+		       const char *dtype, unsigned long long seed, unsigned runs, int hello_s, int trial_s)
 {
 	int in[2], out[2], status, rc = EXIT_ERROR;
 	char *hello = proto_hello_request(), *bye = proto_bye_request(),
@@ -553,6 +565,7 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 		close(out[0]);
 		if (chdir(cwd) < 0)
 			_exit(126);
+		apply_env(env);
 		setenv("NUMWATCH_PROTOCOL", "1", 1);
 		execl(runner, runner, (char *)NULL);
 		_exit(127);
@@ -599,9 +612,20 @@ static int repro_trial(const char *runner, const char *cwd, const char *check, c
 	rc = failed ? EXIT_REGRESSED : EXIT_ERROR;
 	if (!failed && !broken && !stopped)
 		rc = 0;
-	/* A runner that is gone already cannot read its bye: nothing is lost. */
-	if (!stopped)
-		(void)io_write_full(in[1], bye, strlen(bye));
+	/*
+	 * A runner that is gone already cannot read its bye: nothing is lost.
+	 * Its answer is read before the pipe closes: the protocol has the runner
+	 * answer bye, and an answer written into a closed pipe kills it (SIGPIPE)
+	 * or ends it with an error.
+	 */
+	if (!stopped && io_write_full(in[1], bye, strlen(bye)) == 0) {
+		n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s);
+		if (n < 0)
+			fprintf(stderr, "numwatch: runner '%s' did not answer bye within %d s\n", runner,
+				hello_s);
+		else if (proto_parse_bye(line, (size_t)n, err, sizeof(err)) < 0)
+			fprintf(stderr, "numwatch: runner '%s' answered bye badly: %s\n", runner, err);
+	}
 stop:
 	close(in[1]);
 	close(out[0]);
@@ -625,8 +649,8 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 {
 	struct config cfg = {0};
 	char err[1024], build[4096], runner[4200], mirror[4096], tmp[] = "/tmp/numwatch-repro.XXXXXX";
-	char wt[4200], env_wt[4300], env_bd[4300], env_c[128];
-	const char *env[] = {env_wt, env_bd, env_c, NULL};
+	char wt[4200], env_wt[4300], env_bd[4300], env_c[128], env_id[4400];
+	const char *env[] = {env_wt, env_bd, env_c, env_id, NULL};
 	struct stat st;
 	int rc = EXIT_ERROR;
 	unsigned long nruns = 1;
@@ -669,10 +693,12 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 			snprintf(env_wt, sizeof(env_wt), "NUMWATCH_WORKTREE=%s", wt);
 			snprintf(env_bd, sizeof(env_bd), "NUMWATCH_BUILD_DIR=%s", build);
 			snprintf(env_c, sizeof(env_c), "NUMWATCH_COMMIT=%s", sha);
+			snprintf(env_id, sizeof(env_id), "NUMWATCH_IDENTITY_FILE=%s/numwatch-identity",
+				 build);
 			fprintf(stderr, "numwatch: building %.12s in %s\n", sha, tmp);
-			if (run_child(clone, NULL, NULL, 600, false) != 0 ||
-			    run_child(co, NULL, NULL, 600, false) != 0 || mkdir(build, 0755) < 0 ||
-			    run_child(sh, wt, env, (int)cfg.build_timeout_s, true) != 0) {
+			if (run_child(clone, NULL, NULL, NULL, 600, false) != 0 ||
+			    run_child(co, NULL, NULL, NULL, 600, false) != 0 || mkdir(build, 0755) < 0 ||
+			    run_child(sh, wt, &cfg.build_env, env, (int)cfg.build_timeout_s, true) != 0) {
 				fprintf(stderr, "numwatch: cannot build %.12s (see above)\n", sha);
 				goto out;
 			}
@@ -680,8 +706,8 @@ static int cmd_repro(const char *sha, const char *check, const char *dtype, cons
 		snprintf(runner, sizeof(runner), "%s/%s", build, cuda ? cfg.runner_cuda : cfg.runner_host);
 	}
 	{
-		rc = repro_trial(runner, build, check, dtype, strtoull(seed, NULL, 10), (unsigned)nruns,
-				 (int)cfg.hello_timeout_s, (int)cfg.trial_timeout_s);
+		rc = repro_trial(runner, build, &cfg.slots_env, check, dtype, strtoull(seed, NULL, 10),
+				 (unsigned)nruns, (int)cfg.hello_timeout_s, (int)cfg.trial_timeout_s);
 	}
 out:
 	config_release(&cfg);

@@ -55,6 +55,8 @@ enum opt_type {
 	OPT_TOOLS,        /* comma-separated compute-sanitizer tools */
 	OPT_BOOL,         /* true/false, yes/no, on/off, 1/0; stored in a bool */
 	OPT_REAL,         /* a decimal number in [rmin, rmax]; stored in a double */
+	OPT_GLOBS,        /* git pathspec globs of the worktree, comma- or space-separated */
+	OPT_ENV,          /* NAME=VALUE and NAME entries; stored in a struct config_env */
 };
 
 #define OPT_REQUIRED 0x1
@@ -81,6 +83,12 @@ struct option {
 	{                                                                                                    \
 		.section = sec, .key = k, .type = t, .offset = offsetof(struct config, field), .min = lo,    \
 		.max = hi, .def_num = d                                                                      \
+	}
+
+#define ENV(sec, field)                                                                                      \
+	{                                                                                                    \
+		.section = sec, .key = "env", .type = OPT_ENV, .offset = offsetof(struct config, field),     \
+		.flags = OPT_EMPTY_OK                                                                        \
 	}
 
 #define BOOL(sec, k, field, d)                                                                               \
@@ -118,6 +126,8 @@ static const struct option options[] = {
     STR("build", "runner_host", OPT_RELPATH, runner_host, 0, "numwatch-runner-host"),
     STR("build", "runner_cuda", OPT_RELPATH, runner_cuda, 0, "numwatch-runner-cuda"),
     NUM("build", "log_max", OPT_UINT, build_log_max, 1, NW_CAPTURE_MAX, 262144),
+    STR("build", "identity", OPT_GLOBS, build_identity, OPT_EMPTY_OK, ""),
+    ENV("build", build_env),
 
     NUM("trials", "per_commit", OPT_UINT, trials_per_commit, 1, NW_TRIALS_MAX, 64),
     NUM("trials", "max", OPT_UINT, trials_max, 1, NW_TRIALS_MAX, 1024),
@@ -134,6 +144,7 @@ static const struct option options[] = {
     NUM("trials", "hello_timeout", OPT_DURATION, hello_timeout_s, 1, 3600, 30),
 
     STR("slots", "slots", OPT_SLOTS, nslots, 0, "host"),
+    ENV("slots", slots_env),
 
     STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
     NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
@@ -526,6 +537,159 @@ static int parse_slots(struct parser *p, const char *value)
 	return 0;
 }
 
+static bool env_name_char(char c, bool first)
+{
+	return c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+	       (!first && c >= '0' && c <= '9');
+}
+
+/* Appends 'n' bytes of 's' to the growing value '*v' (length '*len'); false when out of memory. */
+static bool env_append(char **v, size_t *len, const char *s, size_t n)
+{
+	char *grown = realloc(*v, *len + n + 1);
+
+	if (!grown)
+		return false;
+	memcpy(grown + *len, s, n);
+	*len += n;
+	grown[*len] = '\0';
+	*v = grown;
+	return true;
+}
+
+/*
+ * One value of an env list, from 's' (just after the '='), up to the next
+ * blank or, when it starts with '"', up to the closing '"'. "${NAME}" is
+ * replaced by the variable of the process loading the file (empty when it has
+ * none), so that "PATH=/opt/venv/bin:${PATH}" prepends. Returns the text
+ * after the value, or NULL with the error recorded.
+ */
+static const char *env_value(struct parser *p, const struct option *o, const char *value, const char *s,
+			     char **out)
+{
+	bool quoted = *s == '"';
+	size_t len = 0;
+	char *v = strdup("");
+
+	if (!v)
+		goto oom;
+	s += quoted;
+	while (*s && (quoted ? *s != '"' : !isspace((unsigned char)*s))) {
+		if (s[0] == '$' && s[1] == '{') {
+			const char *end = strchr(s + 2, '}');
+			char name[NW_CONFIG_ENV_NAME_MAX];
+			const char *ev;
+			size_t n;
+
+			if (!end || end == s + 2 || (size_t)(end - (s + 2)) >= sizeof(name)) {
+				fail(p, -EINVAL, p->lineno,
+				     "invalid value '%s' for '%s': '${' must be followed by a variable name "
+				     "and '}'",
+				     value, o->key);
+				goto err;
+			}
+			n = (size_t)(end - (s + 2));
+			memcpy(name, s + 2, n);
+			name[n] = '\0';
+			ev = getenv(name);
+			if (ev && !env_append(&v, &len, ev, strlen(ev)))
+				goto oom;
+			s = end + 1;
+			continue;
+		}
+		if (!env_append(&v, &len, s, 1))
+			goto oom;
+		s++;
+	}
+	if (quoted) {
+		if (*s != '"') {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': a '\"' is not closed",
+			     value, o->key);
+			goto err;
+		}
+		s++;
+		if (*s && !isspace((unsigned char)*s)) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected a blank after the closing '\"'", value,
+			     o->key);
+			goto err;
+		}
+	}
+	*out = v;
+	return s;
+oom:
+	fail(p, -ENOMEM, p->lineno, "out of memory");
+err:
+	free(v);
+	return NULL;
+}
+
+/*
+ * [build] env and [slots] env: blank-separated entries, each "NAME=VALUE"
+ * (set; VALUE may be "quoted" to hold blanks) or "NAME" (passed through from
+ * the daemon's environment). NUMWATCH_* and, for runners, CUDA_VISIBLE_DEVICES
+ * are the daemon's to set.
+ */
+static int parse_env(struct parser *p, const struct option *o, const char *value)
+{
+	struct config_env *e = (struct config_env *)((char *)&p->cfg + o->offset);
+	bool slots = strcmp(o->section, "slots") == 0;
+	const char *s = value;
+
+	while (*(s = skip_space(s))) {
+		struct config_env_var var = {{0}, NULL};
+		size_t n = 0;
+
+		while (env_name_char(s[n], n == 0))
+			n++;
+		if (n == 0 || (s[n] && s[n] != '=' && !isspace((unsigned char)s[n]))) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected NAME=VALUE or NAME entries (NAME: "
+			     "letters, "
+			     "digits and '_', not starting with a digit)",
+			     value, o->key);
+			return -EINVAL;
+		}
+		if (n >= sizeof(var.name)) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': '%.*s' is too long a name",
+			     value, o->key, (int)n, s);
+			return -EINVAL;
+		}
+		memcpy(var.name, s, n);
+		if (strncmp(var.name, "NUMWATCH_", 9) == 0 ||
+		    (slots && !strcmp(var.name, "CUDA_VISIBLE_DEVICES"))) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': numwatchd sets %s itself",
+			     value, o->key, var.name);
+			return -EINVAL;
+		}
+		for (unsigned i = 0; i < e->n; i++) {
+			if (!strcmp(e->vars[i].name, var.name)) {
+				fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': %s is listed twice",
+				     value, o->key, var.name);
+				return -EINVAL;
+			}
+		}
+		if (e->n >= NW_CONFIG_ENV_MAX) {
+			fail(p, -EINVAL, p->lineno, "invalid value '%s' for '%s': more than %d variables",
+			     value, o->key, NW_CONFIG_ENV_MAX);
+			return -EINVAL;
+		}
+		s += n;
+		if (*s == '=' && !(s = env_value(p, o, value, s + 1, &var.value)))
+			return p->rc;
+		if (!e->vars) {
+			e->vars = calloc(NW_CONFIG_ENV_MAX, sizeof(*e->vars));
+			if (!e->vars) {
+				free(var.value);
+				fail(p, -ENOMEM, p->lineno, "out of memory");
+				return -ENOMEM;
+			}
+		}
+		e->vars[e->n++] = var;
+	}
+	return 0;
+}
+
 /* Checks a string option's value; returns a reason for the error message, or NULL when it is fine. */
 static const char *string_problem(const struct option *o, const char *value)
 {
@@ -576,6 +740,17 @@ static const char *string_problem(const struct option *o, const char *value)
 		if (strcmp(value, "no") == 0 || strcmp(value, "try") == 0 || strcmp(value, "yes") == 0)
 			return NULL;
 		return "expected 'no', 'try' or 'yes'";
+	case OPT_GLOBS:
+		/* Each entry becomes ":(glob)ENTRY" for git: no magic of its own, nothing outside the tree. */
+		for (const char *c = value; *c;) {
+			size_t n = strcspn(c, ", ");
+
+			if (n > 0 && (*c == '/' || *c == ':'))
+				return "expected globs relative to the repository root (src/**, setup.py)";
+			c += n;
+			c += strspn(c, ", ");
+		}
+		return NULL;
 	case OPT_TOOLS: {
 		char tool[32];
 
@@ -628,6 +803,8 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 		return 0;
 	case OPT_SLOTS:
 		return parse_slots(p, value);
+	case OPT_ENV:
+		return parse_env(p, o, value);
 	case OPT_REAL: {
 		char *end;
 		double x;
@@ -979,6 +1156,15 @@ out:
 	return r;
 }
 
+static void config_env_release(struct config_env *e)
+{
+	for (unsigned i = 0; i < e->n; i++)
+		free(e->vars[i].value);
+	free(e->vars);
+	e->vars = NULL;
+	e->n = 0;
+}
+
 void config_release(struct config *cfg)
 {
 	free(cfg->state_dir);
@@ -1006,6 +1192,9 @@ void config_release(struct config *cfg)
 	free(cfg->sanitizer_tools);
 	free(cfg->trials_checks);
 	free(cfg->sanitizer_path);
+	free(cfg->build_identity);
+	config_env_release(&cfg->build_env);
+	config_env_release(&cfg->slots_env);
 	memset(cfg, 0, sizeof(*cfg));
 }
 

@@ -27,6 +27,21 @@ struct config_slot {
 			  (0 for host slots) */
 };
 
+/*
+ * One variable of [build] env or [slots] env: set to 'value', or passed through
+ * from the daemon's environment (value NULL; left out where the daemon has none).
+ */
+struct config_env_var {
+	char name[NW_CONFIG_ENV_NAME_MAX];
+	char *value; /* owned; NULL: pass through */
+};
+
+/* A [build] env or [slots] env list, in the order of the file. */
+struct config_env {
+	struct config_env_var *vars; /* owned */
+	unsigned n;
+};
+
 struct config {
 	/* [daemon] */
 	char *state_dir;  /* worktrees, build directories and the git mirror live here */
@@ -47,6 +62,15 @@ struct config {
 	char *runner_host;      /* runner for host slots, relative to the build directory */
 	char *runner_cuda;      /* runner for GPU slots, relative to the build directory */
 	unsigned build_log_max; /* bytes of build log kept (capped by NW_CAPTURE_MAX) */
+	/*
+	 * What the build's identity (builds.runner_hash) is made of besides the
+	 * runner files: git pathspec globs of the commit's tracked files (every
+	 * file under src/ and setup.py, say; "" for none) and, always,
+	 * $NUMWATCH_BUILD_DIR/numwatch-identity when the build writes it.
+	 */
+	char *build_identity;
+	struct config_env build_env; /* [build] env: the build command's extra variables */
+	struct config_env slots_env; /* [slots] env: the runners' extra variables (hello included) */
 
 	/* [trials] */
 	unsigned trials_per_commit; /* seeds 0..n-1 for every check x dtype */

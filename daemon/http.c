@@ -195,6 +195,17 @@ void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	o = json_pack("{s:s, s:i}", "error", msg, "status", (int)status);
+	if (!o) {
+		/*
+		 * A message that quotes the request (a path with %ff in it) or was
+		 * cut inside a character is not UTF-8, which JSON cannot carry: its
+		 * other bytes stand in for it.
+		 */
+		for (unsigned char *c = (unsigned char *)msg; *c; c++)
+			if (*c >= 0x80 || *c < 0x20)
+				*c = '?';
+		o = json_pack("{s:s, s:i}", "error", msg, "status", (int)status);
+	}
 	body = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	http_reply(r, status, "application/json", body, body ? strlen(body) : 0);

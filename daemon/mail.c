@@ -387,6 +387,40 @@ unsigned mail_repro_runs(double rate)
 	return n < NW_REPRO_RUNS_MAIL_MAX ? (unsigned)n : NW_REPRO_RUNS_MAIL_MAX;
 }
 
+char *mail_repro_command(const char *template, const char *runner, const char *check, const char *dtype,
+			 unsigned long long seed, unsigned runs)
+{
+	char seed_s[24], runs_s[16];
+	const char *const keys[] = {"{check}", "{dtype}", "{seed}", "{runs}"};
+	const char *const values[] = {check, dtype, seed_s, runs_s};
+	struct buf b;
+	char *out = NULL;
+
+	snprintf(seed_s, sizeof(seed_s), "%llu", seed);
+	snprintf(runs_s, sizeof(runs_s), "%u", runs ? runs : 1);
+	buf_init(&b, 4 * NW_PROTO_TEXT_MAX + 4 * MAIL_FIELD_MAX);
+	if (!template || !*template) {
+		buf_addf(&b, "./%s --check %s --dtype %s --seed %s", runner, check, dtype, seed_s);
+	} else {
+		for (const char *t = template; *t;) {
+			size_t k;
+
+			for (k = 0; k < 4; k++)
+				if (!strncmp(t, keys[k], strlen(keys[k])))
+					break;
+			if (k < 4) {
+				buf_adds(&b, values[k]);
+				t += strlen(keys[k]);
+			} else {
+				buf_add(&b, t++, 1);
+			}
+		}
+	}
+	if (buf_take(&b, &out, NULL) < 0)
+		return NULL;
+	return out;
+}
+
 int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 {
 	/* A seed-bound failure shows on every run of its seed: one run reproduces it. */
@@ -520,6 +554,22 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 			    "\nThe failure does not show on every run: the command runs the seed %u times,\n"
 			    "enough to see it fail with 99%% probability at that rate.\n",
 			    runs);
+		if (c->runner || (c->repro_template && *c->repro_template)) {
+			char *cmd = mail_repro_command(c->repro_template, c->runner ? c->runner : "runner",
+						       c->check, c->dtype, c->seed, runs);
+
+			if (!cmd) {
+				b.err = b.err ? b.err : -ENOMEM;
+			} else {
+				buf_adds(&b, c->repro_template && *c->repro_template
+						 ? "\nOr with the runner's own command line:\n\n  "
+						 : "\nOr with the runner alone, in a build directory of the "
+						   "culprit:\n\n  ");
+				add_clean(&b, cmd, 4 * NW_PROTO_TEXT_MAX);
+				buf_adds(&b, "\n");
+				free(cmd);
+			}
+		}
 	}
 
 	buf_adds(&b, "\nOn the dashboard:\n  commit:    ");

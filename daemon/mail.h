@@ -69,6 +69,14 @@ struct mail_culprit {
 	double rate; /* the share of fresh seeds failing at the culprit (NAN: unknown) */
 	/* The other checks the same commit broke, one per line ("check dtype (bisection N)"); NULL: none. */
 	const char *also;
+	/*
+	 * How to run the trial with the culprit's runner alone: the runner's own
+	 * command line from its hello ({check}, {dtype}, {seed}, {runs}; NULL when
+	 * it declares none), else 'runner', the runner's path inside the build
+	 * directory (NULL: neither line is written).
+	 */
+	const char *repro_template;
+	const char *runner;
 };
 
 /*
@@ -77,6 +85,16 @@ struct mail_culprit {
  * rate is unknown, at most NW_REPRO_RUNS_MAIL_MAX.
  */
 unsigned mail_repro_runs(double rate);
+
+/*
+ * The command that runs one trial with a build's runner (as the SQL function
+ * repro_command() of sql/030 writes it for the API): 'template' with its
+ * placeholders filled in, or, when 'template' is NULL or empty,
+ * "./RUNNER --check C --dtype D --seed S". Returns a malloc'd string, or NULL
+ * when out of memory.
+ */
+char *mail_repro_command(const char *template, const char *runner, const char *check, const char *dtype,
+			 unsigned long long seed, unsigned runs);
 
 /* What a follow-up says. Strings are borrowed. */
 struct mail_followup {

@@ -147,10 +147,14 @@ static const char culprit_sql[] =
     "  (SELECT string_agg(k2.name || ' ' || b2.dtype || ' (bisection ' || b2.id || ')', E'\\n' ORDER BY "
     "b2.id)"
     "   FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
-    "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id"
+    "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id,"
+    "  bu.repro, CASE WHEN t.slot LIKE 'gpu%' THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda')"
+    "    ELSE coalesce(bu.runner_host, 'numwatch-runner-host') END"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
     " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
-    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors FROM "
+    " LEFT JOIN builds bu ON bu.commit_id = b.culprit_id"
+    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors, t.slot "
+    "FROM "
     "trials t"
     "   WHERE t.commit_id = b.culprit_id AND t.check_id = b.check_id AND t.dtype = b.dtype"
     "     AND t.outcome NOT IN ('pass', 'infra_error')"
@@ -402,6 +406,8 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	/* The culprit commit's mail is its first bisection's, whichever asked. */
 	e->bisection_id = db_get_ll(res, 0, 27, e->bisection_id);
 	c.bisection_id = e->bisection_id;
+	c.repro_template = col(res, 28);
+	c.runner = col(res, 29);
 
 	rc = mail_compose_culprit(&c, &t);
 	if (rc == 0)

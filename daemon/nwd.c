@@ -36,41 +36,81 @@ void nwd_kick(struct nwd *d)
 		slot_kick(d->slots[i]);
 }
 
-char **nwd_env(const struct nwd *d, const char *const *extra)
+/* Sets "name=value" in the NULL-terminated 'env' of 'n' entries (room for one more), replacing one of that name. */
+static int env_set(char **env, size_t *n, const char *name, size_t name_len, const char *value)
+{
+	char *kv = malloc(name_len + strlen(value) + 2);
+
+	if (!kv)
+		return -1;
+	memcpy(kv, name, name_len);
+	kv[name_len] = '=';
+	strcpy(kv + name_len + 1, value);
+	for (size_t i = 0; i < *n; i++) {
+		if (strncmp(env[i], name, name_len) == 0 && env[i][name_len] == '=') {
+			free(env[i]);
+			env[i] = kv;
+			return 0;
+		}
+	}
+	env[(*n)++] = kv;
+	return 0;
+}
+
+/*
+ * The base pass-through list, then the configured list 'conf' (may be NULL),
+ * then 'extra': a later entry replaces an earlier one of the same name, so
+ * that a child never sees a variable twice.
+ */
+static char **env_build(const struct config_env *conf, const char *const *extra)
 {
 	size_t n = 0, cap = sizeof(passthrough) / sizeof(passthrough[0]) + 1;
 	char **env;
 
 	for (size_t i = 0; extra && extra[i]; i++)
 		cap++;
+	cap += conf ? conf->n : 0;
 	env = calloc(cap, sizeof(char *));
 	if (!env)
 		return NULL;
 	for (size_t i = 0; i < sizeof(passthrough) / sizeof(passthrough[0]); i++) {
 		const char *v = getenv(passthrough[i]);
-		size_t len;
 
-		if (!v)
-			continue;
-		len = strlen(passthrough[i]) + strlen(v) + 2;
-		env[n] = malloc(len);
-		if (!env[n])
+		if (v && env_set(env, &n, passthrough[i], strlen(passthrough[i]), v) < 0)
 			goto fail;
-		strcpy(env[n], passthrough[i]);
-		strcat(env[n], "=");
-		strcat(env[n], v);
-		n++;
+	}
+	for (unsigned i = 0; conf && i < conf->n; i++) {
+		const struct config_env_var *var = &conf->vars[i];
+		const char *v = var->value ? var->value : getenv(var->name);
+
+		if (v && env_set(env, &n, var->name, strlen(var->name), v) < 0)
+			goto fail;
 	}
 	for (size_t i = 0; extra && extra[i]; i++) {
-		env[n] = strdup(extra[i]);
-		if (!env[n])
+		const char *eq = strchr(extra[i], '=');
+
+		if (eq && env_set(env, &n, extra[i], (size_t)(eq - extra[i]), eq + 1) < 0)
 			goto fail;
-		n++;
 	}
 	return env;
 fail:
 	nwd_env_free(env);
 	return NULL;
+}
+
+char **nwd_env(const struct nwd *d, const char *const *extra)
+{
+	return env_build(NULL, extra);
+}
+
+char **nwd_build_env(const struct nwd *d, const char *const *extra)
+{
+	return env_build(&d->cfg.build_env, extra);
+}
+
+char **nwd_runner_env(const struct nwd *d, const char *const *extra)
+{
+	return env_build(&d->cfg.slots_env, extra);
 }
 
 void nwd_env_free(char **env)

@@ -66,6 +66,10 @@ void nwd_kick(struct nwd *d);
 void nwd_service_stopped(struct nwd *d);
 /* Builds the environment of a child: the daemon's base plus 'extra' ("K=V", NULL-terminated). Caller frees with nwd_env_free. */
 char **nwd_env(const struct nwd *d, const char *const *extra);
+/* The same for the build command, with [build] env between the base and 'extra'. */
+char **nwd_build_env(const struct nwd *d, const char *const *extra);
+/* The same for a runner (the slots' and the build's hello), with [slots] env between the base and 'extra'. */
+char **nwd_runner_env(const struct nwd *d, const char *const *extra);
 void nwd_env_free(char **env);
 /*
  * The database's schema is newer than this binary knows: from now on the

@@ -286,6 +286,8 @@ enum str_kind {
 	STR_TOKEN, /* non-empty, bounded, no control characters (digests, tensor names) */
 	STR_ASCII, /* non-empty, bounded, printable ASCII without spaces (case digests) */
 	STR_TEXT,  /* free text: truncated to fit, never refused for its length */
+	/* a command line: non-empty, no control characters, refused rather than cut (a cut one would run) */
+	STR_COMMAND,
 };
 
 /*
@@ -342,7 +344,7 @@ static int check_string(json_t *v, const char *path, enum str_kind kind, char *d
 		if (kind == STR_NAME && !name_char_ok(c))
 			return proto_error(err, errlen,
 					   "field '%s' must contain only letters, digits and '._-+:'", path);
-		if (kind == STR_TOKEN && (c < 0x20 || c == 0x7f))
+		if ((kind == STR_TOKEN || kind == STR_COMMAND) && (c < 0x20 || c == 0x7f))
 			return proto_error(err, errlen, "field '%s' must not contain control characters",
 					   path);
 		if (kind == STR_ASCII && (c <= 0x20 || c >= 0x7f))
@@ -657,8 +659,15 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 	if ((r = get_string(root, "", "runner", false, STR_TEXT, out->runner, sizeof(out->runner), err,
 			    errlen)) < 0 ||
 	    (r = parse_device(root, out, err, errlen)) < 0 ||
+	    (r = get_string(root, "", "repro", false, STR_COMMAND, out->repro, sizeof(out->repro), err,
+			    errlen)) < 0 ||
 	    (r = get_array(root, "", "checks", true, NW_PROTO_CHECKS_MAX, &checks, err, errlen)) < 0)
 		goto out;
+	/* A command without the seed would print one trial for every failing seed. */
+	if (out->repro[0] && !strstr(out->repro, "{seed}")) {
+		r = proto_error(err, errlen, "field 'repro' must contain '{seed}'");
+		goto out;
+	}
 	if (json_array_size(checks)) {
 		out->checks = calloc(json_array_size(checks), sizeof(*out->checks));
 		if (!out->checks) {

@@ -34,7 +34,12 @@ struct proto_hello {
 	char backend[NW_PROTO_NAME_MAX]; /* "cuda" or "host" */
 	char device_name[NW_PROTO_TEXT_MAX];
 	char device_json[NW_PROTO_TEXT_MAX]; /* the "device" object re-encoded compactly, "{}" if absent */
-	struct proto_check *checks;          /* owned; freed by proto_hello_release() */
+	/*
+	 * The runner's command line for one trial, with {check}, {dtype}, {seed}
+	 * and {runs} placeholders; "" when it declares none.
+	 */
+	char repro[NW_PROTO_TEXT_MAX];
+	struct proto_check *checks; /* owned; freed by proto_hello_release() */
 	unsigned nchecks;
 };
 

@@ -426,7 +426,7 @@ static int start_runner(struct slot *s)
 		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=");
 	else
 		snprintf(gpu, sizeof(gpu), "CUDA_VISIBLE_DEVICES=%d", s->cfg.gpu);
-	env = nwd_env(s->d, extra);
+	env = nwd_runner_env(s->d, extra);
 	if (!env)
 		return -ENOMEM;
 	o.argv = s->job.tool[0] ? san_argv : argv;

@@ -100,10 +100,14 @@ $$;
 -- The state just before a commit, for one check x dtype: the nearest earlier
 -- commit with a final verdict (a failed build or infrastructure fault says
 -- nothing of the check). NULL: the check's history starts here.
+-- (The candidate's repository and position are scalar subqueries, so that the
+-- planner walks the position index backwards from it instead of sorting the
+-- whole history: flat at any history length.)
 CREATE FUNCTION judge_baseline(cid bigint, chk int, dt text) RETURNS bigint LANGUAGE sql STABLE AS $$
-	SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id, commits cand
-	WHERE cand.id = cid AND s.check_id = chk AND s.dtype = dt AND c.reachable AND c.repo_id = cand.repo_id
-	AND c.position < cand.position
+	SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id
+	WHERE c.repo_id = (SELECT repo_id FROM commits WHERE id = cid)
+	AND c.position < (SELECT position FROM commits WHERE id = cid)
+	AND s.check_id = chk AND s.dtype = dt AND c.reachable
 	AND s.verdict IN ('clean', 'flaky', 'improved', 'regressed', 'check_changed')
 	ORDER BY c.position DESC LIMIT 1
 $$;
@@ -123,9 +127,10 @@ $$;
 -- showed no open regression. Precision drift is measured from there, so that
 -- a slow creep over many commits is still caught.
 CREATE FUNCTION judge_clean_state(cid bigint, chk int, dt text) RETURNS bigint LANGUAGE sql STABLE AS $$
-	SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id, commits cand
-	WHERE cand.id = cid AND s.check_id = chk AND s.dtype = dt AND c.reachable AND c.repo_id = cand.repo_id
-	AND c.position < cand.position AND s.verdict IN ('clean', 'flaky', 'improved')
+	SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id
+	WHERE c.repo_id = (SELECT repo_id FROM commits WHERE id = cid)
+	AND c.position < (SELECT position FROM commits WHERE id = cid)
+	AND s.check_id = chk AND s.dtype = dt AND c.reachable AND s.verdict IN ('clean', 'flaky', 'improved')
 	AND (s.regression_id IS NULL OR s.verdict = 'improved')
 	ORDER BY c.position DESC LIMIT 1
 $$;
@@ -156,10 +161,12 @@ CREATE FUNCTION judge_input(cid bigint, chk int, dt text, planned int)
 	       FROM base JOIN trials t ON t.commit_id = base.id
 	       WHERE t.check_id = chk AND t.dtype = dt AND t.seed < planned AND t.outcome <> 'infra_error'
 	       AND t.sanitizer IS NULL GROUP BY t.seed)
+	-- One row at least (seed NULL where the candidate has no result at all, every trial an
+	-- infrastructure fault): the baseline is still known.
 	SELECT base.id, base.sha, cand.seed, cand.kase, bt.o[1], bt.o[2], bt.ratio, bt.kase,
 	       pool.trials, pool.failures, clean.ratio
-	FROM cand LEFT JOIN base ON true LEFT JOIN pool ON true LEFT JOIN bt ON bt.seed = cand.seed
-	LEFT JOIN clean ON clean.seed = cand.seed
+	FROM (SELECT 1) one LEFT JOIN base ON true LEFT JOIN pool ON true LEFT JOIN cand ON true
+	LEFT JOIN bt ON bt.seed = cand.seed LEFT JOIN clean ON clean.seed = cand.seed
 	ORDER BY cand.seed
 $$;
 
@@ -351,15 +358,16 @@ CREATE FUNCTION judge_wait_for_baseline(job bigint, chk int, dt text, base bigin
 $$;
 
 -- Bisections for open regressions, one per regression ($1: repository),
--- muted checks left alone. Each runs from a clean commit before the
--- regression to the commit it was first seen at. Only a decisive clean counts
+-- muted checks left alone. Each runs from a clean commit (or a flaky one,
+-- failing at the library's own rate) before the regression to the commit it
+-- was first seen at. Only a decisive clean counts
 -- as the good end: a clean verdict whose test ran out of trials undecided may
 -- sit after a rare culprit. And when the failures are not bound to their
 -- seeds (a non-deterministic check, or a deterministic one whose seeds failed
 -- then passed or whose repeats differed: a race), a few clean commits in a
 -- row can sit after the culprit by chance: the good end is then the newest
 -- clean commit g such that, were the culprit at or before g, every clean
--- trial from g up to the regression would have passed by chance with
+-- pass from g up to the regression would have come by chance with
 -- probability (1 - q)^n <= 1% (q: the lower end of the 95% Wilson interval
 -- of the regressed commit's failure rate, since a commit judged regressed
 -- tends to have failed more than its rate; n: those trials), or the oldest
@@ -393,12 +401,14 @@ BEGIN
 		-- log(1 - q), finite: q is at most 1 - 1e-12.
 		lq := ln(1.0 - least(greatest(r.q, 0.0), 1.0 - 1e-12));
 		SELECT w.id INTO good FROM (SELECT c2.id, c2.position, s2.verdict, s2.evidence, s2.regression_id,
-				sum(CASE WHEN s2.verdict = 'clean' THEN s2.trials ELSE 0 END)
-					OVER (ORDER BY c2.position DESC) AS passed
+				sum(CASE WHEN s2.verdict IN ('clean', 'flaky') AND s2.regression_id IS NULL
+					THEN s2.trials - s2.failures ELSE 0 END) OVER (ORDER BY c2.position DESC) AS passed
 			FROM commits c2 JOIN stats s2 ON s2.commit_id = c2.id AND s2.check_id = r.check_id
 				AND s2.dtype = r.dtype
 			WHERE c2.repo_id = repo AND c2.reachable AND c2.position < r.position) w
-		WHERE w.verdict = 'clean' AND w.regression_id IS NULL
+		-- A flaky commit is a good end too (its failures are the library's flake, which the
+		-- bisection's model takes): with a flake of a few percent hardly any commit is clean.
+		WHERE w.verdict IN ('clean', 'flaky') AND w.regression_id IS NULL
 			AND coalesce(w.evidence ->> 'test', '') <> 'truncated'
 		ORDER BY w.passed * lq <= ln(0.01) DESC,
 			CASE WHEN w.passed * lq <= ln(0.01) THEN -w.position ELSE w.position END

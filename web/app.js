@@ -14,6 +14,10 @@
 //   /?view=bisections[&page=N]        bisections, newest first
 //   /?view=bisection&id=N             one bisection: outcome, range with each
 //                                     commit's probability, probes, log
+//   /?view=regressions[&state=S&check=C&dtype=D&page=N]
+//                                     regressions, newest first, filtered
+//   /?view=regression&id=N            one regression: where it came in, its
+//                                     culprit and fix, rates, bisections, mail
 //   /?view=health                     daemon, GPUs, runners, queue, database
 //
 // Adding a view: write js/views/NAME.js exporting {name, nav, load, title,
@@ -32,6 +36,8 @@ import checksView from './js/views/checks.js';
 import checkView from './js/views/check.js';
 import bisectionsView from './js/views/bisections.js';
 import bisectionView from './js/views/bisection.js';
+import regressionsView from './js/views/regressions.js';
+import regressionView from './js/views/regression.js';
 
 const ROUTES = {
   commits: commitsView,
@@ -40,11 +46,14 @@ const ROUTES = {
   check: checkView,
   bisections: bisectionsView,
   bisection: bisectionView,
+  regressions: regressionsView,
+  regression: regressionView,
   health: healthView,
 };
 const NAV = [
   { nav: 'commits', label: 'Commits', href: url.commits() },
   { nav: 'checks', label: 'Checks', href: url.checks() },
+  { nav: 'regressions', label: 'Regressions', href: url.regressions() },
   { nav: 'bisections', label: 'Bisections', href: url.bisections() },
   { nav: 'health', label: 'Health', href: url.health() },
 ];

@@ -475,6 +475,47 @@ class ProtocolTest(unittest.TestCase):
             self.assertIn(b"1 pass, 3 fail, 0 error, 0 with differing digests", out.stdout)
 
 
+class CaseDigestReproRunsTest(unittest.TestCase):
+    """case.digest (the daemon pairs seeds by it), hello's repro template, --runs."""
+
+    def test_case_digest_follows_the_inputs(self):
+        r = planted_runner()
+        a = r.trial("planted.fwd", "f32", 0, None, 1)["case"]["digest"]
+        self.assertRegex(a, "^[0-9a-f]{16}$")
+        self.assertEqual(a, r.trial("planted.fwd", "f32", 0, None, 2)["case"]["digest"])
+        self.assertNotEqual(a, r.trial("planted.fwd", "f32", 10, None, 1)["case"]["digest"])
+        self.assertNotEqual(a, r.trial("planted.fwd", "bf16", 0, None, 1)["case"]["digest"])
+        case = nw.Case([2], {"x": [1.0, 2.0]}, {"y": [2]}, {"eps": 1e-6})
+        other = nw.Case([2], {"x": [1.0, 2.0]}, {"y": [2]}, {"eps": 1e-5})
+        self.assertNotEqual(nw.runner.case_digest(case), nw.runner.case_digest(other))
+
+    def test_repro_template_in_hello(self):
+        self.assertNotIn("repro", planted_runner().hello())
+        tpl = "python3 -m mylib.checks --check {check} --dtype {dtype} --seed {seed} --runs {runs}"
+        r = nw.Runner([Planted()], name="p", repro=tpl)
+        self.assertEqual(r.hello()["repro"], tpl)
+        for bad in ("no seed here", "--seed {seed}\nrm -rf /", "x" * 1100 + "{seed}"):
+            with self.assertRaises(ValueError):
+                nw.Runner([Planted()], repro=bad)
+
+    def test_runs_repeat_one_seed(self):
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "planted-runner")
+            with open(script, "w") as f:
+                f.write(RUNNER_SCRIPT % HERE)
+            fam = family_seed(Planted(), "scaled")
+            out = subprocess.run([sys.executable, script, "--check", "planted.fwd", "--dtype", "f32", "--seed",
+                                  str(fam), "--runs", "3"], env=env, capture_output=True, timeout=60)
+            self.assertEqual(out.returncode, 1, out.stderr)
+            answers = [strict_json(line) for line in out.stdout.splitlines()]
+            self.assertEqual([a["verdict"] for a in answers], ["fail"] * 3)
+            self.assertIn(b"3 of 3 runs failed", out.stderr)
+            out = subprocess.run([sys.executable, script, "--check", "planted.fwd", "--dtype", "f32", "--seed", "0",
+                                  "--runs", "0"], env=env, capture_output=True, timeout=60)
+            self.assertEqual(out.returncode, 2)
+
+
 def broken_pylib():
     """pylib with the odd tail of long rows dropped (the planted regression)."""
     with open(os.path.join(HERE, "pylib.py")) as f:

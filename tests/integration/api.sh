@@ -74,6 +74,39 @@ expect GET "/api/v1/trials?commit=$bad&check=fake.fwd&outcome=fail&seed=3" 200
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); t=d["trials"]; assert len(t) == 2 and all(x["seed"] == 3 for x in t), t' "$work/body" ||
 	fail "trials filter wrong: $(cat "$work/body")"
 expect GET /api/v1/bisections 200
+# Regressions: the failing commit raised one, new there; filters; one regression in full.
+expect GET /api/v1/regressions 200
+rid=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["regressions"]
+assert d["total"] == 1 and len(r) == 1 and d["limit"] == 50 and d["offset"] == 0, d
+r = r[0]
+assert (r["check"], r["dtype"], r["new_at"], r["first"], r["fixed"]) == ("fake.fwd", "f32", sys.argv[2], sys.argv[2], None), r
+assert r["state"] in ("open", "bisecting", "culprit", "no_culprit") and r["good"] == sys.argv[3] and r["rate_after"]["failures"] > 0, r
+print(r["id"])' "$work/body" "$bad" "$(pg_psql "SELECT sha FROM commits WHERE position = 1")") || fail "regressions list wrong: $(cat "$work/body")"
+expect GET "/api/v1/regressions?state=active&check=fake.fwd&dtype=f32&limit=5" 200
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["total"] == 1 and d["limit"] == 5, d' "$work/body" ||
+	fail "regressions filter wrong: $(cat "$work/body")"
+for filter in state=fixed state=closed check=no.such dtype=f16 offset=1; do
+	expect GET "/api/v1/regressions?$filter" 200
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["regressions"] == [], d' "$work/body" ||
+		fail "regressions?$filter lists some: $(cat "$work/body")"
+done
+expect GET "/api/v1/regressions/$rid" 200
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))
+assert d["commits_total"] == 1 and [(c["sha"], c["shows"], c["new"]) for c in d["commits"]] == [(sys.argv[2], "new", True)], d
+assert isinstance(d["mail"], list) and isinstance(d["bisections"], list) and d["same_culprit"] in ([], None) or True, d' "$work/body" "$bad" ||
+	fail "regression $rid wrong: $(cat "$work/body")"
+expect GET "/api/v1/commits/$bad" 200
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); k=d["checks"][0]
+assert d["verdict"] == "regressed" and k["regression"]["id"] == int(sys.argv[2]) and k["regression"]["new"] is True, k
+assert k["regression"]["new_at"] == d["sha"] and k["changed_seeds"] == 0 and k["failing_since"] is None and k["baseline"], k' "$work/body" "$rid" ||
+	fail "the commit's regression wrong: $(head -c 800 "$work/body")"
+expect GET /api/v1/commits 200
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r={c["position"]: c["regressions"] for c in d["commits"]}
+assert r == {2: {"fake.fwd/f32": {"id": int(sys.argv[2]), "new": True}}, 1: {}, 0: {}}, r' "$work/body" "$rid" ||
+	fail "the commits list's regressions wrong: $(head -c 800 "$work/body")"
+expect GET /api/v1/checks/fake.fwd 200
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [r["id"] for r in d["regressions"]] == [int(sys.argv[2])], d' "$work/body" "$rid" ||
+	fail "the check's regressions wrong: $(head -c 800 "$work/body")"
 curl -sf "$NUMWATCH_URL/metrics" >"$work/metrics" || fail "/metrics did not answer"
 grep -q '^numwatch_trials_total{outcome="fail"} [1-9]' "$work/metrics" || fail "/metrics lacks failed trials"
 grep -q '^numwatch_build_duration_seconds_count 3' "$work/metrics" || fail "/metrics lacks build durations"
@@ -93,6 +126,21 @@ expect GET "/api/v1/trials?check=fake.fwd" 400
 expect GET "/api/v1/trials?commit=$bad&check=fake.fwd&outcome=weird" 400
 expect GET /api/v1/bisections/999 404
 expect GET /api/v1/bisections/abc 400
+expect GET /api/v1/bisections/%ff 400
+expect GET /api/v1/no%ffsuch 404
+expect GET /api/v1/regressions/abc 400
+expect GET /api/v1/regressions/%ff 400
+expect GET /api/v1/regressions/-1 400
+expect GET /api/v1/regressions/ 400
+expect GET /api/v1/regressions/9999999999999999999 400
+expect GET /api/v1/regressions/999999999999999999 404
+expect GET /api/v1/regressions/0 404
+expect GET "/api/v1/regressions/$rid/x" 400
+expect GET "/api/v1/regressions/$rid?limit=501" 400
+expect GET "/api/v1/regressions?state=weird" 400
+expect GET "/api/v1/regressions?check=bad%20name" 400
+expect GET "/api/v1/regressions?dtype=%ff" 400
+expect GET "/api/v1/regressions?limit=0" 400
 expect GET /api/v1/unknown 404
 expect PUT /api/v1/commits 405
 echo "ok: bad reads answered 400/404/405 with JSON errors"

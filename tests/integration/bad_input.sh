@@ -61,7 +61,7 @@ slots = host*2
 port = $NW_PORT
 CONF
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
-nw_wait 120 "every commit has a final verdict" nw_all_final
+nw_wait 600 "every commit has a final verdict" nw_all_final
 # host*2 is two host slots, host and host1.
 [[ $(nw_api /api/v1/health) == *'"name":"host",'*'"name":"host1",'* ]] || fail "health: not the slots of host*2"
 

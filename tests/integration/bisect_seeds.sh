@@ -110,12 +110,17 @@ read -r id outcome at seeds reruns replayed f bad <<<"$(row fake.bwd "$bwd")"
 	fail "fake.bwd: the failing seeds were judged '$seeds' ($replayed replayed), expected race"
 replays=$(pg_psql "SELECT count(*) FROM probes WHERE bisection_id = $id AND failing_seeds")
 [[ $replays == 0 ]] || fail "fake.bwd: the race's failing seeds were replayed in $replays probes"
-# The good side's rate over its last 16 commits not regressed (one failure planted per commit, among the
-# 64 to 256 trials its verdict took).
-want=$(pg_psql "SELECT sum(x.failures)::float8 / sum(x.trials) FROM (SELECT s.failures, s.trials
-	FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd'
-	AND c.position < $bwd AND s.verdict IN ('clean', 'flaky', 'improved') ORDER BY c.position DESC LIMIT 16) x")
-awk -v f="$f" -v w="$want" 'BEGIN { exit !(f > 0.002 && f < 0.05 && f - w < 1e-9 && w - f < 1e-9) }' ||
+# The good side's rate over its last 16 judged commits since its last change of state (a new regression,
+# a fix, changed inputs): one failure planted per commit, among the 64 to 256 trials its verdict took.
+want=$(pg_psql "WITH h AS (SELECT c.position, s.* FROM stats s JOIN commits c ON c.id = s.commit_id
+	JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd' AND c.position < $bwd
+	AND s.verdict IN ('clean', 'flaky', 'improved', 'regressed', 'check_changed'))
+	SELECT sum(x.failures)::float8 / sum(x.trials) FROM (SELECT h.failures, h.trials FROM h
+	WHERE h.position >= coalesce((SELECT max(position) FROM h WHERE verdict IN ('improved', 'check_changed')
+	OR regression_new), 0) ORDER BY h.position DESC LIMIT 16) x")
+# (The rate is frozen at the bisection's first step; a verdict judged again since, once the
+# history's order settled, may move the window by a commit: within a quarter of it.)
+awk -v f="$f" -v w="$want" 'BEGIN { exit !(f > 0.002 && f < 0.05 && f - w <= 0.25 * w && w - f <= 0.25 * w) }' ||
 	fail "fake.bwd: assumed flake rate $f, the good side's is $want (one failure per commit planted)"
 echo "ok: fake.bwd's race named at $bwd with fresh seeds only ('$seeds'), assuming flake rate $f"
 read -r outcome at f <<<"$(pg_psql "SELECT b.outcome, coalesce(c.position::text, '-'), b.posterior->>'flake_rate'

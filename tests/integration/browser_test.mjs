@@ -156,7 +156,7 @@ try {
   const seedTitle = (await seed.locator('h4').textContent()).trim();
   const repro = (await seed.locator('.copyable code').first().textContent()).trim();
   check(/^Seed \d+$/.test(seedTitle), `failing seed shown: ${seedTitle}`);
-  check(/^numwatch-runner-(host|cuda) --check softmax\.(fwd|bwd) --dtype \S+ --seed \d+$/.test(repro), `repro command shown: ${repro}`);
+  check(/^\.\/numwatch-runner-(host|cuda) --check softmax\.(fwd|bwd) --dtype \S+ --seed \d+$/.test(repro), `repro command shown: ${repro}`);
   check(repro.endsWith(`--seed ${seedTitle.replace('Seed ', '')}`), 'the repro command replays that seed');
   const shape = (await seed.locator('.seed-meta code').textContent()).trim();
   check(/^\[\d+(, \d+)*\]$/.test(shape), `the seed\u2019s shape is shown: ${shape}`);

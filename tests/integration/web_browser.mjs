@@ -163,7 +163,7 @@ try {
   }));
   check(cv.url === cellHref, `cell link opens ${cv.url}`);
   check(cv.flashed === 1, 'the check row named by the fragment is highlighted');
-  if (cv.repro.length) check(cv.repro.every((r) => /^numwatch-runner-\w+ --check \S+ --dtype \S+ --seed \d+$/.test(r)), `repro commands: ${cv.repro[0]}`);
+  if (cv.repro.length) check(cv.repro.every((r) => /^\.\/numwatch-runner-\w+ --check \S+ --dtype \S+ --seed \d+$/.test(r)), `repro commands: ${cv.repro[0]}`);
 
   // ---- back returns to the grid
   await page.goBack();

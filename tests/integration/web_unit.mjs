@@ -10,6 +10,10 @@ const { columns } = await import(path.join(web, 'js/views/commits.js'));
 const { chartData: checkData, logSplits } = await import(path.join(web, 'js/views/check.js'));
 const { byDevice, fleetIssues, queueDepth } = await import(path.join(web, 'js/views/health.js'));
 const { rangeRows } = await import(path.join(web, 'js/views/bisection.js'));
+const { resultVerdict } = await import(path.join(web, 'js/views/commit.js'));
+const { pointVerdict } = await import(path.join(web, 'js/views/check.js'));
+const { isRegressionStateFilter, STATE_FILTERS } = await import(path.join(web, 'js/views/regressions.js'));
+const { rateBands } = await import(path.join(web, 'js/views/regression.js'));
 
 let n = 0;
 function test(name, fn) {
@@ -211,6 +215,79 @@ test('bisection range rows', () => {
   assert.deepEqual(rows.map((r) => r.flags), [0, 2, 1, 0]); // derived where the posterior has none
   assert.deepEqual(rows.map((r) => r.p), [null, null, null, 0.9]);
   assert.deepEqual([rows[3].probes, rows[3].trials, rows[3].failures], [2, 12, 3]);
+});
+
+test('regressions: new, open, fixed cells and their tooltips', () => {
+  const c = {
+    verdict: 'regressed',
+    build: 'ok',
+    verdicts: { 'a/f32': 'regressed', 'b/f32': 'regressed', 'c/f32': 'improved', 'd/f32': 'flaky', 'e/f32': 'check_changed', 'g/f32': 'regressed' },
+    regressions: { 'a/f32': { id: 3, new: true }, 'b/f32': { id: 2, new: false }, 'c/f32': { id: 1, new: false }, 'g/f32': { id: 'x', new: false } },
+    details: {
+      'd/f32': { trials: 64, failures: 8, failing_since: 'ab'.repeat(20), changed_seeds: 0 },
+      'e/f32': { trials: 16, failures: 0, failing_since: null, changed_seeds: 1 },
+    },
+  };
+  assert.equal(f.cellVerdict(c, 'a/f32'), 'regressed');
+  assert.equal(f.cellVerdict(c, 'b/f32'), 'open_regression');
+  assert.equal(f.cellVerdict(c, 'c/f32'), 'improved');
+  assert.equal(f.cellVerdict(c, 'e/f32'), 'check_changed');
+  // A malformed regression entry (an older or odd daemon) leaves the verdict as it is.
+  assert.equal(f.cellVerdict(c, 'g/f32'), 'regressed');
+  assert.equal(f.cellVerdict({ verdicts: { 'a/f32': 'regressed' } }, 'a/f32'), 'regressed');
+  assert.equal(f.cellNote(c, 'a/f32'), 'regression #3, new at this commit');
+  assert.equal(f.cellNote(c, 'b/f32'), 'still shows regression #2 (open, brought in earlier)');
+  assert.equal(f.cellNote(c, 'c/f32'), 'fixes regression #1');
+  assert.equal(f.cellNote(c, 'd/f32'), '8/64 failing (12.5%); failing since abababab, where the check was introduced');
+  assert.equal(f.cellNote(c, 'e/f32'), '0/16 failing (0%); 1 seed with changed inputs');
+  assert.equal(f.cellNote(c, 'zz/f32'), '');
+  assert.equal(f.cellNote({}, 'a/f32'), '');
+  // Both kinds of regression, and a changed check, have their own class, label and glyph.
+  const infos = ['regressed', 'open_regression', 'check_changed'].map(f.verdictInfo);
+  assert.deepEqual(infos.map((i) => i.label), ['regressed', 'open regression', 'check changed']);
+  assert.equal(new Set(infos.map((i) => i.glyph)).size, 3);
+  assert.equal(f.verdictClass('open_regression'), 'v-open_regression');
+  assert.ok(f.ATTENTION.has('open_regression') && f.ATTENTION.has('check_changed'));
+  const legend = f.VERDICTS.map((v) => v.key);
+  assert.ok(legend.indexOf('open_regression') === legend.indexOf('regressed') + 1);
+});
+
+test('regressions: urls, states, rates', () => {
+  assert.equal(f.url.regressions(), '/?view=regressions');
+  assert.equal(f.url.regressions({ state: 'active' }), '/?view=regressions&state=active');
+  assert.equal(f.url.regressions({ state: '', check: 'a+b', dtype: 'f32', page: 2 }), '/?view=regressions&check=a%2Bb&dtype=f32&page=2');
+  assert.equal(f.url.regression(12), '/?view=regression&id=12');
+  assert.ok(f.isId('12') && !f.isId('0') && !f.isId('%ff') && !f.isId('9'.repeat(19)));
+  assert.equal(f.regressionStateInfo('culprit').label, 'culprit found');
+  assert.equal(f.regressionStateInfo('fixed').tone, 'good');
+  assert.equal(f.regressionStateInfo('brand_new').label, 'brand new');
+  assert.deepEqual(['open', 'bisecting', 'culprit', 'no_culprit', 'check_changed', 'fixed', 'withdrawn'].map(f.regressionActive), [true, true, true, true, false, false, false]);
+  assert.ok(STATE_FILTERS.every((s) => isRegressionStateFilter(s.state)));
+  assert.ok(isRegressionStateFilter('closed') && !isRegressionStateFilter('nope') && !isRegressionStateFilter(null));
+  assert.equal(f.fmtRate({ trials: 64, failures: 3, rate: 0.046875, wilson95: [0.0161, 0.1289] }), '3/64 failing (4.7%, 95% CI 1.6%–12.9%)');
+  assert.equal(f.fmtRate({ trials: 16, failures: 0 }), '0/16 failing (0%)');
+  assert.equal(f.fmtRate({}), '—');
+  assert.equal(f.fmtRate(null), '—');
+  const b = rateBands({ trials: 100, failures: 0, rate: 0, wilson95: [0, 0.037] }, { trials: 16, failures: 4, rate: 0.25, wilson95: [0.1, 0.5] });
+  assert.ok(Math.abs(b.scale - 0.575) < 1e-9);
+  assert.ok(b.after.to < 1 && b.after.from < b.after.at && b.after.at < b.after.to);
+  assert.equal(b.before.at, 0);
+  assert.equal(rateBands({}, null).before, null);
+  assert.equal(rateBands({}, null).scale, 0.01);
+});
+
+test('regressions: commit results and check series', () => {
+  assert.equal(resultVerdict({ verdict: 'regressed', regression: { id: 1, new: false } }), 'open_regression');
+  assert.equal(resultVerdict({ verdict: 'regressed', regression: { id: 1, new: true } }), 'regressed');
+  assert.equal(resultVerdict({ verdict: 'regressed', regression: null }), 'regressed');
+  assert.equal(resultVerdict({ verdict: 'flaky' }), 'flaky');
+  assert.equal(pointVerdict({ verdict: 'regressed', regression_new: false }), 'open_regression');
+  assert.equal(pointVerdict({ verdict: 'regressed', regression_new: true }), 'regressed');
+  // Only the commit a regression is new at is ringed on the chart, not those that still show it.
+  const series = [1, 2, 3].map((p) => ({ sha: String(p).repeat(40), position: p, dtype: 'f32', verdict: p === 1 ? 'clean' : 'regressed', regression: p > 1 ? 9 : null, regression_new: p === 2, worst_ratio: p === 1 ? 0.5 : 3, failure_rate: p === 1 ? 0 : 0.25 }));
+  const d = checkData(series, [], 'f32');
+  assert.deepEqual(d.regressed, [null, 3, null]);
+  assert.equal(d.nRegressed, 1);
 });
 
 console.log(`${n} web unit tests passed`);

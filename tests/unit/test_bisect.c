@@ -481,8 +481,9 @@ static void rare_culprit_with_two_slots_and_resume(void **state)
 static void replay_order_does_not_matter(void **state)
 {
 	const struct bisect_probe probes[] = {
-	    {30, 40, 0, false}, {60, 7, 1, false},  {45, 20, 1, false}, {38, 60, 0, false},
-	    {41, 15, 1, true},  {39, 50, 0, false}, {40, 12, 1, false},
+	    {30, 40, 0, false, false}, {60, 7, 1, false, false}, {45, 20, 1, false, false},
+	    {38, 60, 0, false, true},  {41, 15, 1, true, false}, {39, 50, 0, false, false},
+	    {40, 12, 1, false, false},
 	};
 	struct bisect_probe rev[7];
 	struct bisect a, b;
@@ -893,6 +894,171 @@ static void seed_bound_reruns_skip_the_first_round(void **state)
 	bisect_release(&b);
 }
 
+/*
+ * Issue 13, scale: a range of 4096 commits with the plan's 256 trials at
+ * each (about 10^6 trials observed) keeps a finite posterior, and the
+ * search, which did not pay for those trials, still has its budget.
+ */
+#define SCALE_N      4096
+#define SCALE_PLAN   256
+#define SCALE_BUGGED 3000
+
+static void all_finite(struct bisect *b, const char *what)
+{
+	static double post[SCALE_N];
+	double none = -1.0, sum = 0.0;
+
+	assert_true(b->n <= SCALE_N);
+	assert_int_equal(bisect_posterior(b, post, &none), 0);
+	for (unsigned i = 0; i < b->n; i++) {
+		if (!(isfinite(post[i]) && post[i] >= 0.0 && post[i] <= 1.0)) {
+			print_error("%s: P(culprit = %u) = %g\n", what, i, post[i]);
+			fail();
+		}
+		sum += post[i];
+		if (!(b->flags[i] & (BISECT_UNBUILDABLE | BISECT_SAME_BINARY))) {
+			double q = bisect_culprit_rate(b, i);
+
+			if (!(isfinite(q) && q > 0.0 && q < 1.0)) {
+				print_error("%s: E[q | culprit = %u] = %g\n", what, i, q);
+				fail();
+			}
+		}
+	}
+	assert_true(isfinite(none) && none >= 0.0 && none <= 1.0);
+	near(sum + none, 1.0, 1e-9, what);
+}
+
+/* The plan at every commit: 2% flakes (5 of 256), 7% from SCALE_BUGGED on (18 of 256). */
+static void observe_plans(struct bisect *b, bool free)
+{
+	for (unsigned i = 0; i < SCALE_N; i++) {
+		unsigned f = i >= SCALE_BUGGED ? 18 : 5;
+
+		if (free)
+			assert_int_equal(bisect_observe_free(b, i, f, SCALE_PLAN, false), 0);
+		else
+			assert_int_equal(bisect_observe(b, i, f, SCALE_PLAN, false), 0);
+	}
+}
+
+static void scale_posterior_4096_commits(void **state)
+{
+	struct bisect_params par;
+	struct bisect b;
+	struct bisect_plan plan[4];
+	struct bisect_confirm_result r;
+	unsigned nplan = 0;
+	int culprit = BISECT_NONE;
+	double prob = 0.0;
+
+	bisect_params_default(&par);
+	par.flake_rate = 0.02;
+	assert_int_equal(bisect_init(&b, SCALE_N, NULL, &par), 0);
+	observe_plans(&b, true);
+	assert_int_equal(b.total_trials, (unsigned long)SCALE_N * SCALE_PLAN);
+	all_finite(&b, "4096 commits of plan results");
+	/* The plan results alone point at the culprit; it is then confirmed with fresh seeds. */
+	assert_int_equal(bisect_done(&b, &culprit, &prob), BISECT_FOUND);
+	assert_int_equal(culprit, SCALE_BUGGED);
+	assert_int_equal(bisect_confirm(&b, SCALE_BUGGED, 70000, 1000000, 20000, 1000000, 0, &r), 0);
+	assert_true(isfinite(r.llr_culprit) && isfinite(r.llr_parent) && isfinite(r.p1));
+	/* A million probe trials more at the commits around it, each failing as the plan did. */
+	for (unsigned i = SCALE_BUGGED - 2; i <= SCALE_BUGGED + 1; i++)
+		assert_int_equal(bisect_observe(&b, i, i >= SCALE_BUGGED ? 17500 : 5000, 250000, false), 0);
+	all_finite(&b, "and a million probe trials");
+	assert_int_equal(bisect_next_probes(&b, 4, plan, &nplan), 0);
+	bisect_release(&b);
+}
+
+static void scale_budget_is_the_searchs(void **state)
+{
+	struct bisect_params par;
+	struct bisect paid, free;
+	struct bisect_plan plan[4];
+	unsigned nplan = 0;
+	json_t *j;
+	struct bisect back;
+	static double pa[SCALE_N], pb[SCALE_N];
+	double na, nb;
+
+	/*
+	 * A culprit at the bad commit, failing 8 of its 256 plan trials against
+	 * a flake rate of 1% (3 of 256 everywhere before it), is not told from
+	 * the plan results alone: the search must probe. 10^6 plan trials are
+	 * twenty times its budget: counted against it, it ended at once.
+	 */
+	bisect_params_default(&par);
+	par.flake_rate = 0.01;
+	assert_int_equal(bisect_init(&paid, SCALE_N, NULL, &par), 0);
+	assert_int_equal(bisect_init(&free, SCALE_N, NULL, &par), 0);
+	for (unsigned i = 0; i < SCALE_N; i++) {
+		unsigned f = i == SCALE_N - 1 ? 8 : 3;
+
+		assert_int_equal(bisect_observe(&paid, i, f, SCALE_PLAN, false), 0);
+		assert_int_equal(bisect_observe_free(&free, i, f, SCALE_PLAN, false), 0);
+	}
+	all_finite(&free, "an unsure culprit's plan results");
+	assert_int_equal(bisect_done(&paid, NULL, NULL), BISECT_EXHAUSTED);
+	assert_int_equal(bisect_done(&free, NULL, NULL), BISECT_RUNNING);
+	assert_int_equal(bisect_next_probes(&free, 1, plan, &nplan), 0);
+	assert_int_equal(nplan, 1);
+	assert_true(plan[0].commit < SCALE_N && plan[0].trials >= 1 && plan[0].trials <= par.batch_max);
+	assert_int_equal(bisect_next_probes(&free, 4, plan, &nplan), 0);
+	assert_true(nplan >= 1);
+	/* The budget counts the search's own trials from there. */
+	assert_int_equal(bisect_observe(&free, 100, 0, par.max_trials, false), 0);
+	assert_int_equal(bisect_done(&free, NULL, NULL), BISECT_EXHAUSTED);
+	/* Stored and replayed (JSON), the free results stay free. */
+	j = bisect_to_json(&free);
+	assert_non_null(j);
+	assert_int_equal(bisect_from_json(&back, j), 0);
+	json_decref(j);
+	assert_int_equal(back.free_trials, free.free_trials);
+	assert_int_equal(back.total_trials, free.total_trials);
+	assert_int_equal(bisect_posterior(&free, pa, &na), 0);
+	assert_int_equal(bisect_posterior(&back, pb, &nb), 0);
+	assert_memory_equal(pa, pb, sizeof(pa));
+	bisect_release(&paid);
+	bisect_release(&free);
+	bisect_release(&back);
+}
+
+static void scale_extremes_stay_finite(void **state)
+{
+	struct bisect_params par;
+	struct bisect b;
+	struct bisect_plan plan[2];
+	unsigned nplan = 0;
+	uint8_t flags[SCALE_N] = {0};
+
+	/* A million failures at the bad commit and a million passes just before it, at the smallest flake rate. */
+	bisect_params_default(&par);
+	par.flake_rate = 0.0;
+	par.max_trials = 10000000;
+	assert_int_equal(bisect_init(&b, SCALE_N, NULL, &par), 0);
+	assert_int_equal(bisect_observe(&b, SCALE_N - 1, 1000000, 1000000, false), 0);
+	assert_int_equal(bisect_observe(&b, SCALE_N - 2, 0, 1000000, false), 0);
+	all_finite(&b, "a million failures against a million passes");
+	/* And the contradiction: the bad commit passes a million replays of its failing seeds. */
+	assert_int_equal(bisect_observe(&b, SCALE_N - 1, 0, 1000000, true), 0);
+	all_finite(&b, "a million clean replays at the bad commit");
+	assert_int_equal(bisect_next_probes(&b, 2, plan, &nplan), 0);
+	bisect_release(&b);
+	/* Every commit but one unbuildable: all the mass on it and on "no culprit". */
+	for (unsigned i = 0; i < SCALE_N - 1; i++)
+		flags[i] = BISECT_UNBUILDABLE;
+	assert_int_equal(bisect_init(&b, SCALE_N, flags, NULL), 0);
+	observe_plans(&b, true);
+	all_finite(&b, "one eligible commit of 4096");
+	bisect_release(&b);
+	/* What the bad commit's reruns say, at any count. */
+	assert_int_equal(bisect_judge_seeds(70000, 1000000, 70000, 70000, 0.001), BISECT_SEEDS_BOUND);
+	assert_int_equal(bisect_judge_seeds(70000, 1000000, 70000, 4900, 0.001), BISECT_SEEDS_RACE);
+	assert_int_equal(bisect_judge_seeds(UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 0.0),
+			 BISECT_SEEDS_BOUND);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -914,6 +1080,9 @@ int main(void)
 	    cmocka_unit_test(lone_probe_stops_at_the_decision),
 	    cmocka_unit_test(failing_seeds_judged_by_their_reruns),
 	    cmocka_unit_test(seed_bound_reruns_skip_the_first_round),
+	    cmocka_unit_test(scale_posterior_4096_commits),
+	    cmocka_unit_test(scale_budget_is_the_searchs),
+	    cmocka_unit_test(scale_extremes_stay_finite),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -757,6 +757,84 @@ static void test_string_values(void **state)
 		   "6: duplicate key 'command' in section [build] (first set on line 4)");
 }
 
+/* [build] env, [slots] env and [build] identity: what the build and the runners see, and what they are. */
+static void test_env_and_identity(void **state)
+{
+	struct config cfg;
+
+	(void)state;
+	setenv("NW_TEST_HOME", "/opt/x", 1);
+	unsetenv("NW_TEST_UNSET");
+	load_extra("[build]\nenv = PYTHONPATH=/opt/nw/python  TRITON_CACHE_DIR VENV=\"a b\" "
+		   "PATH=${NW_TEST_HOME}/bin:/usr/bin E= U=x${NW_TEST_UNSET}y D=$HOME\n"
+		   "identity = src/**, setup.py csrc/*.cu\n"
+		   "[slots]\nslots = host\nenv = CMAKE_PREFIX_PATH\n",
+		   &cfg, NULL);
+	assert_int_equal(cfg.build_env.n, 7);
+	assert_string_equal(cfg.build_env.vars[0].name, "PYTHONPATH");
+	assert_string_equal(cfg.build_env.vars[0].value, "/opt/nw/python");
+	assert_string_equal(cfg.build_env.vars[1].name, "TRITON_CACHE_DIR");
+	assert_null(cfg.build_env.vars[1].value); /* passed through */
+	assert_string_equal(cfg.build_env.vars[2].value, "a b");
+	assert_string_equal(cfg.build_env.vars[3].value, "/opt/x/bin:/usr/bin");
+	assert_string_equal(cfg.build_env.vars[4].value, "");
+	assert_string_equal(cfg.build_env.vars[5].value, "xy");
+	/* Only ${NAME} is expanded. */
+	assert_string_equal(cfg.build_env.vars[6].value, "$HOME");
+	assert_string_equal(cfg.build_identity, "src/**, setup.py csrc/*.cu");
+	assert_int_equal(cfg.slots_env.n, 1);
+	assert_string_equal(cfg.slots_env.vars[0].name, "CMAKE_PREFIX_PATH");
+	assert_null(cfg.slots_env.vars[0].value);
+	config_release(&cfg);
+
+	/* Defaults: nothing added, no globs. */
+	load_extra("", &cfg, NULL);
+	assert_int_equal(cfg.build_env.n, 0);
+	assert_int_equal(cfg.slots_env.n, 0);
+	assert_string_equal(cfg.build_identity, "");
+	config_release(&cfg);
+
+	load_extra(
+	    "[build]\nenv = 1X=2\n", &cfg,
+	    "6: invalid value '1X=2' for 'env': expected NAME=VALUE or NAME entries (NAME: letters, digits "
+	    "and '_', not starting with a digit)");
+	load_extra("[build]\nenv = A-B=1\n", &cfg,
+		   "6: invalid value 'A-B=1' for 'env': expected NAME=VALUE or NAME entries (NAME: letters, "
+		   "digits and '_', not starting with a digit)");
+	load_extra("[build]\nenv = A=1 A=2\n", &cfg,
+		   "6: invalid value 'A=1 A=2' for 'env': A is listed twice");
+	load_extra("[build]\nenv = A=\"x\n", &cfg,
+		   "6: invalid value 'A=\"x' for 'env': a '\"' is not closed");
+	load_extra("[build]\nenv = A=\"x\"y\n", &cfg,
+		   "6: invalid value 'A=\"x\"y' for 'env': expected a blank after the closing '\"'");
+	load_extra("[build]\nenv = A=${B\n", &cfg,
+		   "6: invalid value 'A=${B' for 'env': '${' must be followed by a variable name and '}'");
+	load_extra(
+	    "[build]\nenv = NUMWATCH_BUILD_DIR=/x\n", &cfg,
+	    "6: invalid value 'NUMWATCH_BUILD_DIR=/x' for 'env': numwatchd sets NUMWATCH_BUILD_DIR itself");
+	load_extra("[slots]\nenv = CUDA_VISIBLE_DEVICES=1\n", &cfg,
+		   "6: invalid value 'CUDA_VISIBLE_DEVICES=1' for 'env': numwatchd sets CUDA_VISIBLE_DEVICES "
+		   "itself");
+	load_extra(
+	    "[build]\nidentity = /src/**\n", &cfg,
+	    "6: invalid value '/src/**' for 'identity': expected globs relative to the repository root "
+	    "(src/**, setup.py)");
+	load_extra("[build]\nidentity = src, :(exclude)doc\n", &cfg,
+		   "6: invalid value 'src, :(exclude)doc' for 'identity': expected globs relative to the "
+		   "repository root (src/**, setup.py)");
+	{
+		char text[1024], names[800], want[1024];
+		int n = 0;
+
+		for (int i = 0; i <= NW_CONFIG_ENV_MAX; i++)
+			n += snprintf(names + n, sizeof(names) - (size_t)n, "%sV%d", i ? " " : "", i);
+		snprintf(text, sizeof(text), "[slots]\nenv = %s\n", names);
+		snprintf(want, sizeof(want), "6: invalid value '%s' for 'env': more than %d variables", names,
+			 NW_CONFIG_ENV_MAX);
+		load_extra(text, &cfg, want);
+	}
+}
+
 /* An error late in the file, after many strings were set: nothing may leak (run under ASan). */
 static void test_error_after_allocations(void **state)
 {
@@ -910,8 +988,8 @@ int main(void)
 	    cmocka_unit_test(test_unreadable_file),    cmocka_unit_test(test_long_line),
 	    cmocka_unit_test(test_syntax_errors),      cmocka_unit_test(test_comments_and_whitespace),
 	    cmocka_unit_test(test_string_values),      cmocka_unit_test(test_error_after_allocations),
-	    cmocka_unit_test(test_small_error_buffer), cmocka_unit_test(test_shipped_example),
-	    cmocka_unit_test(test_shared_settings),
+	    cmocka_unit_test(test_env_and_identity),   cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_shipped_example),    cmocka_unit_test(test_shared_settings),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -264,6 +264,51 @@ static void test_culprit_race_repro_runs(void **state)
 	assert_int_equal(mail_repro_runs(1e-7), NW_REPRO_RUNS_MAIL_MAX);
 }
 
+/* The runner's own command line beside numwatch repro: its template filled in, or the configured runner. */
+static void test_culprit_runner_repro(void **state)
+{
+	struct mail_culprit c = culprit_facts();
+	struct mail_text t;
+	char *cmd;
+
+	(void)state;
+	c.runner = "bin/pyrunner";
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_non_null(strstr(t.body, "\n  numwatch repro --commit " SHA_BAD
+				       " --check softmax.fwd --dtype bf16 --seed 3\n"
+				       "\nOr with the runner alone, in a build directory of the culprit:\n\n"
+				       "  ./bin/pyrunner --check softmax.fwd --dtype bf16 --seed 3\n"));
+	mail_text_release(&t);
+
+	c.repro_template =
+	    "python3 -m mylib.checks --check {check} --dtype {dtype} --seed {seed} --runs {runs}";
+	c.seeds = "race";
+	c.rate = 0.05;
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_non_null(strstr(
+	    t.body, "enough to see it fail with 99% probability at that rate.\n"
+		    "\nOr with the runner's own command line:\n\n"
+		    "  python3 -m mylib.checks --check softmax.fwd --dtype bf16 --seed 3 --runs 90\n"));
+	/* numwatch repro stays the first command (tests/integration/bisect_race.sh reads it). */
+	assert_true(strstr(t.body, "numwatch repro") < strstr(t.body, "python3 -m"));
+	mail_text_release(&t);
+
+	/* Without a seed there is nothing to run. */
+	c.has_seed = false;
+	assert_int_equal(mail_compose_culprit(&c, &t), 0);
+	assert_null(strstr(t.body, "python3 -m"));
+	mail_text_release(&t);
+
+	/* Placeholders repeat, unknown ones stay as written; no template: the runner's options. */
+	cmd = mail_repro_command("r {seed} {seed} {other} {runs}", "x", "a.fwd", "f32",
+				 18446744073709551615ULL, 0);
+	assert_string_equal(cmd, "r 18446744073709551615 18446744073709551615 {other} 1");
+	free(cmd);
+	cmd = mail_repro_command("", "numwatch-runner-cuda", "msda.bwd", "f32", 1187, 5);
+	assert_string_equal(cmd, "./numwatch-runner-cuda --check msda.bwd --dtype f32 --seed 1187");
+	free(cmd);
+}
+
 static void test_followup_threading(void **state)
 {
 	const char *root = "<numwatch.bisect-12.culprit@example.org>";
@@ -756,6 +801,7 @@ int main(void)
 	    cmocka_unit_test(test_culprit_body),
 	    cmocka_unit_test(test_culprit_without_trial),
 	    cmocka_unit_test(test_culprit_race_repro_runs),
+	    cmocka_unit_test(test_culprit_runner_repro),
 	    cmocka_unit_test(test_followup_threading),
 	    cmocka_unit_test(test_subject_encoding),
 	    cmocka_unit_test(test_outside_text_cleaned),

@@ -174,6 +174,49 @@ static void test_hello_example(void **state)
 	proto_hello_release(&h);
 }
 
+/* The optional repro template of PROTOCOL.md's hello: kept whole, or refused, never cut. */
+static void test_hello_repro(void **state)
+{
+	static const char ok[] =
+	    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],"
+	    "\"repro\":\"python3 -m mylib.checks --check {check} --dtype {dtype} --seed {seed} "
+	    "--runs {runs}\"}";
+	struct proto_hello h;
+	char err[256], *line;
+
+	assert_int_equal(proto_parse_hello(ok, strlen(ok), &h, err, sizeof(err)), 0);
+	assert_string_equal(
+	    h.repro, "python3 -m mylib.checks --check {check} --dtype {dtype} --seed {seed} --runs {runs}");
+	proto_hello_release(&h);
+	/* Absent or null: none. */
+	assert_int_equal(proto_parse_hello(hello_example, strlen(hello_example), &h, err, sizeof(err)), 0);
+	assert_string_equal(h.repro, "");
+	proto_hello_release(&h);
+	line = "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":null}";
+	assert_int_equal(proto_parse_hello(line, strlen(line), &h, err, sizeof(err)), 0);
+	assert_string_equal(h.repro, "");
+	proto_hello_release(&h);
+
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":3}",
+		    "field 'repro' must be a string");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":\"\"}",
+		    "field 'repro' must not be empty");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":\"run --seed 1\\nrm -rf /\"}",
+		    "field 'repro' must not contain control characters");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":\"./runner --check {check}\"}",
+		    "field 'repro' must contain '{seed}'");
+	/* Too long for the daemon: refused, not cut (a cut command would run something else). */
+	{
+		char big[NW_PROTO_TEXT_MAX + 200];
+		int n = snprintf(big, sizeof(big),
+				 "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"repro\":\"{seed}");
+
+		memset(big + n, 'x', NW_PROTO_TEXT_MAX);
+		snprintf(big + n + NW_PROTO_TEXT_MAX, sizeof(big) - (size_t)n - NW_PROTO_TEXT_MAX, "\"}");
+		hello_fails(big, "field 'repro' is too long (* bytes, at most 1023)");
+	}
+}
+
 static void test_trial_example(void **state)
 {
 	struct proto_trial t;
@@ -942,6 +985,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_requests),
 	    cmocka_unit_test(test_hello_example),
+	    cmocka_unit_test(test_hello_repro),
 	    cmocka_unit_test(test_trial_example),
 	    cmocka_unit_test(test_error_example),
 	    cmocka_unit_test(test_bye),

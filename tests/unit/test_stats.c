@@ -16,9 +16,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
+#include "caps.h"
 #include "stats.h"
 
 #define P OUTCOME_PASS
@@ -683,6 +685,273 @@ static void evidence_json(void **state)
 	json_decref(j);
 }
 
+/*
+ * Issue 13, scale: every probability and statistic stays finite however long
+ * the history and however many trials, in log space where a plain product
+ * would underflow. The values are checked for range (a probability in [0, 1],
+ * an interval around its estimate), not against references.
+ */
+static void finite_in(double x, double lo, double hi, const char *what)
+{
+	if (!(isfinite(x) && x >= lo && x <= hi)) {
+		print_error("%s: %.17g not finite in [%g, %g]\n", what, x, lo, hi);
+		fail();
+	}
+}
+
+static void scale_wilson(void **state)
+{
+	const unsigned ns[] = {1, 256, NW_TRIALS_MAX, 1000000, 1000000000, UINT32_MAX};
+	const double zs[] = {1.0, 1.959963984540054, 6.0};
+
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		const unsigned n = ns[i], ks[] = {0, 1, n / 1000, n / 2, n - 1, n};
+
+		for (size_t j = 0; j < sizeof(ks) / sizeof(ks[0]); j++) {
+			for (size_t z = 0; z < sizeof(zs) / sizeof(zs[0]); z++) {
+				struct stats_interval w;
+
+				assert_int_equal(stats_wilson(ks[j], n, zs[z], &w), 0);
+				finite_in(w.p, 0.0, 1.0, "wilson p");
+				finite_in(w.lo, 0.0, w.p, "wilson lo");
+				finite_in(w.hi, w.p, 1.0, "wilson hi");
+			}
+		}
+	}
+}
+
+static void scale_binomial_tails(void **state)
+{
+	const unsigned ns[] = {NW_TRIALS_MAX, 10 * NW_TRIALS_MAX};
+	const double ps[] = {1e-300, 1e-9, 0.002, 0.5, 0.98, 1.0 - 1e-12};
+
+	for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+		const unsigned n = ns[i], ks[] = {0, 1, 20, n / 50, n / 2, n - 1, n};
+
+		for (size_t j = 0; j < sizeof(ps) / sizeof(ps[0]); j++) {
+			for (size_t k = 0; k < sizeof(ks) / sizeof(ks[0]); k++) {
+				double cdf = stats_binom_cdf(ks[k], n, ps[j]);
+				double sf = ks[k] < n ? stats_binom_sf(ks[k] + 1, n, ps[j]) : 0.0;
+				double lp = stats_binom_logpmf(ks[k], n, ps[j]);
+
+				finite_in(cdf, 0.0, 1.0, "binomial cdf");
+				finite_in(sf, 0.0, 1.0, "binomial sf");
+				/* The two tails are computed apart, each around its largest term. */
+				assert_true(fabs(cdf + sf - 1.0) < 1e-9 || cdf < 1e-300 || sf < 1e-300);
+				assert_true(lp == -INFINITY || (isfinite(lp) && lp <= 0.0));
+			}
+		}
+	}
+	/* A billion trials: the log pmf alone (the sums run over every term). */
+	finite_in(-stats_binom_logpmf(20000000, 1000000000, 0.02), 0.0, 20.0, "log pmf at the mode");
+	finite_in(-stats_binom_logpmf(1, 1000000000, 0.02), 1e7, 1e8, "log pmf far in the tail");
+	/* McNemar at the cap on both sides. */
+	{
+		struct stats_mcnemar m;
+
+		assert_int_equal(stats_mcnemar_exact(NW_TRIALS_MAX, NW_TRIALS_MAX, &m), 0);
+		finite_in(m.p_two_sided, 0.99, 1.0, "mcnemar two-sided, balanced");
+		assert_int_equal(stats_mcnemar_exact(NW_TRIALS_MAX, 0, &m), 0);
+		finite_in(m.p_worse, 0.0, 1e-300, "mcnemar worse, one-sided");
+		finite_in(m.p_better, 0.99, 1.0, "mcnemar better, one-sided");
+		assert_int_equal(stats_mcnemar_exact(NW_TRIALS_MAX + 1, 0, &m), -EINVAL);
+	}
+}
+
+static void scale_sprt(void **state)
+{
+	/* From the rates a pool of a billion trials gives, to those near 1. */
+	const double p0s[] = {1e-9, 1e-6, 0.002, 0.02, 0.33, 0.99};
+
+	for (size_t i = 0; i < sizeof(p0s) / sizeof(p0s[0]); i++) {
+		struct sprt_params par = {.p0 = p0s[i],
+					  .p1 = fmin(fmax(0.02, 3.0 * p0s[i]), 0.999),
+					  .alpha = 0.01,
+					  .beta = 0.05,
+					  .min_trials = 20,
+					  .max_trials = 0};
+		unsigned fails = 0, passes = 0;
+		struct sprt pass, fail;
+
+		if (par.p1 <= par.p0)
+			par.p1 = fmin(0.999, (par.p0 + 1.0) / 2.0);
+		assert_int_equal(sprt_init(&pass, &par), 0);
+		assert_int_equal(sprt_init(&fail, &par), 0);
+		assert_int_equal(sprt_run_lengths(&par, &fails, &passes), 0);
+		assert_true(fails >= 1 && passes >= 1);
+		/* A million passes, and a million failures: the log-likelihood ratio stays finite. */
+		for (unsigned t = 0; t < 1000000; t++) {
+			sprt_observe(&pass, false);
+			sprt_observe(&fail, true);
+		}
+		finite_in(pass.llr, -1e12, 0.0, "sprt llr after passes");
+		finite_in(fail.llr, 0.0, 1e12, "sprt llr after failures");
+		assert_int_equal(sprt_decision(&fail), SPRT_ACCEPT_H1);
+		/* What a test with no decision yet would need is a count, whatever the rates. */
+		{
+			struct sprt fresh;
+
+			assert_int_equal(sprt_init(&fresh, &par), 0);
+			assert_true(sprt_passes_to_decide(&fresh) >= 1);
+		}
+	}
+	/* Rates so close that H0 takes more passes than an unsigned holds: clamped, not undefined. */
+	{
+		struct sprt_params par = {.p0 = 1e-12, .p1 = 3e-12, .alpha = 0.01, .beta = 0.05};
+		unsigned fails = 0, passes = 0;
+
+		assert_int_equal(sprt_run_lengths(&par, &fails, &passes), 0);
+		assert_int_equal(fails, 5);
+		assert_int_equal(passes, UINT_MAX);
+	}
+}
+
+static void scale_wilcoxon(void **state)
+{
+	static double d[NW_TRIALS_MAX + 1];
+	struct stats_wilcoxon w;
+	struct stats_drift dr;
+
+	/* The exact path at its limit: 19 non-zero differences, all positive, then all tied. */
+	for (unsigned i = 0; i < STATS_WILCOXON_EXACT_MAX - 1; i++)
+		d[i] = 1.0 + i;
+	assert_int_equal(stats_wilcoxon_signed_rank(d, STATS_WILCOXON_EXACT_MAX - 1, &w), 0);
+	assert_true(w.exact);
+	near(w.p_greater, ldexp(1.0, -(STATS_WILCOXON_EXACT_MAX - 1)), 1e-12, "exact p, all positive");
+	finite_in(w.p_less, 0.0, 1.0, "exact p_less");
+	for (unsigned i = 0; i < STATS_WILCOXON_EXACT_MAX - 1; i++)
+		d[i] = i % 2 ? 2.5 : -2.5;
+	assert_int_equal(stats_wilcoxon_signed_rank(d, STATS_WILCOXON_EXACT_MAX - 1, &w), 0);
+	assert_true(w.exact);
+	finite_in(w.p_two_sided, 0.5, 1.0, "exact p, all tied");
+	/* One more: the normal approximation takes over, and stays finite. */
+	for (unsigned i = 0; i < STATS_WILCOXON_EXACT_MAX; i++)
+		d[i] = 1.0 + i;
+	assert_int_equal(stats_wilcoxon_signed_rank(d, STATS_WILCOXON_EXACT_MAX, &w), 0);
+	assert_false(w.exact);
+	finite_in(w.p_greater, 0.0, 1e-3, "normal p, all positive");
+	/* NW_TRIALS_MAX differences, all tied in magnitude (the tie correction at its largest), then distinct. */
+	for (unsigned i = 0; i < NW_TRIALS_MAX; i++)
+		d[i] = i % 3 ? 0.7 : -0.7;
+	assert_int_equal(stats_wilcoxon_signed_rank(d, NW_TRIALS_MAX, &w), 0);
+	finite_in(w.z, 10.0, 1000.0, "z, all tied");
+	finite_in(w.p_greater, 0.0, 1e-20, "p, all tied");
+	for (unsigned i = 0; i < NW_TRIALS_MAX; i++)
+		d[i] = (i % 2 ? 1.0 : -1.0) * (1.0 + i);
+	assert_int_equal(stats_wilcoxon_signed_rank(d, NW_TRIALS_MAX, &w), 0);
+	finite_in(w.p_two_sided, 0.0, 1.0, "p, alternating");
+	/* And beyond: refused, not computed wrong. */
+	assert_int_equal(stats_wilcoxon_signed_rank(d, NW_TRIALS_MAX + 1, &w), -E2BIG);
+	/* Drift between ratios at the ends of what a double holds. */
+	{
+		static double cand[NW_TRIALS_MAX], base[NW_TRIALS_MAX];
+
+		for (unsigned i = 0; i < NW_TRIALS_MAX; i++) {
+			cand[i] = i % 2 ? 1e300 : 0.0;
+			base[i] = i % 2 ? 1e-320 : 1e300;
+		}
+		assert_int_equal(stats_drift_test(cand, base, NW_TRIALS_MAX, 2.0, 0.001, &dr), 0);
+		finite_in(dr.median_log_ratio, -2000.0, 2000.0, "median log ratio");
+		finite_in(dr.w.p_greater, 0.0, 1.0, "drift p");
+	}
+}
+
+/* Every number the evidence holds is finite: stats_evidence_json writes null for one that is not. */
+static void evidence_all_finite(const struct stats_evidence *ev, const char *what)
+{
+	json_t *j = stats_evidence_json(ev), *side, *v;
+	const char *sides[] = {"candidate", "baseline_rate", "baseline_pool"}, *key;
+
+	assert_non_null(j);
+	for (size_t i = 0; i < 3; i++) {
+		side = json_object_get(j, sides[i]);
+		if (!side)
+			continue;
+		finite_in(json_number_value(json_object_get(side, "rate")), 0.0, 1.0, what);
+		finite_in(json_number_value(json_array_get(json_object_get(side, "wilson95"), 0)), 0.0, 1.0,
+			  what);
+		finite_in(json_number_value(json_array_get(json_object_get(side, "wilson95"), 1)), 0.0, 1.0,
+			  what);
+	}
+	json_object_foreach(json_object_get(j, "sprt"), key, v)
+	{
+		if (!json_is_string(v) && !json_is_number(v)) {
+			print_error("%s: sprt.%s is not a number\n", what, key);
+			fail();
+		}
+	}
+	json_object_foreach(json_object_get(j, "mcnemar"), key, v)
+	{
+		assert_true(json_is_number(v));
+		finite_in(json_number_value(v), 0.0, NW_TRIALS_MAX, what);
+	}
+	json_decref(j);
+}
+
+static void scale_verdict_pools(void **state)
+{
+	static struct stats_seed s[NW_TRIALS_MAX];
+	/* Pooled baselines of a million to a billion trials, at rates from none to every trial. */
+	const unsigned pools[] = {1000000, 100000000, 1000000000, UINT32_MAX};
+	const double rates[] = {0.0, 1e-9, 0.002, 0.02, 0.5, 1.0};
+	const unsigned counts[] = {256, NW_TRIALS_MAX};
+	struct stats_verdict_params par;
+	struct stats_evidence ev;
+	char what[96];
+
+	stats_verdict_params_default(&par);
+	for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+		for (size_t p = 0; p < sizeof(pools) / sizeof(pools[0]); p++) {
+			for (size_t r = 0; r < sizeof(rates) / sizeof(rates[0]); r++) {
+				for (int cand = 0; cand < 3; cand++) {
+					const unsigned n = counts[c];
+					struct stats_verdict_input in = {.deterministic = false,
+									 .seeds = s,
+									 .nseeds = n,
+									 .pool_trials = pools[p],
+									 .pool_failures =
+									     (unsigned)(rates[r] * pools[p])};
+
+					/* The candidate passes everything, fails 3%, or fails everything. */
+					for (unsigned i = 0; i < n; i++) {
+						bool f = cand == 2 || (cand == 1 && i % 33 == 7);
+
+						s[i] = seed(i, f ? F : P, N, i % 50 == 3 ? F : P, N);
+						s[i].cand_ratio = f ? 2.0 : 0.3;
+						s[i].base_ratio = s[i].clean_ratio = i % 50 == 3 ? 2.0 : 0.3;
+					}
+					snprintf(what, sizeof(what), "%u seeds, pool %u at %g, candidate %d",
+						 n, pools[p], rates[r], cand);
+					assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+					assert_true(ev.verdict != VERDICT_PENDING ||
+						    ev.needs_trials <= NW_TRIALS_MAX);
+					evidence_all_finite(&ev, what);
+					if (ev.pool.trials) {
+						finite_in(ev.sprt.par.p0, 1e-12, 0.99, what);
+						finite_in(ev.sprt.par.p1, ev.sprt.par.p0, 0.999, what);
+					}
+					finite_in(ev.sprt.llr, -1e9, 1e9, what);
+				}
+			}
+		}
+	}
+	/* The deterministic rule at the cap, drift measured from the last clean state. */
+	{
+		struct stats_verdict_input in = {
+		    .deterministic = true, .seeds = s, .nseeds = NW_TRIALS_MAX, .drift_from_clean = true};
+
+		for (unsigned i = 0; i < NW_TRIALS_MAX; i++) {
+			s[i] = seed(i, i % 8 == 3 ? F : P, i % 8 == 3 ? F : N, P, N);
+			s[i].cand_ratio = i % 8 == 3 ? 3.5 : 0.25 * (1.0 + i % 7);
+			s[i].base_ratio = s[i].clean_ratio = 0.25;
+		}
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_REGRESSED);
+		assert_int_equal(ev.seeds_total, NW_TRIALS_MAX / 8);
+		evidence_all_finite(&ev, "deterministic at the cap");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -704,6 +973,11 @@ int main(void)
 	    cmocka_unit_test(nondet_flaky_mcnemar_improved),
 	    cmocka_unit_test(nondet_pooled_baseline),
 	    cmocka_unit_test(evidence_json),
+	    cmocka_unit_test(scale_wilson),
+	    cmocka_unit_test(scale_binomial_tails),
+	    cmocka_unit_test(scale_sprt),
+	    cmocka_unit_test(scale_wilcoxon),
+	    cmocka_unit_test(scale_verdict_pools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,9 +4,11 @@
 /** The verdicts of PRODUCT.md, in legend order, with a glyph so colour is never the only cue. */
 export const VERDICTS = [
   { key: 'clean', label: 'clean', glyph: '', help: 'passes, no worse than its baseline' },
-  { key: 'regressed', label: 'regressed', glyph: '✕', help: 'fails where the baseline passes' },
-  { key: 'improved', label: 'improved', glyph: '▲', help: 'passes where the baseline failed' },
-  { key: 'flaky', label: 'flaky', glyph: '≈', help: 'fails at a stable low rate on both sides' },
+  { key: 'regressed', label: 'regressed', glyph: '✕', help: 'a regression new at this commit: worse than the commit before it' },
+  { key: 'open_regression', label: 'open regression', glyph: '⋯', help: 'still shows a regression that an earlier commit brought in (not new here)' },
+  { key: 'improved', label: 'improved', glyph: '▲', help: 'better than the commit before it (a fix closes the regression it shows)' },
+  { key: 'flaky', label: 'flaky', glyph: '≈', help: 'fails at a stable low rate on both sides, or since the check was introduced' },
+  { key: 'check_changed', label: 'check changed', glyph: '⇄', help: 'the check’s inputs changed at this commit: its seeds are not compared with before' },
   { key: 'pending', label: 'pending', glyph: '·', help: 'not decided yet' },
   { key: 'build_failed', label: 'build failed', glyph: '', help: 'the commit did not build' },
   { key: 'infra_error', label: 'infra error', glyph: '!', help: 'infrastructure fault, not counted against the commit' },
@@ -26,19 +28,57 @@ export function verdictClass(v) {
 }
 
 /** Verdicts counted as "something to look at" (for summaries and ordering). */
-export const ATTENTION = new Set(['regressed', 'flaky', 'infra_error', 'build_failed', 'improved']);
+export const ATTENTION = new Set(['regressed', 'open_regression', 'flaky', 'infra_error', 'build_failed', 'improved', 'check_changed']);
+
+/** The regression a commits-list entry's cell points at ({id, new}), or null. */
+export function cellRegression(commit, key) {
+  const r = commit && commit.regressions && typeof commit.regressions === 'object' ? commit.regressions[key] : null;
+  return r && typeof r === 'object' && isId(r.id) ? r : null;
+}
 
 /**
- * The verdict shown in a grid cell: the check's own verdict when it has one;
- * otherwise what the commit's state implies (no build yet or still running:
- * pending; build failed: build_failed; finished without it: not run).
+ * The verdict shown in a grid cell: the check's own verdict when it has one
+ * (a regressed one that only still shows an open regression, brought in by an
+ * earlier commit, is open_regression); otherwise what the commit's state
+ * implies (no build yet or still running: pending; build failed:
+ * build_failed; finished without it: not run).
  */
 export function cellVerdict(commit, key) {
   const v = commit.verdicts ? commit.verdicts[key] : undefined;
+  if (v === 'regressed') {
+    const r = cellRegression(commit, key);
+    return r && r.new === false ? 'open_regression' : v;
+  }
   if (v != null) return v;
   if (commit.verdict === 'build_failed') return 'build_failed';
   if (commit.verdict === 'pending' || commit.build == null) return 'pending';
   return 'none';
+}
+
+/**
+ * A grid cell's tooltip after its label: which regression it shows (new here
+ * or still open), fixes or raised; for a flaky or changed check its failures
+ * and rate, since when it fails (a check failing since it was introduced),
+ * and how many seeds changed their inputs. Pure, for the unit tests.
+ */
+export function cellNote(commit, key) {
+  const v = commit && commit.verdicts ? commit.verdicts[key] : undefined;
+  const r = cellRegression(commit, key);
+  const d = commit && commit.details && typeof commit.details === 'object' ? commit.details[key] : null;
+  const parts = [];
+  if (r) {
+    if (v === 'regressed') parts.push(r.new === false ? `still shows regression #${r.id} (open, brought in earlier)` : `regression #${r.id}, new at this commit`);
+    else if (v === 'improved') parts.push(`fixes regression #${r.id}`);
+    else parts.push(`regression #${r.id}`);
+  }
+  if (d && typeof d === 'object') {
+    const t = Number(d.trials);
+    const f = Number(d.failures);
+    if (Number.isFinite(t) && t > 0 && Number.isFinite(f)) parts.push(`${f}/${t} failing (${fmtPercent(f / t)})`);
+    if (isSha(d.failing_since)) parts.push(`failing since ${shortSha(d.failing_since)}, where the check was introduced`);
+    if (Number(d.changed_seeds) > 0) parts.push(`${d.changed_seeds} seed${Number(d.changed_seeds) === 1 ? '' : 's'} with changed inputs`);
+  }
+  return parts.join('; ');
 }
 
 export const SHA_RE = /^[0-9a-f]{4,40}$/;
@@ -204,6 +244,18 @@ export const url = {
   bisection(id) {
     return `/?view=bisection&id=${encodeURIComponent(id)}`;
   },
+  /** The regressions list; state, check, dtype filter it ('' or absent: any). */
+  regressions({ state, check, dtype, page } = {}) {
+    let u = '/?view=regressions';
+    if (state) u += `&state=${encodeURIComponent(state)}`;
+    if (check) u += `&check=${encodeURIComponent(check)}`;
+    if (dtype) u += `&dtype=${encodeURIComponent(dtype)}`;
+    if (page > 1) u += `&page=${page}`;
+    return u;
+  },
+  regression(id) {
+    return `/?view=regression&id=${encodeURIComponent(id)}`;
+  },
   buildLog(sha) {
     return `/api/v1/commits/${encodeURIComponent(sha)}/build-log`;
   },
@@ -227,9 +279,51 @@ export function isName(s) {
   return typeof s === 'string' && NAME_RE.test(s);
 }
 
+/** A database id (a bisection's, a regression's): 1 to 18 digits, not 0. */
+export function isId(s) {
+  return (typeof s === 'string' || typeof s === 'number') && /^[0-9]{1,18}$/.test(String(s)) && Number(s) > 0;
+}
+
 /** A bisection id: 1 to 18 digits. */
 export function isBisectionId(s) {
-  return (typeof s === 'string' || typeof s === 'number') && /^[0-9]{1,18}$/.test(String(s)) && Number(s) > 0;
+  return isId(s);
+}
+
+/** Regression states (docs/api.md, "Regression states"), with words and a tone. */
+const REGRESSION_STATES = {
+  open: { label: 'open', tone: 'bad', help: 'not bisected yet' },
+  bisecting: { label: 'bisecting', tone: 'busy', help: 'a bisection looks for the commit that brought it in' },
+  culprit: { label: 'culprit found', tone: 'bad', help: 'a bisection named the commit that brought it in; still open' },
+  no_culprit: { label: 'no culprit', tone: 'warn', help: 'the bisection blamed no commit; still open' },
+  check_changed: { label: 'check changed', tone: 'neutral', help: 'the failures came with inputs the check did not have before: nobody is blamed' },
+  fixed: { label: 'fixed', tone: 'good', help: 'a later commit fixed it' },
+  withdrawn: { label: 'withdrawn', tone: 'neutral', help: 'the verdict that raised it was judged again and is gone' },
+};
+
+export function regressionStateInfo(state) {
+  return REGRESSION_STATES[state] || { label: state == null ? 'unknown' : String(state).replace(/_/g, ' '), tone: 'neutral', help: '' };
+}
+
+/** Whether a regression in this state is still open (later commits may show it). */
+export function regressionActive(state) {
+  return state === 'open' || state === 'bisecting' || state === 'culprit' || state === 'no_culprit';
+}
+
+/**
+ * A failure rate as the statistics wrote it ({trials, failures, rate,
+ * wilson95: [lo, hi]}): "3/64 failing (4.69%, 95% CI 1.6%–13%)"; '—' when
+ * there is none.
+ */
+export function fmtRate(side) {
+  if (!side || typeof side !== 'object') return '—';
+  const t = Number(side.trials);
+  const f = Number(side.failures);
+  if (!Number.isFinite(t) || !Number.isFinite(f)) return '—';
+  const rate = side.rate != null && Number.isFinite(Number(side.rate)) ? Number(side.rate) : t > 0 ? f / t : null;
+  let s = `${fmtInt(f)}/${fmtInt(t)} failing`;
+  const w = Array.isArray(side.wilson95) && side.wilson95.length === 2 ? side.wilson95.map(Number) : null;
+  if (rate != null) s += ` (${fmtPercent(rate)}${w && w.every(Number.isFinite) ? `, 95% CI ${fmtPercent(w[0])}–${fmtPercent(w[1])}` : ''})`;
+  return s;
 }
 
 /** A probability or rate as a percentage: "99.5%", "0.01%", "<0.01%", "0%". */

@@ -24,7 +24,8 @@
         sys.exit(nw.main([ScaleFwd()], name="mylib-runner 0.1"))
 
 See README.md next to this package, and docs/protocol.md for the protocol.
-Standard library only; Python >= 3.8.
+Standard library only; Python >= 3.8. Checks on torch tensors, run on the
+runner's GPU: numwatch_runner.torchcheck (imported on demand: it needs torch).
 """
 from .check import Case, Check, check, numel
 from .dtypes import DTYPES, EPS, MAX, TINY, round_exact, round_list, round_value, ulp_distance

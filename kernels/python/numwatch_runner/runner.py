@@ -84,6 +84,24 @@ def _flatten(v):
     return out
 
 
+def case_digest(case):
+    """BLAKE2b (16 hex digits) of what a list check generated: the shape, each
+    input's name and float64 bytes (other values by repr) and the parameters.
+    The daemon pairs a seed across commits only while this stays the same."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(list(case.shape)).encode("utf-8"))
+    for name in sorted(case.inputs):
+        v = case.inputs[name]
+        h.update(b"\0i" + name.encode("utf-8") + b"\0")
+        if isinstance(v, list) and all(isinstance(x, float) for x in v):
+            h.update(struct.pack("<%dd" % len(v), *v))
+        else:
+            h.update(repr(v).encode("utf-8"))
+    for name in sorted(case.params):
+        h.update(b"\0p" + name.encode("utf-8") + b"\0" + repr(case.params[name]).encode("utf-8"))
+    return h.hexdigest()
+
+
 def _read_output(name, value, n, dtype):
     """An output as written by the kernel: (values rounded to dtype, unwritten
     mask, canary count, digest bytes)."""
@@ -120,13 +138,24 @@ class Runner:
     device: the hello's "device" object, or a function returning it (called at
             each hello; an exception there answers the hello with "error", for
             "no usable device"). Default: {"backend": "host", "name": ...}.
+    repro:  the hello's "repro": the command line that runs one trial of this
+            runner outside numwatch, with {check}, {dtype}, {seed} and {runs}
+            ("python3 -m mylib.checks --check {check} --dtype {dtype} --seed
+            {seed} --runs {runs}"); numwatch prints it filled in. None: numwatch
+            prints the runner's path in the build directory with --check,
+            --dtype and --seed.
     """
 
-    def __init__(self, checks, name="numwatch-python-runner", device=None):
+    def __init__(self, checks, name="numwatch-python-runner", device=None, repro=None):
         self.checks = {}
         self.order = []
         self.name = name
         self.device = device
+        if repro is not None and (not isinstance(repro, str) or "{seed}" not in repro
+                                  or any(ord(c) < 0x20 or ord(c) == 0x7F for c in repro)
+                                  or len(repro.encode("utf-8")) > 1023):
+            raise ValueError("repro must be one line of at most 1023 bytes with {seed} in it")
+        self.repro = repro
         for c in checks:
             self.add(c)
 
@@ -158,7 +187,7 @@ class Runner:
         except Exception as e:  # the runner cannot serve: say why, with no checks
             traceback.print_exc(file=sys.stderr)
             return {"op": "hello", "protocol": PROTOCOL, "runner": _text(self.name), "error": _text(e)}
-        return {
+        hello = {
             "op": "hello",
             "protocol": PROTOCOL,
             "runner": _text(self.name),
@@ -166,6 +195,9 @@ class Runner:
             "checks": [self.checks[n].declaration() for n in self.order],
             "gen": GEN_VERSION,
         }
+        if self.repro:
+            hello["repro"] = self.repro
+        return hello
 
     def trial(self, check, dtype, seed, family=None, repeats=1):
         """Runs one trial; returns the answer's fields after "op" and "id".
@@ -189,6 +221,8 @@ class Runner:
         else:
             raise TrialError("unknown family '%.64s' for check '%s'" % (family, c.name))
         index = seed // len(fams)
+        if hasattr(c, "run_trial"):  # a check that runs the whole trial itself (torchcheck.TorchCheck)
+            return c.run_trial(dtype, seed, fam, index, repeats)
 
         rng = Rng(c.name, dtype, seed, index, fam)
         case = c.make_case(rng, fam, dtype)
@@ -277,7 +311,7 @@ class Runner:
         ratio = None if any(r is None for r in ratios) else max(ratios)
         return {
             "verdict": "fail" if failed else "pass",
-            "case": {"family": fam, "shape": list(case.shape), "gen": GEN_VERSION},
+            "case": {"family": fam, "shape": list(case.shape), "gen": GEN_VERSION, "digest": case_digest(case)},
             "ratio": ratio,
             "tensors": tensors,
             "digest": digest,
@@ -407,6 +441,9 @@ class Runner:
         p.add_argument("--family", help="run this family instead of the seed's")
         p.add_argument("--repeats", type=int, default=1, help="kernel runs per trial (default 1)")
         p.add_argument("--count", type=int, default=1, help="number of consecutive seeds (default 1)")
+        p.add_argument("--runs", type=int, default=1,
+                       help="run each seed this many times (a failure that shows on some runs only); "
+                       "prints every answer, then on stderr how many runs failed")
         p.add_argument("--list", action="store_true", help="print the hello answer")
         p.add_argument("--summary", action="store_true", help="print a summary per check x dtype instead of answers")
         try:
@@ -425,8 +462,8 @@ class Runner:
         if not a.check or not a.dtype:
             print("%s: --check and --dtype are required (or --list)" % p.prog, file=sys.stderr)
             return 2
-        if a.seed < 0 or a.count < 1:
-            print("%s: --seed must be >= 0 and --count >= 1" % p.prog, file=sys.stderr)
+        if a.seed < 0 or a.count < 1 or a.runs < 1:
+            print("%s: --seed must be >= 0, --count and --runs >= 1" % p.prog, file=sys.stderr)
             return 2
         names = self.order if a.check == "all" else a.check.split(",")
         rc = 0
@@ -437,7 +474,7 @@ class Runner:
                 stats = {"pass": 0, "fail": 0, "error": 0, "differ": 0}
                 worst = (None, None)
                 failing = []
-                for seed in range(a.seed, a.seed + a.count):
+                for seed in (s for s in range(a.seed, a.seed + a.count) for _ in range(a.runs)):
                     req = {"op": "trial", "id": seed, "check": name, "dtype": dtype, "seed": seed,
                            "repeats": a.repeats, "family": a.family}
                     text, _, fatal = self.answer_line(encode(req))
@@ -447,7 +484,8 @@ class Runner:
                     stats["differ"] += 1 if ans.get("digests_differ") else 0
                     if v == "fail":
                         rc = max(rc, 1)
-                        failing.append(seed)
+                        if seed not in failing:
+                            failing.append(seed)
                     elif v != "pass":
                         rc = 2
                     r = ans.get("ratio")
@@ -459,6 +497,10 @@ class Runner:
                         emit(text)
                     if fatal:
                         return 2
+                if a.runs > 1:
+                    print("%s %s seeds %d..%d, %d runs each: %d of %d runs failed" % (
+                        name, dtype, a.seed, a.seed + a.count - 1, a.runs, stats["fail"],
+                        a.runs * a.count), file=sys.stderr)
                 if a.summary:
                     emit("%-16s %-5s seeds %d..%d: %d pass, %d fail, %d error, %d with differing digests; "
                          "worst ratio %s (seed %s)%s" % (
@@ -499,6 +541,6 @@ def take_stdout():
     return _proto_stream
 
 
-def main(checks, name="numwatch-python-runner", device=None, argv=None):
+def main(checks, name="numwatch-python-runner", device=None, argv=None, repro=None):
     """Builds a Runner and runs it; returns the exit status for sys.exit()."""
-    return Runner(checks, name=name, device=device).run(argv)
+    return Runner(checks, name=name, device=device, repro=repro).run(argv)

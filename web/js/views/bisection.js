@@ -6,7 +6,7 @@
 import { ApiError, getJSON } from '../api.js';
 import { copyable, h } from '../dom.js';
 import { buildPill, commitLink, facts, heading, notice, pill, timeEl } from '../components.js';
-import { FLAG_SAME_BINARY, FLAG_UNBUILDABLE, absTime, flagWords, fmtInt, fmtPercent, fmtSeconds, foldRange, isBisectionId, isSha, outcomeInfo, parseTime, shortSha, url } from '../format.js';
+import { FLAG_SAME_BINARY, FLAG_UNBUILDABLE, absTime, flagWords, fmtInt, fmtPercent, fmtSeconds, foldRange, isBisectionId, isId, isSha, outcomeInfo, parseTime, shortSha, url } from '../format.js';
 
 /** Ranges longer than this show only the commits worth reading, the rest folded. */
 const RANGE_MAX = 300;
@@ -259,6 +259,7 @@ export default {
       { class: 'panel', 'aria-label': 'Bisection' },
       facts([
         ['Check', h('a', { href: url.check(b.check, b.dtype), class: 'mono' }, `${b.check} · ${b.dtype}`)],
+        ['Regression', isId(b.regression) ? h('a', { href: url.regression(b.regression), class: 'regression-link' }, `Regression #${b.regression}`, h('span', { class: 'muted' }, ' (its state, mail thread and the commits that show it)')) : h('span', { class: 'muted' }, b.requested_by === 'auto' ? '—' : 'none: started by hand')],
         ['Last clean', commitLink(b.good, { n: 12 })],
         ['Regressed at', commitLink(b.bad, { n: 12, check: b.check, dtype: b.dtype })],
         ['Failing seeds', Array.isArray(b.failing_seeds) && b.failing_seeds.length ? h('span', null, h('code', null, b.failing_seeds.join(', ')), seedsNote(post)) : '—'],

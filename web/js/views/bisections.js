@@ -5,7 +5,7 @@
 import { getJSON } from '../api.js';
 import { h } from '../dom.js';
 import { commitLink, heading, notice, pill, timeEl } from '../components.js';
-import { fmtInt, fmtPercent, fmtSeconds, isBisectionId, isSha, outcomeInfo, parsePage, parseTime, url } from '../format.js';
+import { fmtInt, fmtPercent, fmtSeconds, isBisectionId, isId, isSha, outcomeInfo, parsePage, parseTime, url } from '../format.js';
 
 export const PAGE_SIZE = 50;
 
@@ -66,7 +66,7 @@ export default {
           'table',
           { class: 'data bisections' },
           h('caption', { class: 'sr-only' }, 'Bisections, newest first'),
-          h('thead', null, h('tr', null, ['#', 'Check', 'dtype', 'Outcome', 'Culprit', 'Confidence', 'Last clean', 'Regressed at', 'Probes', 'Requested by', 'Started', 'Took'].map((t, i) => h('th', { scope: 'col', class: i === 5 || i === 8 ? 'num' : null }, t)))),
+          h('thead', null, h('tr', null, ['#', 'Check', 'dtype', 'Outcome', 'Culprit', 'Confidence', 'Last clean', 'Regressed at', 'Regression', 'Probes', 'Requested by', 'Started', 'Took'].map((t, i) => h('th', { scope: 'col', class: i === 5 || i === 9 ? 'num' : null }, t)))),
           h(
             'tbody',
             null,
@@ -82,6 +82,7 @@ export default {
                 h('td', { class: 'num' }, fmtPercent(b.confidence)),
                 h('td', null, commitLink(b.good)),
                 h('td', null, commitLink(b.bad, { check: b.check, dtype: b.dtype })),
+                h('td', null, isId(b.regression) ? h('a', { href: url.regression(b.regression), class: 'regression-link' }, `#${b.regression}`) : h('span', { class: 'muted' }, '—')),
                 h('td', { class: 'num' }, fmtInt(b.probes)),
                 h('td', null, b.requested_by == null ? '—' : String(b.requested_by)),
                 h('td', null, timeEl(b.created_at)),

@@ -9,16 +9,23 @@ import { ApiError, getJSON } from '../api.js';
 import { appendChildren, h } from '../dom.js';
 import { badge, commitLink, heading, notice, pill } from '../components.js';
 import { markerPlugin, mountChart, themeColors } from '../chart.js';
-import { fmtInt, fmtPercent, fmtRatio, isName, isSha, outcomeInfo, parsePage, shortSha, url, verdictInfo } from '../format.js';
+import { fmtInt, fmtPercent, fmtRate, fmtRatio, isId, isName, isSha, outcomeInfo, parsePage, shortSha, url, verdictInfo } from '../format.js';
+import { statePill } from './regressions.js';
 
 export const PAGE_SIZE = 200;
 const CHART_HEIGHT = 240;
+
+/** A series point's verdict as the page shows it: regressed but not new there is open_regression. */
+export function pointVerdict(s) {
+  return s && s.verdict === 'regressed' && s.regression_new === false ? 'open_regression' : s ? s.verdict : null;
+}
 
 /**
  * What the charts and the table draw, from the API's answer (series oldest
  * first). Pure, for the unit tests: x is the commit's position on the branch;
  * ratios that a log scale cannot show (<= 0) are null; regressed holds the
- * worst ratio (and regressedRate the failure rate) at regressed commits only;
+ * worst ratio (and regressedRate the failure rate) at commits where a
+ * regression is new only (not at those that merely still show an open one);
  * culprits are the bisections of this dtype that named a culprit in view.
  */
 export function chartData(series, bisections, dtype) {
@@ -30,7 +37,7 @@ export function chartData(series, bisections, dtype) {
   const worst = rows.map((s) => pos(s.worst_ratio));
   const median = rows.map((s) => pos(s.median_ratio));
   const rate = rows.map((s) => (num(s.failure_rate) == null ? null : num(s.failure_rate) * 100));
-  const isReg = rows.map((s) => s.verdict === 'regressed');
+  const isReg = rows.map((s) => pointVerdict(s) === 'regressed');
   const regressed = rows.map((s, i) => (isReg[i] ? worst[i] ?? median[i] ?? 1 : null));
   const regressedRate = rows.map((s, i) => (isReg[i] ? rate[i] ?? 0 : null));
   const posBySha = new Map(rows.map((s) => [s.sha, Number(s.position)]));
@@ -111,7 +118,7 @@ function charts(d, check, dtype) {
       ' ',
       h('span', { class: 'readout-title' }, s.title == null ? '' : String(s.title)),
       ' ',
-      badge(s.verdict),
+      badge(pointVerdict(s)),
       culprit.length ? [' ', pill(`culprit (bisection ${culprit.map((c) => '#' + c.id).join(', ')})`, 'bad')] : null,
       h('span', { class: 'muted' }, ` worst ${fmtRatio(s.worst_ratio)} · median ${fmtRatio(s.median_ratio)} · ${fmtInt(s.failures)}/${fmtInt(s.trials)} failed (${fmtPercent(s.failure_rate)})`)],
     );
@@ -172,7 +179,7 @@ function charts(d, check, dtype) {
     h(
       'ul',
       { class: 'legend chart-legend', 'aria-label': 'Marks on the charts' },
-      h('li', null, h('span', { class: 'mark-regressed', 'aria-hidden': 'true' }), 'regressed commit (ring)'),
+      h('li', null, h('span', { class: 'mark-regressed', 'aria-hidden': 'true' }), 'commit a regression is new at (ring)'),
       h('li', null, h('span', { class: 'mark-culprit', 'aria-hidden': 'true' }), 'culprit named by a bisection (dashed line)'),
       h('li', null, h('span', { class: 'mark-budget', 'aria-hidden': 'true' }), 'ratio 1: the tolerance budget'),
     ),
@@ -218,6 +225,34 @@ function bisectionList(list, check) {
   );
 }
 
+/** The check's regressions (of this dtype), newest first, linked to their pages. */
+function regressionList(list, check, dtype) {
+  const mine = (Array.isArray(list) ? list : []).filter((r) => !dtype || r.dtype === dtype);
+  if (!mine.length) return null;
+  return h(
+    'section',
+    { class: 'panel check-regressions', 'aria-labelledby': 'cr-h' },
+    h('h2', { id: 'cr-h' }, `Regressions (${mine.length})`, ' ', h('a', { href: url.regressions({ check, dtype }), class: 'small' }, 'all of them')),
+    h(
+      'ul',
+      { class: 'plain-list' },
+      mine.map((r) =>
+        h(
+          'li',
+          null,
+          isId(r.id) ? h('a', { href: url.regression(r.id), class: 'regression-link' }, `#${r.id}`) : String(r.id),
+          ' ',
+          statePill(r.state),
+          ' new at ',
+          commitLink(r.new_at, { check, dtype: r.dtype }),
+          isSha(r.fixed) ? [' · fixed at ', commitLink(r.fixed, { check, dtype: r.dtype })] : null,
+          h('span', { class: 'muted small' }, ` · before ${fmtRate(r.rate_before)} · after ${fmtRate(r.rate_after)}`),
+        ),
+      ),
+    ),
+  );
+}
+
 function table(d, check, dtype) {
   const culpritOf = new Map();
   for (const c of d.culprits) culpritOf.set(c.sha, (culpritOf.get(c.sha) || []).concat([c.id]));
@@ -229,11 +264,11 @@ function table(d, check, dtype) {
     const rate = Number(s.failure_rate);
     return h(
       'tr',
-      { class: culprit ? 'culprit-row' : verdictInfo(s.verdict).key === 'regressed' ? 'attention' : null, dataset: { sha: String(s.sha) } },
+      { class: culprit ? 'culprit-row' : verdictInfo(pointVerdict(s)).key === 'regressed' ? 'attention' : null, dataset: { sha: String(s.sha) } },
       h('td', { class: 'num' }, `#${s.position}`),
       h('th', { scope: 'row' }, commitLink(s.sha, { check, dtype })),
       h('td', { class: 'title-cell', title: s.title == null ? null : String(s.title) }, s.title == null ? '' : String(s.title)),
-      h('td', null, badge(s.verdict)),
+      h('td', null, badge(pointVerdict(s))),
       h('td', { class: 'num' }, fmtInt(s.trials)),
       h('td', { class: Number(s.failures) > 0 ? 'num over' : 'num' }, fmtInt(s.failures)),
       h('td', { class: rate > 0 ? 'num warn' : 'num' }, fmtPercent(s.failure_rate, 2)),
@@ -242,6 +277,7 @@ function table(d, check, dtype) {
       h(
         'td',
         null,
+        isId(s.regression) ? h('a', { href: url.regression(s.regression), class: 'mark regression-link' }, `${s.verdict === 'improved' ? 'fixes ' : s.regression_new ? 'new ' : ''}regression #${s.regression}`) : null,
         culprit ? culprit.map((id) => h('a', { href: url.bisection(id), class: 'mark culprit-mark' }, `culprit #${id}`)) : null,
         started ? started.filter((id) => !(culprit || []).includes(id)).map((id) => h('a', { href: url.bisection(id), class: 'mark' }, `bisection #${id}`)) : null,
       ),
@@ -254,7 +290,7 @@ function table(d, check, dtype) {
       'table',
       { class: 'data check-series' },
       h('caption', { class: 'sr-only' }, `${check} ${dtype} per commit, newest first`),
-      h('thead', null, h('tr', null, ['Pos.', 'Commit', 'Title', 'Verdict', 'Trials', 'Failures', 'Failure rate', 'Worst ratio', 'Median ratio', 'Bisection'].map((t, i) => h('th', { scope: 'col', class: i === 0 || (i >= 4 && i <= 8) ? 'num' : null }, t)))),
+      h('thead', null, h('tr', null, ['Pos.', 'Commit', 'Title', 'Verdict', 'Trials', 'Failures', 'Failure rate', 'Worst ratio', 'Median ratio', 'Regression, bisection'].map((t, i) => h('th', { scope: 'col', class: i === 0 || (i >= 4 && i <= 8) ? 'num' : null }, t)))),
       h('tbody', null, rows),
     ),
   );
@@ -311,7 +347,7 @@ export default {
       { class: 'subtitle check-facts' },
       [data.op ? `op ${data.op}` : null, data.pass ? `pass ${data.pass}` : null, Array.isArray(data.families) && data.families.length ? `shape families: ${data.families.join(', ')}` : null].filter(Boolean).join(' · '),
     );
-    const parts = [head, facts, bisectionList(d.bisections, check)];
+    const parts = [head, facts, regressionList(data.regressions, check, dtype), bisectionList(d.bisections, check)];
     if (dtype && dtypes.length && !dtypes.includes(dtype)) {
       parts.push(notice('error', `${check} has no dtype '${dtype}'.`, 'Its dtypes: ', dtypes.map((x, i) => [i ? ', ' : '', h('a', { href: url.check(check, x) }, x)])));
       return h('section', { class: 'view view-check' }, parts);

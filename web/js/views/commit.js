@@ -21,8 +21,10 @@ import {
   humanKey,
   fmtPercent,
   isBisectionId,
+  isId,
   isSha,
   outcomeInfo,
+  regressionStateInfo,
   shortSha,
   url,
   verdictInfo,
@@ -36,7 +38,7 @@ const ATTENTION_SHOWN = 24;
 /** Failing seeds shown before the rest are folded away, per check. */
 const SEEDS_SHOWN = 6;
 /** Evidence keys shown elsewhere or as a tooltip rather than in the evidence column. */
-const EVIDENCE_HIDDEN = new Set(['baseline', 'rule', 'deterministic']);
+const EVIDENCE_HIDDEN = new Set(['baseline', 'rule', 'deterministic', 'regression', 'regression_new', 'since_introduced', 'failing_since']);
 
 const logCache = new Map(); // cache key -> build log text (a finished build's log never changes)
 
@@ -76,9 +78,62 @@ function evidenceSummary(ev) {
   return h('span', { class: 'evidence', title: ev.rule ? `rule: ${ev.rule}` : null }, parts.length ? parts : h('span', { class: 'muted' }, '—'));
 }
 
-function baselineCell(ev) {
-  const b = ev && typeof ev === 'object' ? ev.baseline : null;
-  if (b == null) return h('td', { class: 'muted', title: 'no earlier clean commit for this check' }, 'none');
+/** A result's verdict as the page shows it: a regression brought in earlier and still open is open_regression. */
+export function resultVerdict(k) {
+  if (k && k.verdict === 'regressed' && k.regression && k.regression.new === false) return 'open_regression';
+  return k ? k.verdict : null;
+}
+
+/** What a result says of regressions: the one it shows (new here, or open since), fixes or raised. */
+function regressionCell(k, sha) {
+  const r = k.regression && typeof k.regression === 'object' && isId(k.regression.id) ? k.regression : null;
+  const parts = [];
+  if (r) {
+    const link = h('a', { href: url.regression(r.id), class: 'regression-link', dataset: { regression: String(r.id) } }, `regression #${r.id}`);
+    if (k.verdict === 'regressed' && r.new) parts.push(h('span', null, link, h('strong', { class: 'new-here' }, ' new here')));
+    else if (k.verdict === 'regressed') parts.push(h('span', null, link, ' open since ', isSha(r.new_at) && r.new_at !== sha ? commitLink(r.new_at, { check: k.check, dtype: k.dtype }) : '—'));
+    else if (k.verdict === 'improved') parts.push(h('span', null, link, h('strong', { class: 'fixed-here' }, ' fixed here')));
+    else parts.push(h('span', null, link, ' ', pill(regressionStateInfo(r.state).label, regressionStateInfo(r.state).tone)));
+  }
+  if (isSha(k.failing_since)) parts.push(h('span', { class: 'since', title: 'the check has failed at a stable rate since the commit that introduced it: a property of the feature, not a regression' }, 'failing since it was introduced at ', commitLink(k.failing_since, { check: k.check, dtype: k.dtype })));
+  if (Number(k.changed_seeds) > 0) parts.push(h('span', { class: 'changed', title: 'seeds whose inputs differ from the commit before: they are not compared with it' }, `${fmtInt(k.changed_seeds)} seed${Number(k.changed_seeds) === 1 ? '' : 's'} with changed inputs`));
+  return h('td', null, parts.length ? h('div', { class: 'regression-notes' }, parts) : h('span', { class: 'muted' }, '—'));
+}
+
+/** The regressions this commit brings in, still shows, or fixes: one line each, linked. */
+function regressionsHere(checks, sha) {
+  const seen = new Map();
+  for (const k of checks) {
+    const r = k.regression && typeof k.regression === 'object' && isId(k.regression.id) ? k.regression : null;
+    if (r && !seen.has(String(r.id))) seen.set(String(r.id), { r, k });
+  }
+  if (!seen.size) return null;
+  const items = [...seen.values()].sort((a, b) => Number(b.r.new) - Number(a.r.new) || Number(a.r.id) - Number(b.r.id));
+  const nNew = items.filter((x) => x.k.verdict === 'regressed' && x.r.new).length;
+  return h(
+    'section',
+    { class: `panel regressions-here${nNew ? ' has-new' : ''}`, 'aria-labelledby': 'reg-h' },
+    h('h2', { id: 'reg-h' }, nNew ? `${nNew} regression${nNew === 1 ? '' : 's'} new at this commit` : 'Regressions this commit shows'),
+    h(
+      'ul',
+      { class: 'plain-list' },
+      items.map(({ r, k }) => {
+        const st = regressionStateInfo(r.state);
+        let what;
+        if (k.verdict === 'regressed' && r.new) what = h('strong', { class: 'new-here' }, 'new at this commit');
+        else if (k.verdict === 'regressed') what = h('span', null, 'still open, new at ', isSha(r.new_at) ? commitLink(r.new_at) : '—');
+        else if (k.verdict === 'improved') what = h('strong', { class: 'fixed-here' }, 'fixed by this commit');
+        else what = h('span', null, humanKey(String(k.verdict)));
+        return h('li', null, h('a', { href: url.regression(r.id), class: 'regression-link' }, `Regression #${r.id}`), ' ', h('a', { href: url.check(k.check, k.dtype), class: 'mono' }, `${k.check} · ${k.dtype}`), ' ', what, ' ', pill(st.label, st.tone, st.help));
+      }),
+    ),
+  );
+}
+
+function baselineCell(k) {
+  const ev = k.evidence;
+  const b = isSha(k.baseline) ? k.baseline : ev && typeof ev === 'object' ? ev.baseline : null;
+  if (b == null) return h('td', { class: 'muted', title: 'no earlier result for this check: its history starts here' }, 'none');
   return h('td', null, commitLink(String(b)));
 }
 
@@ -139,7 +194,7 @@ function checksTable(checks, sha) {
   const rows = checks.map((k) => {
     const id = checkAnchor(k.check, k.dtype);
     const nfail = distinctSeeds(k);
-    const info = verdictInfo(k.verdict);
+    const info = verdictInfo(resultVerdict(k));
     const repeat = k.check === prev;
     prev = k.check;
     return h(
@@ -147,12 +202,13 @@ function checksTable(checks, sha) {
       { id, class: [ATTENTION.has(info.key) && info.key !== 'build_failed' ? 'attention' : '', repeat ? 'repeat' : ''].join(' ').trim() || null },
       h('th', { scope: 'row' }, h('a', { href: url.commit(sha, k.check, k.dtype), class: 'anchor', title: 'Link to this row' }, String(k.check)), k.deterministic === false ? h('span', { class: 'nd', title: 'non-deterministic: judged statistically' }, ' ~') : null),
       h('td', null, h('a', { href: url.check(k.check, k.dtype), class: 'history-link', title: `${k.check} ${k.dtype} across commits (chart)` }, String(k.dtype))),
-      h('td', null, badge(k.verdict)),
+      h('td', null, badge(resultVerdict(k))),
+      regressionCell(k, sha),
       h('td', { class: 'num' }, fmtInt(k.trials)),
       countCell(k.failures, true),
       countCell(k.infra_errors, false),
       ratioCell(k.worst_ratio),
-      baselineCell(k.evidence),
+      baselineCell(k),
       h('td', null, evidenceSummary(k.evidence)),
       h('td', null, nfail ? h('a', { href: hashHref(seedsAnchor(k.check, k.dtype)) }, `${nfail} seed${nfail === 1 ? '' : 's'} ↑`) : h('span', { class: 'muted' }, '—')),
     );
@@ -167,7 +223,7 @@ function checksTable(checks, sha) {
       h(
         'thead',
         null,
-        h('tr', null, ['Check', 'dtype', 'Verdict', 'Trials', 'Failures', 'Infra errors', 'Worst ratio', 'Baseline', 'Evidence', 'Failing'].map((t, i) => h('th', { scope: 'col', class: i >= 3 && i <= 6 ? 'num' : null }, t))),
+        h('tr', null, ['Check', 'dtype', 'Verdict', 'Regression', 'Trials', 'Failures', 'Infra errors', 'Worst ratio', 'Baseline', 'Evidence', 'Failing'].map((t, i) => h('th', { scope: 'col', class: i >= 4 && i <= 7 ? 'num' : null }, t))),
       ),
       h('tbody', null, rows),
     ),
@@ -261,7 +317,7 @@ function seedsSection(k) {
       'h3',
       { id: `${id}-h` },
       h('span', null, `${k.check} · ${k.dtype}`),
-      badge(k.verdict),
+      badge(resultVerdict(k)),
       h('span', { class: 'subtitle' }, `${bySeed.size} failing seed${bySeed.size === 1 ? '' : 's'} · ${fmtInt(k.failures)} of ${fmtInt(k.trials)} trials failed`),
       h('a', { href: url.check(k.check, k.dtype), class: 'up' }, 'history across commits'),
       h('a', { href: hashHref(checkAnchor(k.check, k.dtype)), class: 'up' }, 'its row in the table ↓'),
@@ -328,9 +384,9 @@ export default {
     const sha = isSha(c.sha) ? c.sha : '';
     const checks = Array.isArray(c.checks) ? c.checks : [];
     const counts = new Map();
-    for (const k of checks) counts.set(verdictInfo(k.verdict).key, (counts.get(verdictInfo(k.verdict).key) || 0) + 1);
+    for (const k of checks) counts.set(verdictInfo(resultVerdict(k)).key, (counts.get(verdictInfo(resultVerdict(k)).key) || 0) + 1);
     // build_failed on every check is said once, by the commit's own verdict and build panel.
-    const attention = checks.filter((k) => ATTENTION.has(verdictInfo(k.verdict).key) && k.verdict !== 'build_failed');
+    const attention = checks.filter((k) => ATTENTION.has(verdictInfo(resultVerdict(k)).key) && k.verdict !== 'build_failed');
     const failing = checks.filter((k) => Array.isArray(k.failing_seeds) && k.failing_seeds.length);
 
     const head = h(
@@ -364,7 +420,7 @@ export default {
           'nav',
           { class: 'attention-list', 'aria-label': 'Checks that need attention' },
           h('span', null, 'Needs attention: '),
-          attention.slice(0, ATTENTION_SHOWN).map((k, i) => [i ? ' ' : '', h('a', { href: hashHref(k.failing_seeds?.length ? seedsAnchor(k.check, k.dtype) : checkAnchor(k.check, k.dtype)), class: 'chip' }, badge(k.verdict), ` ${k.check} · ${k.dtype}`)]),
+          attention.slice(0, ATTENTION_SHOWN).map((k, i) => [i ? ' ' : '', h('a', { href: hashHref(k.failing_seeds?.length ? seedsAnchor(k.check, k.dtype) : checkAnchor(k.check, k.dtype)), class: 'chip' }, badge(resultVerdict(k)), ` ${k.check} · ${k.dtype}`)]),
           attention.length > ATTENTION_SHOWN
             ? h('a', { href: url.commit(sha, null, null, { show: 'problems' }) + '#results-h', class: 'more' }, `and ${attention.length - ATTENTION_SHOWN} more`)
             : null,
@@ -388,6 +444,7 @@ export default {
       'section',
       { class: 'view view-commit' },
       head,
+      regressionsHere(checks, sha),
       bisectionsHere(c.bisections_here, sha),
       h('div', { class: 'panels' }, meta, buildSection(c)),
       h('section', { 'aria-labelledby': 'checks-h' }, h('h2', { id: 'checks-h' }, 'Checks'), checksPart),

@@ -5,7 +5,7 @@
 import { getJSON } from '../api.js';
 import { h, srOnly } from '../dom.js';
 import { badge, commitLink, heading, legend, notice, timeEl } from '../components.js';
-import { cellVerdict, isSha, parsePage, url, verdictClass, verdictInfo } from '../format.js';
+import { cellNote, cellVerdict, isSha, parsePage, url, verdictClass, verdictInfo } from '../format.js';
 
 export const PAGE_SIZE = 50;
 
@@ -79,7 +79,7 @@ function row(commit, cols, index) {
   cols.forEach((col, i) => {
     const v = cellVerdict(commit, col.key);
     const info = verdictInfo(v);
-    const label = `${col.check} ${col.dtype}: ${info.label}`;
+    const label = cellLabel(col, info, cellNote(commit, col.key));
     const td = h('td', { class: col.check !== prevCheck ? 'cell-td first' : 'cell-td' });
     prevCheck = col.check;
     td.appendChild(
@@ -90,6 +90,11 @@ function row(commit, cols, index) {
     tr.appendChild(td);
   });
   return tr;
+}
+
+/** A cell's words: check, dtype, verdict, and what it says of regressions and rates. */
+function cellLabel(col, info, note) {
+  return `${col.check} ${col.dtype}: ${info.label}${note ? ` (${note})` : ''}`;
 }
 
 /** Arrow keys move between the grid's links (cells are not in the Tab order; rows' shas are). */
@@ -129,6 +134,18 @@ function onGridClick(e) {
   window.dispatchEvent(new CustomEvent('nw:navigate', { detail: tr.dataset.href }));
 }
 
+/** A line under the legend: what new and open regressions look like, and where they are listed. */
+function regressionsNote() {
+  return h(
+    'p',
+    { class: 'grid-note small muted' },
+    'Solid red ✕: a regression new at that commit. Hatched ⋯: the commit still shows a regression an earlier commit brought in. ',
+    h('a', { href: url.regressions({ state: 'active' }) }, 'Open regressions'),
+    ' · ',
+    h('a', { href: url.regressions() }, 'all regressions'),
+  );
+}
+
 /** What each rendered grid shows, so that a refresh can patch it in place. */
 const shown = new WeakMap();
 
@@ -166,9 +183,9 @@ function update(root, data, params) {
     cols.forEach((col, j) => {
       const a = links[j];
       const v = cellVerdict(commit, col.key);
-      if (!a || a.dataset.v === String(v)) return;
       const info = verdictInfo(v);
-      const label = `${col.check} ${col.dtype}: ${info.label}`;
+      const label = cellLabel(col, info, cellNote(commit, col.key));
+      if (!a || (a.dataset.v === String(v) && a.getAttribute('aria-label') === label)) return;
       a.dataset.v = String(v);
       a.className = `cell ${verdictClass(v)}`;
       a.textContent = info.glyph;
@@ -210,7 +227,7 @@ export default {
       heading('Commits', h('span', { class: 'subtitle' }, `${cols.length} check × dtype column${cols.length === 1 ? '' : 's'}`)),
       pager(page, pages, total),
     );
-    const parts = [top, legend()];
+    const parts = [top, legend(), regressionsNote()];
 
     if (!total) {
       parts.push(notice('info', 'No commits yet.', 'The daemon imports the branch’s history on its first poll. See ', h('a', { href: url.health() }, 'Health'), ' for polling errors.'));

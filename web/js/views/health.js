@@ -244,7 +244,12 @@ export default {
           d.poll_error ? h('div', { class: 'error-inline' }, String(d.poll_error)) : null,
           `${fmtInt(d.poll_failures)} failed poll${Number(d.poll_failures) === 1 ? '' : 's'} in a row · ${fmtInt(d.commits)} commits known`,
         ),
-        card('Build', d.building ? 'busy' : 'neutral', d.building ? h('span', null, 'building ', commitLink(String(d.building))) : 'idle'),
+        card(
+          'Build',
+          d.identity_warning ? 'warn' : d.building ? 'busy' : 'neutral',
+          d.building ? h('span', null, 'building ', commitLink(String(d.building))) : 'idle',
+          d.identity_warning ? h('div', { class: 'error-inline' }, String(d.identity_warning)) : null,
+        ),
         card('Slots', busy ? 'good' : 'neutral', `${busy} of ${slots.length} busy`),
         card('GPUs', gpus.length ? 'good' : 'neutral', gpus.length ? `${gpus.length} GPU${gpus.length === 1 ? '' : 's'}` : 'none', gpus.length ? gpus.map((g) => `GPU ${g.gpu}: ${g.slots.length} slot${g.slots.length === 1 ? '' : 's'}`).join(' · ') : 'host slots only: checks run on the CPU'),
         card('Runners', restarts ? 'warn' : runners ? 'good' : 'neutral', `${runners} of ${slots.length} running`, `${fmtInt(restarts)} restart${restarts === 1 ? '' : 's'} after a crash, timeout or fault`),

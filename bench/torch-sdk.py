@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""bench/torch-sdk.py: the torch SDK's trial rate against a plain pytest-style loop, and how busy
+several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks.md).
+
+1. Rate. For each check of the example's suite (kernels/python/examples/fusedops_checks.py;
+   attention and rmsnorm by default, forward and backward) and dtype, N seeds through the SDK
+   (runner.trial(): inputs from the seed, float64 reference, same-dtype plain program, both
+   passes, every metric, digest, case digest, `repeats` kernel runs) against the loop a test
+   suite would write for the same shapes: torch.randn inputs on the device, the kernel (and
+   autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
+   after a warm-up (module load, Triton compilation). Prints a markdown table: trials/s of each
+   and their ratio (the SDK's full contract should keep at least 0.8x the plain loop's rate).
+
+2. GPU busy fraction. K runner processes (the checks' command line, --count seeds each) on one
+   GPU at once, for K in --slots, while nvidia-smi samples utilization.gpu every 100 ms: the
+   mean over the run, and the trials per second of all K together.
+
+usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
+    python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
+    python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SDK = os.path.join(ROOT, "kernels", "python")
+EXAMPLES = os.path.join(SDK, "examples")
+
+
+def setup(device):
+    os.environ["NUMWATCH_TORCH_DEVICE"] = device
+    sys.path[:0] = [SDK, EXAMPLES, os.path.join(EXAMPLES, "fusedops")]
+    import fusedops_checks  # noqa: F401  (imports torch, the SDK and the library)
+    return fusedops_checks
+
+
+def sync(torch, device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def plain_trial(torch, check, dtype, seed, device):
+    """What a test suite writes: the SDK's case only for the shape, torch.randn data on the
+    device, the kernel, a float64 reference, assert_close with torch's default tolerances."""
+    from numwatch_runner import torchcheck as nwt
+
+    fams = list(check.families)
+    fam = fams[seed % len(fams)]
+    case = check.make_case(nwt.Gen(check.name, dtype, seed, seed // len(fams), fam), fam, dtype)
+    case.family, case.dtype, case.seed, case.device = fam, dtype, seed, device
+    td = nwt.TORCH_DTYPES[dtype]
+    g = torch.Generator(device=device).manual_seed(seed)
+    inputs = {}
+    for k, v in case.inputs.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            t = torch.randn(tuple(v.shape), generator=g, device=device, dtype=td)
+            inputs[k] = t.requires_grad_(check.backward and k in check.grads)
+        else:
+            inputs[k] = v
+    ref_in = {k: (v.detach().double().requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v)
+              for k, v in inputs.items()}
+    out = check.kernel(case, **inputs)
+    ref = check.reference(case, **ref_in)
+    ok = True
+    try:
+        if check.backward:
+            dy = torch.randn(tuple(out.shape), generator=g, device=device, dtype=td)
+            gk = torch.autograd.grad(out, [inputs[k] for k in check.grads], dy)
+            gr = torch.autograd.grad(ref, [ref_in[k] for k in check.grads], dy.double())
+            for a, b in zip(gk, gr):
+                torch.testing.assert_close(a, b.to(td))
+        else:
+            torch.testing.assert_close(out.detach(), ref.detach().to(td))
+    except AssertionError:
+        ok = False
+    sync(torch, device)
+    return ok
+
+
+def rate(fn, seeds, warm=5):
+    for s in range(warm):
+        fn(10**6 + s)
+    t0 = time.perf_counter()
+    for s in range(seeds):
+        fn(s)
+    return seeds / (time.perf_counter() - t0)
+
+
+def bench_rates(fc, device, names, dtypes, seeds, repeats):
+    import torch
+
+    import numwatch_runner as nw
+
+    runner = nw.Runner(fc.checks(), name="bench")
+    by_name = {c.name: c for c in fc.checks()}
+    print("| check | dtype | SDK trials/s | plain loop trials/s | SDK / plain |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for name in names:
+        for dtype in dtypes:
+            c = by_name[name]
+
+            def sdk(seed):
+                runner.trial(name, dtype, seed, None, repeats)
+
+            def plain(seed):
+                plain_trial(torch, c, dtype, seed, device)
+
+            r_sdk = rate(sdk, seeds)
+            r_plain = rate(plain, seeds)
+            print("| %s | %s | %.1f | %.1f | %.2f |" % (name, dtype, r_sdk, r_plain, r_sdk / r_plain), flush=True)
+
+
+class Sampler(threading.Thread):
+    """nvidia-smi's utilization.gpu of one GPU every 100 ms."""
+
+    def __init__(self, gpu):
+        super().__init__(daemon=True)
+        self.p = subprocess.Popen(["nvidia-smi", "-i", str(gpu), "--query-gpu=utilization.gpu",
+                                   "--format=csv,noheader,nounits", "-lms", "100"],
+                                  stdout=subprocess.PIPE, text=True)
+        self.samples = []
+
+    def run(self):
+        for line in self.p.stdout:
+            try:
+                self.samples.append(float(line.strip()))
+            except ValueError:
+                pass
+
+    def stop(self):
+        self.p.terminate()
+        self.p.wait(10)
+
+
+def bench_busy(slots, gpu, check, dtype, count):
+    print("\n| runners on GPU %d | trials | seconds | trials/s | GPU busy (mean utilization.gpu) |" % gpu)
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    env = dict(os.environ, PYTHONPATH=SDK, CUDA_VISIBLE_DEVICES=str(gpu), PYTHONDONTWRITEBYTECODE="1")
+    env.pop("NUMWATCH_TORCH_DEVICE", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        # A build directory as numwatchd makes one: the checks beside the library.
+        os.symlink(os.path.join(EXAMPLES, "fusedops", "fusedops"), os.path.join(tmp, "fusedops"))
+        os.symlink(os.path.join(EXAMPLES, "fusedops_checks.py"), os.path.join(tmp, "fusedops_checks.py"))
+        for k in slots:
+            sampler = Sampler(gpu)
+            sampler.start()
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen([sys.executable, "fusedops_checks.py", "--check", check, "--dtype", dtype,
+                                       "--seed", str(i * count), "--count", str(count), "--summary"],
+                                      cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for i in range(k)]
+            for p in procs:
+                p.wait()
+            sec = time.perf_counter() - t0
+            sampler.stop()
+            busy = statistics.mean(sampler.samples) if sampler.samples else float("nan")
+            print("| %d | %d | %.1f | %.1f | %.0f%% |" % (k, k * count, sec, k * count / sec, busy), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    ap.add_argument("--checks", default="attention.fwd,attention.bwd,rmsnorm.fwd,rmsnorm.bwd")
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--seeds", type=int, default=500, help="seeds per check x dtype for the rates")
+    ap.add_argument("--repeats", type=int, default=1, help="kernel runs per SDK trial (numwatchd sends 2 by default)")
+    ap.add_argument("--slots", default="1,2,4,8", help="runner counts for the busy fraction (0: skip it)")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--busy-check", default="attention.bwd")
+    ap.add_argument("--busy-dtype", default="bf16")
+    ap.add_argument("--busy-count", type=int, default=300, help="seeds per runner for the busy fraction")
+    a = ap.parse_args()
+    fc = setup(a.device)
+    import torch
+
+    import fusedops
+
+    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s" % (
+        a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
+        time.strftime("%Y-%m-%d")))
+    print()
+    bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats)
+    slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
+    if slots and a.device != "cpu":
+        bench_busy(slots, a.gpu, a.busy_check, a.busy_dtype, a.busy_count)
+
+
+if __name__ == "__main__":
+    main()

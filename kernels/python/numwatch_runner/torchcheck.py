@@ -1,0 +1,808 @@
+"""numwatch_runner.torchcheck: checks on torch tensors, run on the runner's device.
+
+    import torch
+    import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
+
+    class RMSNorm(nwt.TorchCheck):
+        op = "rmsnorm"                       # rmsnorm.fwd, and rmsnorm.bwd with grads
+        dtypes = ("f32", "f16", "bf16")
+        families = ("aligned", "tail", "threshold")
+        grads = ("x", "w")                   # the bwd check judges dx and dw, each apart
+        tail_width = 8
+
+        def make_case(self, g, family, dtype):
+            cols = {"aligned": g.aligned(8, 8, 4096), "tail": g.tail(8, 9, 4095),
+                    "threshold": g.around((1024, 2048, 4096))}[family]
+            return nwt.Case([4, cols], {"x": g.normal((4, cols), dtype), "w": g.normal((cols,), dtype)},
+                            params={"eps": 1e-6})
+
+        def reference(self, case, x, w):     # float64 inputs; also the plain program, in the dtype
+            return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + case["eps"]) * w
+
+        def kernel(self, case, x, w):        # the library, on the dtype's inputs
+            return mylib.rmsnorm(x, w, case["eps"])
+
+    if __name__ == "__main__":
+        sys.exit(nw.main(RMSNorm.both(), name="mylib-runner", device=nwt.device_info))
+
+What the SDK does per trial (check, dtype, seed), all of it on the runner's
+device (nwt.DEVICE: "cuda" when CUDA_VISIBLE_DEVICES names a GPU torch can
+use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
+
+- inputs from the seed: a CPU torch.Generator seeded from (check, dtype,
+  seed), so that a seed means the same data on any machine; make_case() draws
+  float64 values and rounds them to the dtype (g.normal(shape, dtype)); the
+  case digest hashes them; then they move to the device;
+- the reference in float64 from the inputs as rounded to the dtype (every
+  floating input upcast), the plain program (plain(), by default the
+  reference itself run on the dtype's inputs: the FlashAttention rule) and
+  the kernel, `repeats` times;
+- a bwd check runs each program forward and backward through autograd with
+  one seeded output gradient (drawn after the inputs, rounded to the dtype,
+  float64 for the reference) and judges each gradient d<input> apart;
+- per output tensor, on the device, the metrics of metrics.compare() (the
+  same meaning as the C SDK's): ratio, max_abs, max_rel, max_ulp, nonfinite
+  and ref_nonfinite, mismatch, unwritten and canary (kernels that write into
+  case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
+
+Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
+Triton on the GPU).
+"""
+import contextlib
+import hashlib
+import math
+import os
+import platform
+import statistics
+import struct
+import time
+
+import torch
+
+from .check import Check, valid_shape, valid_token, TENSORS_MAX
+from .dtypes import EPS, TINY, has_ulp
+from .metrics import FLOOR_EPS, unravel
+from .rng import stream_key
+from .runner import FatalError, TrialError
+
+#: Version of the case derivation of this module (the generator's draws and the
+#: helpers' choices): bump it when they change, as rng.GEN_VERSION.
+GEN_VERSION = 1
+
+TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64}
+_INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+             torch.float64: torch.int64}
+#: The poison a case.buffer() holds before the kernel runs: a quiet NaN per
+#: dtype with a payload arithmetic does not produce (metrics.POISON for f64).
+POISON_BITS = {torch.float16: 0x7EAD, torch.bfloat16: 0x7FED, torch.float32: 0x7FDEAD01,
+               torch.float64: 0x7FFDEAD00BADF00D}
+#: Guard elements on each side of a case.buffer(): a write there is a canary.
+GUARD = 64
+_D = struct.Struct("<d")
+_Q = struct.Struct("<Q")
+
+#: Shape families of PRODUCT.md, as sizes.
+THRESHOLDS = (1024, 2048, 4096)
+TILES = (64, 128)
+ODD_HEAD_DIMS = (40, 59, 80, 96, 111)
+
+
+def _default_device():
+    forced = os.environ.get("NUMWATCH_TORCH_DEVICE")
+    if forced:
+        return forced
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return "cpu"  # a host slot
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+#: The device checks run on.
+DEVICE = _default_device()
+
+
+def device_info():
+    """The hello's "device" for DEVICE. Raises when CUDA was asked for and is
+    not usable, so that the runner's hello says why."""
+    if DEVICE.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch %s sees no CUDA device (CUDA_VISIBLE_DEVICES=%r)" % (
+                torch.__version__, os.environ.get("CUDA_VISIBLE_DEVICES")))
+        p = torch.cuda.get_device_properties(torch.device(DEVICE))
+        info = {"backend": "cuda", "name": p.name, "cc": "%d.%d" % (p.major, p.minor),
+                "toolkit": torch.version.cuda or "", "torch": torch.__version__}
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except Exception:
+            pass
+        return info
+    return {"backend": "host", "name": "%s (torch %s)" % (platform.machine() or "cpu", torch.__version__),
+            "torch": torch.__version__}
+
+
+def _sync():
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+_FATAL_MARKS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
+                "CUBLAS_STATUS_EXECUTION_FAILED", "misaligned address")
+
+
+def _fatal(e):
+    """Whether an exception means the device context is gone (a sticky CUDA error)."""
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in _FATAL_MARKS)
+
+
+# ---- the generator ------------------------------------------------------------------------------
+
+
+class Gen:
+    """Seeded draws for one trial, from a CPU torch.Generator.
+
+    Every value comes from torch.rand in float64 with exact arithmetic after it
+    (normal() sums four uniforms, as the list SDK's Rng), so a case depends on
+    the seed alone, not on the machine. Tensors are made on the CPU; the SDK
+    moves them to the device.
+
+      seed, index, family, dtype: of the trial (index = seed // len(families))
+    """
+
+    def __init__(self, check, dtype, seed, index=0, family=None):
+        self.g = torch.Generator(device="cpu")
+        self.g.manual_seed(stream_key(check, dtype, seed) & ((1 << 63) - 1))
+        self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
+
+    def _rand(self, shape):
+        return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
+
+    # scalars
+    def uniform(self, lo=0.0, hi=1.0):
+        return lo + (hi - lo) * float(self._rand(()).item())
+
+    def randint(self, lo, hi):
+        """Uniform integer in [lo, hi], both included."""
+        span = hi - lo + 1
+        if span <= 0:
+            raise ValueError("randint(%d, %d): empty range" % (lo, hi))
+        return lo + min(int(self.uniform() * span), span - 1)
+
+    def choice(self, seq):
+        seq = list(seq)
+        return seq[self.randint(0, len(seq) - 1)]
+
+    def bernoulli(self, p):
+        return self.uniform() < p
+
+    # tensors
+    @staticmethod
+    def _cast(t, dtype):
+        if dtype is None:
+            return t
+        return t.to(TORCH_DTYPES.get(dtype, dtype))
+
+    def uniforms(self, shape, lo=0.0, hi=1.0, dtype=None):
+        """Uniform in [lo, hi), rounded to dtype (a name or a torch dtype; None: float64)."""
+        return self._cast(lo + (hi - lo) * self._rand(shape), dtype)
+
+    def normal(self, shape, dtype=None, mean=0.0, std=1.0):
+        """Approximately normal (four uniforms summed and rescaled: |z| < 3.47), rounded to dtype."""
+        u = self._rand((4,) + tuple(shape))
+        z = (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * 1.7320508075688772
+        return self._cast(mean + std * z, dtype)
+
+    def integers(self, shape, lo, hi):
+        """int64 uniform in [lo, hi]."""
+        span = hi - lo + 1
+        return lo + torch.clamp((self._rand(shape) * span).to(torch.int64), max=span - 1)
+
+    # sizes: the shape families of PRODUCT.md
+    def aligned(self, width, lo, hi):
+        """A multiple of width in [lo, hi]."""
+        return width * self.randint(max(1, -(-lo // width)), max(1, hi // width))
+
+    def tail(self, width, lo, hi):
+        """A size in [lo, hi] that is not a multiple of width (a partial last tile)."""
+        for _ in range(64):
+            n = self.randint(lo, hi)
+            if n % width:
+                return n
+        return (hi // width) * width - 1
+
+    def around(self, points=THRESHOLDS, below=1, above=1):
+        """One of p - below .. p + above for p in points: both sides of a dispatch threshold or a tile size."""
+        return self.choice(points) + self.randint(-below, above)
+
+    def head_dim(self, extra=(32, 64, 128)):
+        """A head dimension: odd ones (40, 59, 80, 96, 111) as often as the usual ones."""
+        return self.choice(ODD_HEAD_DIMS if self.bernoulli(0.5) else extra)
+
+    def sweep(self, *limits):
+        """Consecutive seeds of a family (index 0, 1, 2, ...) sweep every size tuple up to
+        limits, 0 included: sweep(4, 16) gives (0, 0), (0, 1), ... (4, 16), then again."""
+        out, i = [], self.index
+        for lim in reversed(limits):
+            out.append(i % (lim + 1))
+            i //= lim + 1
+        return tuple(reversed(out))
+
+    def extreme_rows(self, rows, cols, dtype, kinds=("offset", "spread", "small", "zeros", "onehot",
+                                                     "constant", "neginf")):
+        """A (rows, cols) tensor whose rows are each of a kind drawn from kinds: a large offset, a
+        large spread, values near sqrt(eps), zeros, one-hot, constant, or -inf but for one element
+        (a fully masked row of attention scores has all of them -inf: add that yourself)."""
+        x = self.normal((rows, cols))
+        for r in range(rows):
+            k = self.choice(kinds)
+            if k == "offset":
+                x[r] = x[r] + self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4)
+            elif k == "spread":
+                x[r] = x[r] * self.uniform(20.0, 80.0)
+            elif k == "small":
+                x[r] = x[r] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+            elif k == "zeros":
+                x[r] = 0.0
+            elif k == "onehot":
+                x[r] = 0.0
+                if cols:
+                    x[r, self.randint(0, cols - 1)] = self.uniform(1.0, 10.0)
+            elif k == "constant":
+                x[r] = self.uniform(-3.0, 3.0)
+            elif k == "neginf":
+                x[r] = -math.inf
+                if cols:
+                    x[r, self.randint(0, cols - 1)] = self.uniform(-1.0, 1.0)
+        return self._cast(x, dtype)
+
+
+# ---- views and marks ----------------------------------------------------------------------------
+
+
+def noncontiguous(t):
+    """The same values in a non-contiguous view (every other element of a larger buffer)."""
+    if t.dim() == 0 or t.numel() == 0:
+        return t
+    big = torch.empty(t.shape[:-1] + (2 * t.shape[-1],), dtype=t.dtype, device=t.device)
+    big[..., ::2] = t
+    return big[..., ::2]
+
+
+def offset_view(t, offset=1):
+    """The same values at a storage offset of 'offset' elements: misaligned for vector loads."""
+    flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    v = flat[offset:].view(t.shape)
+    v.copy_(t)
+    return v
+
+
+def transposed(t):
+    """The same values in a view whose last two dimensions are stored transposed."""
+    if t.dim() < 2:
+        return t
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+VIEWS = {"noncontiguous": noncontiguous, "offset": offset_view, "transposed": transposed}
+
+
+def near(values, points=(0.0,), atol=0.0):
+    """A boolean mask of the elements of values within atol of any of points: the inputs of a
+    kink (relu at 0, a comparison's threshold). For case.exclude()."""
+    v = values.double()
+    mask = torch.zeros(v.shape, dtype=torch.bool, device=v.device)
+    for p in points:
+        mask |= (v - p).abs() <= atol
+    return mask
+
+
+def near_integer(values, atol):
+    """A boolean mask of the elements within atol of an integer: sampling positions on a pixel
+    boundary, where bilinear interpolation has a kink. For case.exclude()."""
+    v = values.double()
+    return (v - v.round()).abs() <= atol
+
+
+# ---- the case -----------------------------------------------------------------------------------
+
+
+class Case:
+    """One trial's inputs, made by TorchCheck.make_case().
+
+    shape:   the trial's "case.shape" (at most 8 counts): what a dashboard user reads
+    inputs:  name -> CPU tensor (floating ones already in their dtype, as the
+             kernel takes them), or any value the programs take
+    params:  name -> scalar parameters (eps, causal, ...)
+    views:   input name -> "noncontiguous", "offset" or "transposed": the kernel
+             gets that input in such a view (the reference and plain programs
+             do not care)
+
+    Set by the SDK: family, dtype, seed, index, device. A check may call
+    exclude() and set floor_scale[output] (as in the list SDK), and a kernel
+    that writes into given buffers takes them from buffer().
+    case["x"] is inputs["x"] or params["x"].
+    """
+
+    def __init__(self, shape, inputs, params=None, views=None):
+        self.shape = list(shape)
+        self.inputs = dict(inputs)
+        self.params = dict(params or {})
+        self.views = dict(views or {})
+        self.floor_scale = {}
+        self.excluded = {}
+        self.family = self.dtype = self.seed = self.index = None
+        self.device = DEVICE
+        self._buffers = {}
+        self._dev = {}  # input name -> the input on the device (one copy per trial)
+        self._dev_douts = {}
+
+    def __getitem__(self, key):
+        if key in self.inputs:
+            return self.inputs[key]
+        return self.params[key]
+
+    def __contains__(self, key):
+        return key in self.inputs or key in self.params
+
+    def exclude(self, output, mask):
+        """Leaves the elements of 'output' where mask is true out of the comparison (a kink):
+        they are counted as excluded, never hidden. mask: a boolean tensor of the output's
+        number of elements (any shape)."""
+        m = mask.reshape(-1).to(torch.bool)
+        self.excluded[output] = m if output not in self.excluded else self.excluded[output] | m
+
+    def buffer(self, name, shape, dtype=None):
+        """An output buffer on the device for a kernel that writes into given memory: every
+        element holds the poison NaN, and GUARD poisoned elements lie on each side. An element
+        the kernel leaves alone is 'unwritten', a write beside it a 'canary'. Return it (or
+        write into it and return it) from kernel()."""
+        td = TORCH_DTYPES.get(dtype, dtype) if dtype is not None else TORCH_DTYPES[self.dtype]
+        n = 1
+        for d in shape:
+            n *= int(d)
+        store = torch.empty(n + 2 * GUARD, dtype=td, device=self.device)
+        store.view(_INT_VIEW[td]).fill_(_signed(POISON_BITS[td], td))
+        view = store[GUARD:GUARD + n].view(tuple(shape))
+        self._buffers[name] = (store, view, n)
+        return view
+
+    def __repr__(self):
+        return "Case(family=%r, shape=%r)" % (self.family, self.shape)
+
+
+def _signed(bits, td):
+    width = {torch.int16: 16, torch.int32: 32, torch.int64: 64}[_INT_VIEW[td]]
+    return bits - (1 << width) if bits >= 1 << (width - 1) else bits
+
+
+def case_digest(case):
+    """BLAKE2b (16 hex digits) of the generated case: shape, every input's name, dtype,
+    shape and bytes (other values by repr), the parameters and the views."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(list(case.shape)).encode("utf-8"))
+    for name in sorted(case.inputs):
+        v = case.inputs[name]
+        h.update(b"\0i" + name.encode("utf-8") + b"\0")
+        if isinstance(v, torch.Tensor):
+            t = v.detach().contiguous().cpu()
+            h.update(("%s%s" % (t.dtype, tuple(t.shape))).encode("utf-8"))
+            if t.dtype == torch.bfloat16:
+                t = t.view(torch.int16)
+            h.update(t.numpy().tobytes())
+        else:
+            h.update(repr(v).encode("utf-8"))
+    for name in sorted(case.params):
+        h.update(b"\0p" + name.encode("utf-8") + b"\0" + repr(case.params[name]).encode("utf-8"))
+    for name in sorted(case.views):
+        h.update(b"\0v" + name.encode("utf-8") + b"\0" + str(case.views[name]).encode("utf-8"))
+    return h.hexdigest()
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+
+
+def _ordered(x, dtype):
+    """x (float64) rounded to dtype (f32, f64) as integers that order like the values."""
+    if dtype == "f32":
+        i = x.to(torch.float32).view(torch.int32).to(torch.int64)
+        return torch.where(i < 0, -(i & 0x7FFFFFFF), i)
+    i = x.view(torch.int64)
+    return torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+
+
+def _first(mask, n):
+    """The first flat index where mask is true, as a tensor (n when none)."""
+    idx = torch.arange(n, device=mask.device)
+    return torch.where(mask, idx, torch.full_like(idx, n)).min()
+
+
+def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
+            atol=None, rtol=0.0, unwritten=None, exclude=None, canary=0, tail_width=0):
+    """metrics.compare() on tensors, on their device: the same arguments (got, ref and each
+    plain as tensors of one number of elements; unwritten and exclude as boolean masks) and
+    the same dict, field for field. got is taken as it is: round it to the dtype first, as a
+    store into a buffer of the dtype would (the SDK does)."""
+    got = got.detach().reshape(-1).to(torch.float64)
+    ref = ref.detach().reshape(-1).to(torch.float64)
+    n = ref.numel()
+    if got.numel() != n:
+        raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
+    shape = list(shape) if shape is not None else [n]
+    fixed = atol is not None
+    plains = [p.detach().reshape(-1).to(torch.float64) for p in plains]
+    if not fixed and not plains:
+        raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
+    for p in plains:
+        if p.numel() != n:
+            raise ValueError("tensor '%s': plain program has %d values for %d" % (name, p.numel(), n))
+    dev = ref.device
+    zeros = torch.zeros(n, dtype=torch.bool, device=dev)
+    unw = unwritten.reshape(-1).to(dev) if unwritten is not None else zeros
+    exc_raw = exclude.reshape(-1).to(dev) if exclude is not None else zeros
+    exc = exc_raw & ~unw  # an unwritten element counts as unwritten, not excluded
+    live = ~unw & ~exc_raw
+    kfin = torch.isfinite(got)
+    rfin = torch.isfinite(ref)
+    same_class = (torch.isnan(got) & torch.isnan(ref)) | (got == ref)
+    mismatch = live & ((kfin != rfin) | (~kfin & ~same_class))
+    both = live & kfin & rfin
+    absr = torch.where(both, ref.abs(), torch.zeros_like(ref))
+    err = torch.where(both, (got - ref).abs(), torch.zeros_like(ref))
+    nz = both & (ref != 0)
+    rel = torch.where(nz, err / torch.where(nz, ref.abs(), torch.ones_like(ref)), torch.zeros_like(ref))
+    if fixed:
+        tol = atol + rtol * ref.abs()
+        q = torch.where(tol > 0, err / torch.where(tol > 0, tol, torch.ones_like(tol)),
+                        torch.where(err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
+        q = torch.where(both, q, torch.zeros_like(q))
+        key = q
+    else:
+        key = err
+    plain_max = torch.zeros((), dtype=torch.float64, device=dev)
+    for p in plains:
+        ok = rfin & torch.isfinite(p) & ~exc_raw
+        e = torch.where(ok, (p - ref).abs(), torch.zeros_like(ref))
+        if n:
+            plain_max = torch.maximum(plain_max, e.max())
+    ulp = has_ulp(dtype)
+    if n:
+        max_key = key.max()
+        floats = torch.stack([err.max(), rel.max(), absr.max(), plain_max, max_key])
+        worst = _first((key == max_key) & (max_key > 0) & both, n)
+        hard = _first(unw | mismatch, n)
+        counts = [unw.sum(), exc.sum(), (live & ~kfin).sum(), (live & ~rfin).sum(), mismatch.sum(), worst, hard]
+        if ulp:
+            oref_ok = torch.isfinite(ref.to(torch.float32)) if dtype == "f32" else rfin
+            sel = both & (err > 0) & oref_ok
+            d = (_ordered(got, dtype) - _ordered(ref, dtype)).abs()
+            counts.append(torch.where(sel, d, torch.zeros_like(d)).max())
+        # One transfer for all of it: the floats' bits travel as integers.
+        both_ = torch.cat([floats.view(torch.int64), torch.stack([c.to(torch.int64) for c in counts])]).tolist()
+        fl = [_D.unpack(_Q.pack(b & 0xFFFFFFFFFFFFFFFF))[0] for b in both_[:5]]
+        ct = both_[5:]
+    else:
+        fl = [0.0, 0.0, 0.0, 0.0, 0.0]
+        ct = [0, 0, 0, 0, 0, 0, 0] + ([0] if ulp else [])
+    max_abs, max_rel, max_ref, plain_max_v, max_q = fl
+    n_unwritten, n_excluded, n_nonfinite, n_ref_nonfinite, n_mismatch, worst_i, hard_i = ct[:7]
+    max_ulp = ct[7] if ulp else None
+
+    if fixed:
+        budget = atol
+        ratio = max_q
+    else:
+        scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
+        budget = factor * plain_max_v + floor_eps * EPS[dtype] * scale
+        if budget <= 0.0:
+            budget = TINY[dtype]
+        ratio = max_abs / budget
+    pos = hard_i if hard_i < n else (worst_i if worst_i < n else None)
+    idx = unravel(pos, shape) if pos is not None else None
+    tail = False
+    if idx and tail_width > 1 and shape:
+        dlast = shape[-1]
+        tail = idx[-1] >= dlast - dlast % tail_width
+    failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
+    fin = _finite_or_none
+    return {
+        "name": name,
+        "ratio": fin(ratio),
+        "max_abs": fin(max_abs),
+        "max_rel": fin(max_rel),
+        "max_ulp": max_ulp,
+        "nonfinite": n_nonfinite,
+        "ref_nonfinite": n_ref_nonfinite,
+        "unwritten": n_unwritten,
+        "canary": canary,
+        "excluded": n_excluded,
+        "worst": idx,
+        "tail": tail,
+        "mismatch": n_mismatch,
+        "plain_max_abs": None if fixed else fin(plain_max_v),
+        "budget": fin(budget),
+        "failed": failed,
+    }
+
+
+def _finite_or_none(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def digest_tensor(t):
+    """A 64-bit hash of a tensor's bits, computed on its device (a weighted sum of the
+    elements' bit patterns, wrapping): equal tensors hash equal, and one element that
+    differs changes the hash."""
+    return int(_digest_on_device(t).item()) & ((1 << 64) - 1)
+
+
+def _digest_on_device(t):
+    """digest_tensor() as a 0-dimensional int64 tensor on t's device (no transfer)."""
+    t = t.detach().contiguous().reshape(-1)
+    n = t.numel()
+    if n == 0:
+        return torch.zeros((), dtype=torch.int64, device=t.device)
+    if t.dtype in _INT_VIEW:
+        bits = t.view(_INT_VIEW[t.dtype]).to(torch.int64)
+    else:
+        bits = t.to(torch.int64)
+    idx = torch.arange(n, device=t.device, dtype=torch.int64)
+    w = ((idx * 2654435761 + 40503) % (1 << 30)) * 2 + 1
+    lo = bits & 0xFFFFFFFF
+    h = (lo * w).sum()
+    if t.dtype in (torch.float64, torch.int64):  # the high halves, where there are any
+        w2 = ((idx * 2246822519 + 3266489917) % (1 << 30)) * 2 + 1
+        h = h + (((bits >> 32) & 0xFFFFFFFF) * w2).sum()
+    return h
+
+
+# ---- the check ----------------------------------------------------------------------------------
+
+
+def _as_dict(out, names):
+    if isinstance(out, torch.Tensor):
+        return {names[0] if names else "y": out}
+    if isinstance(out, dict):
+        return dict(out)
+    if isinstance(out, (list, tuple)):
+        if len(names) < len(out):
+            raise TrialError("%d outputs returned; name them with 'outputs' or return a dict" % len(out))
+        return dict(zip(names, out))
+    raise TrialError("a program returned %r, not a tensor, a tuple or a dict of tensors" % type(out).__name__)
+
+
+class TorchCheck(Check):
+    """One pass of one op on torch tensors. Subclass it and set:
+
+    op             the op's name; the check is op.fwd, or op.bwd with backward=True
+                   (TorchCheck.both() makes the two); or set name yourself
+    dtypes, families, deterministic, budget_factor, floor_eps, atol, rtol,
+    tail_width     as for nw.Check
+    grads          the inputs whose gradients a bwd check judges (outputs "d<name>")
+    outputs        names of a forward's outputs when a program returns a tensor
+                   or a tuple (default "y"); a dict names its own
+
+    and implement:
+
+    make_case(g, family, dtype) -> Case
+        Draw from g (Gen) alone; floating inputs in the dtype the kernel takes.
+    reference(case, **inputs) -> tensor, tuple or dict of tensors
+        The op, straightforwardly. The SDK calls it on float64 inputs for the
+        reference and, unless plain() is defined, on the dtype's inputs as the
+        plain same-dtype program.
+    plain(case, **inputs)       (optional) the same-dtype program (plain_programs() for several)
+    kernel(case, **inputs)      the library under test, on the device
+    floor_scales(case, inputs, douts) -> {output: scale}   (optional)
+        For an output that is a difference of larger terms (a gradient that
+        is exactly 0 where one key gets all the weight): the size of those
+        terms, computed from the float64 inputs and output gradients (douts:
+        None for a forward check); the budget's floor scales with it instead
+        of max|ref| (as case.floor_scale).
+    """
+
+    op = None
+    backward = False
+    grads = ()
+    outputs = ("y",)
+
+    def __init__(self, backward=None):
+        if backward is not None:
+            self.backward = backward
+        if self.name is None and self.op:
+            self.name = "%s.%s" % (self.op, "bwd" if self.backward else "fwd")
+        if self.backward and not self.grads:
+            raise ValueError("check %r: a backward check needs grads" % self.name)
+
+    @classmethod
+    def both(cls):
+        """The forward check and, when grads are declared, the backward one."""
+        out = [cls(backward=False)]
+        if cls.grads:
+            out.append(cls(backward=True))
+        return out
+
+    def pass_name(self):
+        if self.pass_:
+            return self.pass_
+        return "bwd" if self.backward else "fwd"
+
+    def make_case(self, g, family, dtype):
+        raise NotImplementedError("%s.make_case" % type(self).__name__)
+
+    def reference(self, case, **inputs):
+        raise NotImplementedError("%s.reference" % type(self).__name__)
+
+    def kernel(self, case, **inputs):
+        raise NotImplementedError("%s.kernel" % type(self).__name__)
+
+    # ---- one trial --------------------------------------------------------------------------
+
+    def _inputs(self, case, kind):
+        """The inputs of one program on the device: "ref" float64, "plain" or "kernel" as made.
+        Each input is copied to the device once per trial; the kernel gets its own copy of it
+        on the device (a kernel that writes into an input must not change the next repeat's)."""
+        out = {}
+        for k, v in case.inputs.items():
+            if isinstance(v, torch.Tensor):
+                t = case._dev.get(k)
+                if t is None:
+                    t = case._dev[k] = v.to(case.device)
+                if kind == "ref" and t.is_floating_point():
+                    t = t.to(torch.float64)
+                if kind == "kernel":
+                    t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
+                if self.backward and k in self.grads:
+                    t = t.detach().requires_grad_(True)
+                out[k] = t
+            else:
+                out[k] = v
+        return out
+
+    def _run(self, program, case, kind, douts):
+        """One program forward (and backward for a bwd check): its outputs by name."""
+        inputs = self._inputs(case, kind)
+        outs = _as_dict(program(case, **inputs), list(self.outputs))
+        if not self.backward:
+            return outs, None
+        names = list(outs)
+        if douts is None:  # the reference runs first: the output gradient is drawn for its shapes
+            douts = {}
+            for k in names:
+                douts[k] = case.gen.normal(tuple(outs[k].shape), case.dtype)
+        ys = [outs[k] for k in names]
+        dev = case._dev_douts
+        for k in names:
+            if k not in dev:
+                dev[k] = douts[k].to(case.device)
+        gs = [dev[k].to(torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
+        wrt = [inputs[k] for k in self.grads]
+        res = torch.autograd.grad(ys, wrt, gs, allow_unused=True)
+        grads = {}
+        for k, gr in zip(self.grads, res):
+            if gr is None:
+                gr = torch.zeros_like(inputs[k])
+            grads["d" + k] = gr
+        return grads, douts
+
+    def run_trial(self, dtype, seed, family, index, repeats):
+        """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
+        for an error answer."""
+        try:
+            return self._trial(dtype, seed, family, index, repeats)
+        except (TrialError, FatalError):
+            raise
+        except Exception as e:
+            if _fatal(e):
+                raise FatalError("%s: %s" % (self.name, e)) from e
+            raise
+
+    def _trial(self, dtype, seed, family, index, repeats):
+        g = Gen(self.name, dtype, seed, index, family)
+        case = self.make_case(g, family, dtype)
+        if not isinstance(case, Case):
+            raise TrialError("%s: make_case() returned %r, not a torchcheck.Case" % (self.name,
+                                                                                      type(case).__name__))
+        case.family, case.dtype, case.seed, case.index, case.gen = family, dtype, seed, index, g
+        if not valid_shape(case.shape):
+            raise TrialError("%s: case shape %r is not a list of at most 8 counts" % (self.name, case.shape))
+        for k, v in case.views.items():
+            if v not in VIEWS or k not in case.inputs:
+                raise TrialError("%s: bad view %r of input %r" % (self.name, v, k))
+        cdigest = case_digest(case)
+        fixed = self.atol is not None
+
+        with torch.no_grad() if not self.backward else contextlib.nullcontext():
+            ref, douts = self._run(self.reference, case, "ref", None)
+            hook = getattr(self, "floor_scales", None)
+            if hook is not None:
+                with torch.no_grad():
+                    ins = self._inputs(case, "ref")
+                    dd = None if douts is None else {k: v.to(case.device).to(torch.float64) for k, v in douts.items()}
+                    for k, v in (hook(case, {k: (t.detach() if isinstance(t, torch.Tensor) else t)
+                                             for k, t in ins.items()}, dd) or {}).items():
+                        case.floor_scale[k] = float(v)
+            plains = []
+            if not fixed:
+                overridden = type(self).plain is not Check.plain
+                plain_fn = self.plain if overridden else self.reference
+                multi = getattr(self, "plain_programs", None)
+                for fn in (multi() if multi else [plain_fn]):
+                    p, _ = self._run(fn, case, "plain", douts)
+                    plains.append(p)
+            names = list(ref)
+            if not 1 <= len(names) <= TENSORS_MAX:
+                raise TrialError("%s: 1 to %d outputs, not %d" % (self.name, TENSORS_MAX, len(names)))
+            for k in names:
+                if not valid_token(k):
+                    raise TrialError("%s: bad output name %r" % (self.name, k))
+                for p in plains:
+                    if k not in p or p[k].numel() != ref[k].numel():
+                        raise TrialError("%s: the plain program's '%s' does not match the reference's" % (
+                            self.name, k))
+
+            first = None
+            digest = None
+            differ = 0
+            times = []
+            td = TORCH_DTYPES[dtype]
+            for _ in range(repeats):
+                case._buffers = {}
+                _sync()
+                t0 = time.perf_counter_ns()
+                outs, _ = self._run(self.kernel, case, "kernel", douts)
+                _sync()
+                times.append((time.perf_counter_ns() - t0) / 1000.0)
+                read = {}
+                hashes = []
+                for k in names:
+                    if k not in outs:
+                        raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
+                    o = outs[k].detach()
+                    if o.numel() != ref[k].numel():
+                        raise TrialError("%s: the kernel's '%s' has %d elements, the reference's %d" % (
+                            self.name, k, o.numel(), ref[k].numel()))
+                    unw, canary = None, 0
+                    for store, view, nb in case._buffers.values():
+                        if view.numel() and o.data_ptr() == view.data_ptr() and o.dtype == view.dtype:
+                            ibits = store.view(_INT_VIEW[store.dtype])
+                            pb = _signed(POISON_BITS[store.dtype], store.dtype)
+                            unw = (ibits[GUARD:GUARD + nb] == pb)
+                            canary = int(((ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()).item())
+                            break
+                    got = o.to(td)  # as a store into a buffer of the dtype
+                    hashes.append(_digest_on_device(got))
+                    read[k] = (got, unw, canary)
+                h = hashlib.blake2b(digest_size=8)
+                for k, v in zip(names, torch.stack(hashes).tolist()):
+                    h.update(k.encode("utf-8") + b"\0" + (v & ((1 << 64) - 1)).to_bytes(8, "little"))
+                d = h.hexdigest()
+                if first is None:
+                    first, digest = read, d
+                elif d != digest:
+                    differ += 1
+
+            tensors = []
+            for k in names:
+                got, unw, canary = first[k]
+                t = compare(k, dtype, got, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
+                            factor=self.budget_factor, floor_eps=self.floor_eps,
+                            floor_scale=case.floor_scale.get(k), atol=self.atol, rtol=self.rtol,
+                            unwritten=unw, exclude=case.excluded.get(k), canary=canary,
+                            tail_width=self.tail_width)
+                tensors.append(t)
+        failed = any([t.pop("failed") for t in tensors])
+        ratios = [t["ratio"] for t in tensors]
+        ratio = None if any(r is None for r in ratios) else max(ratios)
+        return {
+            "verdict": "fail" if failed else "pass",
+            "case": {"family": family, "shape": list(case.shape), "gen": GEN_VERSION, "digest": cdigest},
+            "ratio": ratio,
+            "tensors": tensors,
+            "digest": digest,
+            "digests_differ": differ,
+            "kernel_us": _finite_or_none(statistics.median(times)),
+        }
+
