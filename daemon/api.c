@@ -83,7 +83,9 @@ static const char health_sql[] =
     " 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
     " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
     " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1),"
-    " 'identity_warning', identity_warning($1))::text";
+    " 'identity_warning', identity_warning($1),"
+    /* Every daemon sharing the database (fleet_json(), sql/040). */
+    " 'daemons', fleet_json($1, $2))::text";
 
 static const char checks_sql[] =
     "SELECT json_build_object('checks', coalesce(json_agg(json_build_object("
@@ -227,10 +229,15 @@ static void reply_health(struct pending *p, PGresult *res, const char *error)
 		json_decref(dbinfo);
 	}
 	json_object_set_new(o, "database", json_string(error ? "unavailable" : "ok"));
-	json_object_set_new(o, "status", json_string(error ? "degraded" : "ok"));
+	json_object_set_new(o, "status",
+			    json_string(p->d->read_only ? "read_only"
+					: error         ? "degraded"
+							: "ok"));
+	json_object_set_new(o, "read_only", p->d->read_only ? json_string(p->d->refused) : json_null());
 	body = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
-	http_reply(p->r, error ? 503 : 200, "application/json", body, body ? strlen(body) : 0);
+	http_reply(p->r, error || p->d->read_only ? 503 : 200, "application/json", body,
+		   body ? strlen(body) : 0);
 }
 
 /* A failed query: bad input that PostgreSQL refused (SQLSTATE class 22) is the client's fault. */
@@ -933,7 +940,9 @@ static void route_get(struct nwd *d, struct http_req *r, const char *path)
 
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
 	if (strcmp(path, "/health") == 0) {
-		api_ask(d, r, health_sql, 1, params, NULL, NULL, NULL, reply_health);
+		const char *hparams[2] = {repo, d->cfg.node_name};
+
+		api_ask(d, r, health_sql, 2, hparams, NULL, NULL, NULL, reply_health);
 	} else if (strcmp(path, "/commits") == 0) {
 		get_commits(d, r);
 	} else if (strncmp(path, "/commits/", 9) == 0) {

@@ -18,7 +18,9 @@ static const char metrics_sql[] =
     "SELECT (SELECT coalesce(json_object_agg(kind || ':' || state, n), '{}') FROM"
     "  (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running') GROUP BY 1, 2) q),"
     " (SELECT count(*) FROM bisections WHERE state <> 'done'),"
-    " (SELECT count(*) FROM mail WHERE state = 'pending')";
+    " (SELECT count(*) FROM mail WHERE state = 'pending'),"
+    /* Every daemon sharing the database (fleet_json(), sql/040). */
+    " fleet_json($1, $2)::text";
 
 struct text {
 	char *buf;
@@ -46,6 +48,88 @@ static void add(struct text *t, const char *fmt, ...)
 		if (!t->buf)
 			return;
 	}
+}
+
+/* A label value: backslash, double quote and newline escaped, as the text format wants. */
+static void add_label(struct text *t, const char *v)
+{
+	for (const char *c = v ? v : ""; *c; c++) {
+		if (*c == '\\' || *c == '"')
+			add(t, "\\%c", *c);
+		else if (*c == '\n')
+			add(t, "\\n");
+		else
+			add(t, "%c", *c);
+	}
+}
+
+/* The daemons sharing the database, from fleet_json(). */
+static void add_daemons(struct text *t, const char *json)
+{
+	static const char *const help =
+	    "# HELP numwatch_daemon_up Daemons sharing the database: 1 while one's heartbeat is fresh.\n"
+	    "# TYPE numwatch_daemon_up gauge\n";
+	json_t *all = json_loads(json, 0, NULL), *x;
+	size_t i;
+
+	if (!json_is_array(all)) {
+		json_decref(all);
+		return;
+	}
+	add(t, "%s", help);
+	json_array_foreach(all, i, x)
+	{
+		add(t, "numwatch_daemon_up{node=\"");
+		add_label(t, json_string_value(json_object_get(x, "name")));
+		add(t, "\",version=\"");
+		add_label(t, json_string_value(json_object_get(x, "version")));
+		add(t, "\",state=\"");
+		add_label(t, json_string_value(json_object_get(x, "state")));
+		add(t, "\"} %d\n", json_is_true(json_object_get(x, "alive")));
+	}
+	add(t, "# HELP numwatch_daemon_last_seen_seconds Seconds since a daemon's last heartbeat.\n"
+	       "# TYPE numwatch_daemon_last_seen_seconds gauge\n");
+	json_array_foreach(all, i, x)
+	{
+		add(t, "numwatch_daemon_last_seen_seconds{node=\"");
+		add_label(t, json_string_value(json_object_get(x, "name")));
+		add(t, "\"} %g\n", json_number_value(json_object_get(x, "seen_s_ago")));
+	}
+	add(t, "# HELP numwatch_daemon_slots A daemon's runner slots, by kind.\n"
+	       "# TYPE numwatch_daemon_slots gauge\n");
+	json_array_foreach(all, i, x)
+	{
+		for (int k = 0; k < 2; k++) {
+			add(t, "numwatch_daemon_slots{node=\"");
+			add_label(t, json_string_value(json_object_get(x, "name")));
+			add(t, "\",kind=\"%s\"} %lld\n", k ? "gpu" : "host",
+			    (long long)json_integer_value(
+				json_object_get(x, k ? "gpu_slots" : "host_slots")));
+		}
+	}
+	add(t, "# HELP numwatch_daemon_schema_version The newest migration a daemon knows.\n"
+	       "# TYPE numwatch_daemon_schema_version gauge\n");
+	json_array_foreach(all, i, x)
+	{
+		add(t, "numwatch_daemon_schema_version{node=\"");
+		add_label(t, json_string_value(json_object_get(x, "name")));
+		add(t, "\"} %lld\n", (long long)json_integer_value(json_object_get(x, "schema_version")));
+	}
+	add(t, "# HELP numwatch_daemon_differs Whether a daemon's shared settings (config) or schema version"
+	       " differ from a live daemon's.\n# TYPE numwatch_daemon_differs gauge\n");
+	json_array_foreach(all, i, x)
+	{
+		static const char *const what[2] = {"config", "schema"};
+
+		for (int k = 0; k < 2; k++) {
+			add(t, "numwatch_daemon_differs{node=\"");
+			add_label(t, json_string_value(json_object_get(x, "name")));
+			add(t, "\",what=\"%s\"} %d\n", what[k],
+			    json_array_size(
+				json_object_get(x, k ? "schema_differs_from" : "config_differs_from")) > 0);
+		}
+	}
+	json_decref(all);
 }
 
 static void on_metrics(struct pending *p, PGresult *res, const char *error)
@@ -120,7 +204,13 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 		    "# HELP numwatch_mail_pending Mail waiting to be sent.\n"
 		    "# TYPE numwatch_mail_pending gauge\nnumwatch_mail_pending %s\n",
 		    PQgetvalue(res, 0, 2));
+		add_daemons(&t, PQgetvalue(res, 0, 3));
 	}
+	add(&t,
+	    "# HELP numwatch_read_only Whether this daemon refuses to write (the schema is newer than it "
+	    "knows).\n"
+	    "# TYPE numwatch_read_only gauge\nnumwatch_read_only %d\n",
+	    p->d->read_only ? 1 : 0);
 	if (!t.buf) {
 		http_reply_error(p->r, 500, "out of memory");
 		return;
@@ -130,5 +220,9 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 
 void api_metrics(struct nwd *d, struct http_req *r)
 {
-	api_ask(d, r, metrics_sql, 0, NULL, NULL, NULL, NULL, on_metrics);
+	char repo[16];
+	const char *params[2] = {repo, d->cfg.node_name};
+
+	snprintf(repo, sizeof(repo), "%d", d->repo_id);
+	api_ask(d, r, metrics_sql, 2, params, NULL, NULL, NULL, on_metrics);
 }

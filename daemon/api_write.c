@@ -328,6 +328,10 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 		return;
 	}
 	json_decref(o);
+	if (d->read_only) {
+		http_reply_error(r, 503, "this daemon refuses to write: %s", d->refused);
+		return;
+	}
 	if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
 		http_reply_error(r, 401,
 				 "this write needs 'Authorization: Bearer TOKEN' (numwatch token create)");

@@ -114,7 +114,7 @@ static const char load_sql[] =
     "   FROM probes p WHERE p.bisection_id = b.id),"
     " 'racy_seeds', cardinality(b.failing_seeds) - jsonb_array_length(" FROZEN_REPLAYED_SQL "),"
     " 'withdrawals', coalesce((b.posterior->>'withdrawals')::int, 0),"
-    " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log,"
+    " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log, 'step', b.step,"
     " 'regression_state', (SELECT x.state FROM regressions x WHERE x.id = b.regression_id))::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
     " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
@@ -124,16 +124,22 @@ static const char hurry_builds_sql[] =
     "UPDATE jobs SET priority = 10 WHERE kind = 'build' AND state = 'queued' AND priority > 10"
     " AND commit_id = ANY ($1::bigint[])";
 
-static const char probe_sql[] =
-    "WITH j AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds, bisection_id,"
-    "  stop_on_failure) VALUES ('probe', $2, $3, $4, 10, $5::bigint[], $1, $6) RETURNING id)"
-    " INSERT INTO probes (bisection_id, commit_id, round, purpose, seeds, job_id, failing_seeds)"
-    " SELECT $1, $2, $7, $8, $5::bigint[], j.id, $9 FROM j";
+/*
+ * A step's writes, all in one statement (bisection_save(), sql/040): its
+ * probes and the bisection's new state, under the bisection's row lock, and
+ * only if no other step was saved since this one loaded the bisection (its
+ * step counter): whichever daemons step it, each step is written once.
+ */
+static const char save_sql[] =
+    "SELECT bisection_save($1, $2, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb)";
 
-static const char update_sql[] =
-    "UPDATE bisections SET state = $2, outcome = $3, culprit_id = $4, confidence = $5, posterior = $6::jsonb,"
-    " log = log || $7::jsonb, updated_at = now(),"
-    " finished_at = CASE WHEN $2 = 'done' THEN now() END WHERE id = $1";
+/* What follows a saved step. */
+enum after {
+	AFTER_NOTHING = 0,
+	AFTER_KICK = 1, /* new probes: wake the slots */
+	AFTER_STEP = 2, /* step again at once (confirmation starts, a withdrawn culprit's search goes on) */
+	AFTER_MAIL_WITHDRAWN = 4, /* the culprit mail's follow-up */
+};
 
 struct bisector {
 	struct nwd *d;
@@ -164,6 +170,7 @@ static void on_query(PGresult *res, const char *error, void *data)
 /* One bisection's step, with what load_sql returned. */
 struct ctx {
 	struct bisector *b;
+	json_t *probes;        /* probes to queue with the step's save: bisection_save()'s rows */
 	long long withdrawals; /* culprits withdrawn so far; the search goes on after each, up to a limit */
 	long long
 	    confirm_from; /* a confirmation counts only probes of later rounds (the last withdrawal's) */
@@ -194,19 +201,18 @@ static void log_event(struct ctx *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	log_info("bisect %lld: %s", jint(c->doc, "id", 0), msg);
+	/* Logged once the step is saved (on_saved): a step another daemon saved first did not happen. */
 	json_array_append_new(c->log, json_pack("{s:s, s:I}", "msg", msg, "at", (json_int_t)time(NULL)));
 }
 
 /*
- * Seeds as a PostgreSQL array literal: 'failing' picks from the bisection's
- * failing seeds from the offset-th on; else fresh seeds, the offset-th past
- * the commit's highest on (the parts of one probe take disjoint ones).
+ * Seeds as a JSON array: 'failing' picks from the bisection's failing seeds
+ * from the offset-th on; else fresh seeds, the offset-th past the commit's
+ * highest on (the parts of one probe take disjoint ones).
  */
-static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned offset, unsigned count)
+static json_t *seed_json(struct ctx *c, json_t *commit, bool failing, unsigned offset, unsigned count)
 {
-	size_t cap = 2 + (size_t)count * 22, len = 0;
-	char *s = malloc(cap);
+	json_t *s = json_array();
 	json_t *fs = json_object_get(c->doc, "failing_seeds");
 	long long start = jint(commit, "max_seed", -1) + 1;
 
@@ -215,34 +221,26 @@ static char *seed_list(struct ctx *c, json_t *commit, bool failing, unsigned off
 	/* Fresh seeds continue the commit's sequence past the plan (paired across commits). */
 	if (start < (long long)c->b->d->cfg.trials_per_commit)
 		start = c->b->d->cfg.trials_per_commit;
-	s[len++] = '{';
 	for (unsigned i = 0; i < count; i++) {
 		long long seed =
 		    failing ? json_integer_value(json_array_get(fs, offset + i)) : start + offset + i;
 
-		len += (size_t)snprintf(s + len, cap - len, "%s%lld", i ? "," : "", seed);
+		json_array_append_new(s, json_integer(seed));
 	}
-	s[len++] = '}';
-	s[len] = '\0';
 	return s;
 }
 
 static void queue_probe(struct ctx *c, json_t *commit, unsigned trials, bool failing, bool stop, int round,
 			const char *purpose, unsigned offset)
 {
-	char bid[24], cid[24], kid[16], rnd[16];
-	char *seeds = seed_list(c, commit, failing, offset, trials);
-	const char *params[9] = {
-	    bid, cid, kid, jstr(c->doc, "dtype"), seeds, stop ? "t" : "f", rnd, purpose, failing ? "t" : "f"};
+	json_t *seeds = seed_json(c, commit, failing, offset, trials);
 
 	if (!seeds)
 		return;
-	snprintf(bid, sizeof(bid), "%lld", jint(c->doc, "id", 0));
-	snprintf(cid, sizeof(cid), "%lld", jint(commit, "id", 0));
-	snprintf(kid, sizeof(kid), "%lld", jint(c->doc, "check_id", 0));
-	snprintf(rnd, sizeof(rnd), "%d", round);
-	db_query(c->b->d->db, probe_sql, 9, params, on_query, NULL);
-	free(seeds);
+	json_array_append_new(c->probes,
+			      json_pack("{s:I, s:o, s:b, s:i, s:s, s:b}", "commit",
+					(json_int_t)jint(commit, "id", 0), "seeds", seeds, "stop", stop,
+					"round", round, "purpose", purpose, "failing", failing));
 }
 
 /*
@@ -314,10 +312,43 @@ static bool logged(struct ctx *c, const char *needle)
 	return false;
 }
 
-static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
-		 json_t *posterior)
+/* A saved step: what it logged, and what follows it. */
+struct saved {
+	struct bisector *b;
+	long long id;
+	json_t *log;
+	enum after after;
+};
+
+static void on_saved(PGresult *res, const char *error, void *data)
 {
-	char id[24], cul[24], conf[32], *post, *log;
+	struct saved *v = data;
+	json_t *e;
+	size_t i;
+
+	if (error) {
+		log_warn("bisect %lld: cannot save the step: %s", v->id, error);
+	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+		log_debug("bisect %lld: another daemon stepped it meanwhile; its step stands", v->id);
+	} else {
+		json_array_foreach(v->log, i, e)
+		    log_info("bisect %lld: %s", v->id, json_string_value(json_object_get(e, "msg")));
+		if (v->after & AFTER_MAIL_WITHDRAWN)
+			mailer_enqueue_withdrawn(v->b->d, v->id);
+		if (v->after & AFTER_KICK)
+			nwd_kick(v->b->d);
+		if (v->after & AFTER_STEP)
+			bisector_kick(v->b);
+	}
+	json_decref(v->log);
+	free(v);
+}
+
+static void save(struct ctx *c, const char *state, const char *outcome, long long culprit, double confidence,
+		 json_t *posterior, enum after after)
+{
+	char id[24], step[24], cul[24], conf[32], *post, *log, *probes;
+	struct saved *v = malloc(sizeof(*v));
 
 	/* Said once, with the first save (the log is stored with the posterior). */
 	if (jint(c->doc, "racy_seeds", 0) > 0 && !logged(c, "not replayed"))
@@ -328,17 +359,32 @@ static void save(struct ctx *c, const char *state, const char *outcome, long lon
 		    jint(c->doc, "racy_seeds", 0));
 	post = json_dumps(posterior, JSON_COMPACT);
 	log = json_dumps(c->log, JSON_COMPACT);
+	probes = json_dumps(c->probes, JSON_COMPACT);
+	json_decref(posterior);
 	snprintf(id, sizeof(id), "%lld", jint(c->doc, "id", 0));
+	snprintf(step, sizeof(step), "%lld", jint(c->doc, "step", 0));
 	snprintf(cul, sizeof(cul), "%lld", culprit);
 	snprintf(conf, sizeof(conf), "%.6f", confidence);
-	if (post && log) {
-		const char *params[7] = {
-		    id, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf, post, log};
+	if (v && post && log && probes) {
+		const char *params[9] = {
+		    id,   step, state, outcome, culprit > 0 ? cul : NULL, isnan(confidence) ? NULL : conf,
+		    post, log,  probes};
 
-		db_query(c->b->d->db, update_sql, 7, params, on_query, NULL);
+		v->b = c->b;
+		v->id = jint(c->doc, "id", 0);
+		v->log = json_incref(c->log);
+		v->after = after;
+		if (db_query(c->b->d->db, save_sql, 9, params, on_saved, v) < 0) {
+			json_decref(v->log);
+			free(v);
+		}
+	} else {
+		log_error("bisect %s: out of memory saving a step", id);
+		free(v);
 	}
 	free(post);
 	free(log);
+	free(probes);
 }
 
 /*
@@ -527,21 +573,22 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 		log_event(c,
 			  "%.12s holds %.4f after %lu trials; re-testing it and its parent with fresh seeds",
 			  jstr(commit, "sha"), prob, m->total_trials);
-		save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
-		bisector_kick(c->b);
+		save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"), AFTER_STEP);
 		return;
 	}
 	if (st != BISECT_RUNNING) {
 		log_event(c, "no culprit (%s, P(no culprit) %.4f after %lu trials): nobody is blamed",
 			  bisect_status_name(st), prob, m->total_trials);
-		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, bisect_status_name(st)));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, bisect_status_name(st)),
+		     AFTER_NOTHING);
 		return;
 	}
 	if (open_probes(c, &round) > 0)
 		return; /* a round is in flight */
 	if (bisect_next_probes(m, k, plan, &nplan) < 0 || nplan == 0) {
 		log_event(c, "nothing left to probe: nobody is blamed");
-		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "exhausted"));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "exhausted"),
+		     AFTER_NOTHING);
 		return;
 	}
 	for (unsigned i = 0; i < nplan; i++) {
@@ -574,8 +621,7 @@ static void search(struct ctx *c, struct bisect *m, json_t *range)
 		log_event(c, "round %d: probe %.12s with %u %s seeds", round + 1, jstr(commit, "sha"), trials,
 			  plan[i].failing_seeds ? "failing" : "fresh");
 	}
-	save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"));
-	nwd_kick(c->b->d);
+	save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"), AFTER_KICK);
 }
 
 static void confirm(struct ctx *c, struct bisect *m, json_t *range)
@@ -590,7 +636,8 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 	bisect_done(m, &culprit, &prob);
 	if (culprit < 0) {
 		log_event(c, "lost its culprit while confirming: nobody is blamed");
-		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "no culprit"));
+		save(c, "done", "no_culprit", 0, prob, posterior_json(c, m, range, "no culprit"),
+		     AFTER_NOTHING);
 		return;
 	}
 	parent = bisect_confirm_parent(m, (unsigned)culprit);
@@ -622,7 +669,8 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 		 * The mail goes out from the mailer's sweep: one per culprit commit,
 		 * once every other regression it may have caused is bisected too.
 		 */
-		save(c, "done", "culprit", culprit_id, prob, posterior_json(c, m, range, "culprit"));
+		save(c, "done", "culprit", culprit_id, prob, posterior_json(c, m, range, "culprit"),
+		     AFTER_NOTHING);
 		return;
 	}
 	if (r.verdict == BISECT_WITHDRAWN) {
@@ -636,8 +684,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 			    " %lld withdrawn, nobody is blamed",
 			    jstr(cc, "sha"), cf, ct, pf, pt, c->withdrawals);
 			save(c, "done", "withdrawn", culprit_id, prob,
-			     posterior_json(c, m, range, "withdrawn"));
-			mailer_enqueue_withdrawn(c->b->d, jint(c->doc, "id", 0));
+			     posterior_json(c, m, range, "withdrawn"), AFTER_MAIL_WITHDRAWN);
 			return;
 		}
 		/* The confirmation's fresh seeds are evidence too: search on with them. */
@@ -645,8 +692,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 			  "culprit %.12s withdrawn: fresh seeds fail %u/%u there and %u/%u at its parent;"
 			  " searching on",
 			  jstr(cc, "sha"), cf, ct, pf, pt);
-		save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"));
-		bisector_kick(c->b);
+		save(c, "running", NULL, 0, prob, posterior_json(c, m, range, "running"), AFTER_STEP);
 		return;
 	}
 	if (open_probes(c, &round) > 0)
@@ -661,8 +707,7 @@ static void confirm(struct ctx *c, struct bisect *m, json_t *range)
 			    round + 1, "confirm");
 	log_event(c, "confirming %.12s: %u fresh seeds there, %u at its parent %.12s", jstr(cc, "sha"),
 		  r.more_culprit, r.more_parent, jstr(pc, "sha"));
-	save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"));
-	nwd_kick(c->b->d);
+	save(c, "confirming", NULL, 0, prob, posterior_json(c, m, range, "confirming"), AFTER_KICK);
 }
 
 static void on_loaded(PGresult *res, const char *error, void *data)
@@ -683,19 +728,20 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 	c.withdrawals = jint(c.doc, "withdrawals", 0);
 	c.confirm_from = jint(c.doc, "confirm_from", 0);
 	c.log = json_array();
-	if (!c.doc || !c.log)
+	c.probes = json_array();
+	if (!c.doc || !c.log || !c.probes)
 		goto out;
 	range = json_object_get(c.doc, "range");
 	/* Its regression was a provisional verdict's, judged again and gone: nothing to find. */
 	if (strcmp(jstr(c.doc, "regression_state"), "withdrawn") == 0) {
 		log_event(&c, "its regression was withdrawn (the verdict that raised it was judged again): "
 			      "nobody is blamed");
-		save(&c, "done", "no_culprit", 0, NAN, json_object());
+		save(&c, "done", "no_culprit", 0, NAN, json_object(), AFTER_NOTHING);
 		goto out;
 	}
 	if (json_array_size(range) == 0) {
 		log_event(&c, "empty range: nobody is blamed");
-		save(&c, "done", "no_culprit", 0, NAN, json_object());
+		save(&c, "done", "no_culprit", 0, NAN, json_object(), AFTER_NOTHING);
 		goto out;
 	}
 	if (build_model(&c, &m, &unbuilt) < 0)
@@ -725,6 +771,7 @@ out:
 	bisect_release(&m);
 	json_decref(c.doc);
 	json_decref(c.log);
+	json_decref(c.probes);
 	next_bisection(b);
 }
 

@@ -1197,3 +1197,139 @@ void config_release(struct config *cfg)
 	config_env_release(&cfg->slots_env);
 	memset(cfg, 0, sizeof(*cfg));
 }
+
+/*
+ * The settings that decide what a verdict or a bisection says. Two daemons
+ * that differ in one of these judge the same commit differently, so they
+ * must agree across the daemons sharing a database. Paths, slots, ports,
+ * the build command (host-specific: -j, toolchain paths) and mail are each
+ * host's own.
+ */
+static bool shared_option(const struct option *o)
+{
+	static const char *const keys[] = {
+	    "repository.name",   "repository.branch", "build.runner_host", "build.runner_cuda",
+	    "trials.per_commit", "trials.max",        "trials.checks",     "trials.timeout",
+	    "trials.repeats",    "sanitizer.tools",   "sanitizer.every",   "sanitizer.commits",
+	};
+	char name[64];
+
+	if (strcmp(o->section, "verdict") == 0 || strcmp(o->section, "bisect") == 0)
+		return true;
+	snprintf(name, sizeof(name), "%s.%s", o->section, o->key);
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (strcmp(name, keys[i]) == 0)
+			return true;
+	return false;
+}
+
+int config_shared(const struct config *cfg, char *out, size_t len)
+{
+	size_t n = 0;
+
+	if (len == 0)
+		return -ENOSPC;
+	out[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(options); i++) {
+		const struct option *o = &options[i];
+		const char *base = (const char *)cfg + o->offset;
+		int w;
+
+		if (!shared_option(o))
+			continue;
+		switch (o->type) {
+		case OPT_UINT:
+		case OPT_DURATION:
+			w = snprintf(out + n, len - n, "%s.%s=%u\n", o->section, o->key,
+				     *(const unsigned *)base);
+			break;
+		case OPT_BOOL:
+			w = snprintf(out + n, len - n, "%s.%s=%s\n", o->section, o->key,
+				     *(const bool *)base ? "true" : "false");
+			break;
+		case OPT_REAL:
+			w = snprintf(out + n, len - n, "%s.%s=%.17g\n", o->section, o->key,
+				     *(const double *)base);
+			break;
+		default: {
+			const char *v = *(char *const *)base;
+
+			w = snprintf(out + n, len - n, "%s.%s=%s\n", o->section, o->key, v ? v : "");
+			break;
+		}
+		}
+		if (w < 0 || (size_t)w >= len - n) {
+			out[n] = '\0';
+			return -ENOSPC;
+		}
+		n += (size_t)w;
+	}
+	return 0;
+}
+
+void config_digest(const char *text, char out[17])
+{
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a, 64 bits */
+
+	for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+		h ^= *c;
+		h *= 1099511628211ULL;
+	}
+	snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+/* The value of 'key' ("section.key") in a config_shared() text, and its length; NULL when absent. */
+static const char *shared_value(const char *text, const char *key, size_t klen, size_t *vlen)
+{
+	for (const char *line = text; line && *line;) {
+		const char *nl = strchr(line, '\n');
+		size_t l = nl ? (size_t)(nl - line) : strlen(line);
+
+		if (l > klen && memcmp(line, key, klen) == 0 && line[klen] == '=') {
+			*vlen = l - klen - 1;
+			return line + klen + 1;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return NULL;
+}
+
+/*
+ * Appends to out (", "-separated) the keys of 'a' that 'b' lacks, and with
+ * 'values' those whose values differ too.
+ */
+static void diff_into(const char *a, const char *b, bool values, char *out, size_t len, size_t *n)
+{
+	for (const char *line = a; line && *line;) {
+		const char *nl = strchr(line, '\n');
+		size_t l = nl ? (size_t)(nl - line) : strlen(line);
+		const char *eq = memchr(line, '=', l), *bv;
+		size_t klen, blen = 0;
+
+		if (eq) {
+			klen = (size_t)(eq - line);
+			bv = shared_value(b, line, klen, &blen);
+			if (!bv || (values && (blen != l - klen - 1 || memcmp(bv, eq + 1, blen) != 0))) {
+				int w =
+				    snprintf(out + *n, len - *n, "%s%.*s", *n ? ", " : "", (int)klen, line);
+
+				if (w > 0 && (size_t)w < len - *n)
+					*n += (size_t)w;
+				else
+					out[*n] = '\0';
+			}
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+}
+
+void config_shared_diff(const char *a, const char *b, char *out, size_t len)
+{
+	size_t n = 0;
+
+	if (len == 0)
+		return;
+	out[0] = '\0';
+	diff_into(a, b, true, out, len, &n);
+	diff_into(b, a, false, out, len, &n);
+}

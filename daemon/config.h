@@ -137,6 +137,24 @@ struct config {
  */
 int config_load(struct config *cfg, const char *path, char *err, size_t errlen);
 
+/*
+ * The settings every daemon sharing a database must agree on, since they
+ * decide what a verdict or a bisection says ([trials] per_commit, max,
+ * checks, timeout, repeats; [verdict]; [bisect]; [sanitizer] tools, every,
+ * commits; the repository's name and branch; the runners' names): one
+ * "section.key=value" line each, in a fixed order, into 'out' (at most 'len'
+ * bytes with the NUL). Returns 0, or -ENOSPC when it does not fit.
+ */
+int config_shared(const struct config *cfg, char *out, size_t len);
+/* A digest of a config_shared() text: 16 hex digits (64-bit FNV-1a) and a NUL. */
+void config_digest(const char *text, char out[17]);
+/*
+ * The keys whose values differ between two config_shared() texts (or that
+ * one of them lacks), as "trials.per_commit, verdict.alpha" into 'out'
+ * (truncated to 'len' bytes with the NUL; "" when they agree).
+ */
+void config_shared_diff(const char *a, const char *b, char *out, size_t len);
+
 /* Frees every string 'cfg' holds and zeroes it. */
 void config_release(struct config *cfg);
 

@@ -39,6 +39,7 @@ struct db {
 	PGresult *last;
 	bool logged_down;
 	bool counts_writes; /* completions count in db_writes() (not a pool's connections) */
+	bool refused;       /* db_refuse(): no new query is taken */
 	/* A pool: queries go to its members; the pool itself has no connection. */
 	struct db **members;
 	unsigned nmembers, next_member;
@@ -106,6 +107,29 @@ static void complete(struct db *db, PGresult *res, const char *error)
 		q->cb(res, error, q->data);
 	if (q)
 		query_free(q);
+}
+
+void db_refuse(struct db *db, const char *why)
+{
+	struct db_query *rest, *q;
+
+	db->refused = true;
+	/* The query in flight finishes; those behind it fail. */
+	rest = db->state == DB_BUSY && db->head ? db->head->next : db->head;
+	if (db->state == DB_BUSY && db->head) {
+		db->head->next = NULL;
+		db->tail = db->head;
+		db->queued = 1;
+	} else {
+		db->head = db->tail = NULL;
+		db->queued = 0;
+	}
+	while ((q = rest)) {
+		rest = q->next;
+		if (q->cb)
+			q->cb(NULL, why, q->data);
+		query_free(q);
+	}
 }
 
 static void on_poll_closed(uv_handle_t *h)
@@ -341,6 +365,8 @@ int db_query(struct db *db, const char *sql, int nparams, const char *const *par
 
 	if (db->state == DB_CLOSING)
 		return -ESHUTDOWN;
+	if (db->refused)
+		return -EROFS;
 	if (db->nmembers)
 		return db_query(least_busy(db), sql, nparams, params, cb, data);
 	q = calloc(1, sizeof(*q));

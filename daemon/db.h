@@ -38,6 +38,13 @@ int db_open_pool(uv_loop_t *loop, const char *conninfo, const char *name, unsign
  */
 int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data);
 
+/*
+ * From now on the connection takes no query (db_query answers -EROFS): the
+ * daemon refuses to write. The query in flight finishes; the queued ones
+ * fail at once with 'why' (their callbacks run before this returns).
+ */
+void db_refuse(struct db *db, const char *why);
+
 /* Whether nothing is queued or running (used to drain on shutdown). */
 bool db_idle(const struct db *db);
 /* Queries queued or running. */

@@ -1,8 +1,24 @@
 # Generates migrations.c / migrations.h: every sql/NNN_name.sql file as a C
 # string, so an installed numwatchd carries its own schema.
-# Inputs: SQL_DIR, OUT_DIR.
+# Inputs: SQL_DIR, OUT_DIR; EXTRA_SQL_DIR (optional) adds its migrations after
+# them, ordered by name with the rest (the tests' numwatchd-next).
 file(GLOB files "${SQL_DIR}/[0-9][0-9][0-9]_*.sql")
-list(SORT files)
+if(EXTRA_SQL_DIR)
+  file(GLOB extra "${EXTRA_SQL_DIR}/[0-9][0-9][0-9]_*.sql")
+  list(APPEND files ${extra})
+endif()
+# By file name, whichever directory holds it.
+set(keyed "")
+foreach(f ${files})
+  get_filename_component(name "${f}" NAME)
+  list(APPEND keyed "${name}|${f}")
+endforeach()
+list(SORT keyed)
+set(files "")
+foreach(k ${keyed})
+  string(REGEX REPLACE "^[^|]*\\|" "" f "${k}")
+  list(APPEND files "${f}")
+endforeach()
 set(h "/* Generated from sql/ by daemon/embed_sql.cmake. */\n#ifndef NW_MIGRATIONS_H\n#define NW_MIGRATIONS_H\n#include <stddef.h>\nstruct nw_migration {\n\tint version;\n\tconst char *name;\n\tconst char *sql;\n};\nextern const struct nw_migration nw_migrations[];\nextern const size_t nw_migrations_count;\n#endif\n")
 set(c "/* Generated from sql/ by daemon/embed_sql.cmake. */\n#include \"migrations.h\"\n")
 set(table "")

@@ -10,23 +10,8 @@
 #include "log.h"
 #include "nwd.h"
 
-static const char claim_sql[] =
-    "WITH next AS ("
-    "  SELECT j.id FROM jobs j JOIN commits c ON c.id = j.commit_id"
-    "  WHERE j.kind = ANY (string_to_array($1, ',')) AND c.repo_id = $5 AND c.reachable AND j.not_before <= "
-    "now()"
-    "    AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))"
-    "  ORDER BY j.priority, (j.commit_id = $4) DESC, c.position, j.id"
-    "  LIMIT 1 FOR UPDATE OF j SKIP LOCKED),"
-    " claimed AS ("
-    "  UPDATE jobs SET state = 'running', owner = $2, lease_until = now() + $3 * interval '1 second'"
-    "  FROM next WHERE jobs.id = next.id RETURNING jobs.*)"
-    " SELECT claimed.id, claimed.commit_id, coalesce(claimed.check_id, 0), coalesce(claimed.dtype, ''),"
-    "  claimed.strikes, c.sha, coalesce(k.name, ''), coalesce(k.deterministic, true),"
-    "  (SELECT array_agg(DISTINCT x ORDER BY x) FROM unnest(claimed.seeds) AS x)::text,"
-    "  coalesce(claimed.bisection_id, 0), claimed.stop_on_failure, coalesce(claimed.tool, ''),"
-    "  coalesce((SELECT p.round FROM probes p WHERE p.job_id = claimed.id LIMIT 1), -1)"
-    " FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id";
+/* job_claim() (sql/040): FOR UPDATE SKIP LOCKED, leases, per-host builds, what the check needs. */
+static const char claim_sql[] = "SELECT * FROM job_claim($1, $2, $3, $4, $5, $6)";
 
 struct claim {
 	struct nwd *d;
@@ -100,11 +85,12 @@ static void on_claimed(PGresult *res, const char *error, void *data)
 	free(c);
 }
 
-void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_claim_cb cb, void *data)
+void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, bool gpu, jobs_claim_cb cb,
+		void *data)
 {
 	struct claim *c = malloc(sizeof(*c));
 	char lease[16], prefer[24], repo[16];
-	const char *params[5] = {kind, d->cfg.node_name, lease, prefer, repo};
+	const char *params[6] = {kind, d->cfg.node_name, lease, prefer, repo, gpu ? "t" : "f"};
 
 	if (!c) {
 		cb(NULL, data);
@@ -116,7 +102,12 @@ void jobs_claim(struct nwd *d, const char *kind, long long prefer_commit, jobs_c
 	snprintf(lease, sizeof(lease), "%u", d->cfg.lease_s);
 	snprintf(prefer, sizeof(prefer), "%lld", prefer_commit);
 	snprintf(repo, sizeof(repo), "%d", d->repo_id);
-	if (db_query(d->db, claim_sql, 5, params, on_claimed, c) < 0)
+	if (d->read_only) {
+		cb(NULL, data);
+		free(c);
+		return;
+	}
+	if (db_query(d->db, claim_sql, 6, params, on_claimed, c) < 0)
 		on_claimed(NULL, "cannot queue query", c);
 }
 
@@ -126,17 +117,42 @@ static void log_error_cb(PGresult *res, const char *error, void *data)
 		log_warn("jobs: %s: %s", (const char *)data, error);
 }
 
-void jobs_renew(struct nwd *d, long long job_id)
+struct renewal {
+	long long job_id;
+	jobs_renew_cb cb;
+	void *data;
+};
+
+static void on_renewed(PGresult *res, const char *error, void *data)
+{
+	struct renewal *r = data;
+
+	if (error)
+		log_warn("jobs: renewing the lease of job %lld: %s", r->job_id, error);
+	/* An error says nothing of who holds the job: only a renewal that found no row is a loss. */
+	if (r->cb)
+		r->cb(r->job_id, error || strcmp(PQcmdTuples(res), "0") != 0, r->data);
+	free(r);
+}
+
+void jobs_renew(struct nwd *d, long long job_id, jobs_renew_cb cb, void *data)
 {
 	char id[24], lease[16];
 	const char *params[3] = {id, lease, d->cfg.node_name};
+	struct renewal *r;
 
+	if (d->read_only || !(r = malloc(sizeof(*r))))
+		return;
+	r->job_id = job_id;
+	r->cb = cb;
+	r->data = data;
 	snprintf(id, sizeof(id), "%lld", job_id);
 	snprintf(lease, sizeof(lease), "%u", d->cfg.lease_s);
-	db_query(d->db,
-		 "UPDATE jobs SET lease_until = now() + $2 * interval '1 second'"
-		 " WHERE id = $1 AND owner = $3 AND state = 'running'",
-		 3, params, log_error_cb, "renewing a lease");
+	if (db_query(d->db,
+		     "UPDATE jobs SET lease_until = now() + $2 * interval '1 second'"
+		     " WHERE id = $1 AND owner = $3 AND state = 'running'",
+		     3, params, on_renewed, r) < 0)
+		free(r);
 }
 
 void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error)
@@ -144,6 +160,8 @@ void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error
 	char id[24];
 	const char *params[3] = {id, failed ? "failed" : "done", error};
 
+	if (d->read_only)
+		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
 	db_query(
 	    d->db,
@@ -157,6 +175,8 @@ void jobs_release(struct nwd *d, long long job_id)
 	char id[24];
 	const char *params[2] = {id, d->cfg.node_name};
 
+	if (d->read_only)
+		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
 	db_query(d->db,
 		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
@@ -169,6 +189,8 @@ void jobs_strike(struct nwd *d, long long job_id, int strikes)
 	char id[24], n[16];
 	const char *params[2] = {id, n};
 
+	if (d->read_only)
+		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
 	snprintf(n, sizeof(n), "%d", strikes);
 	db_query(d->db, "UPDATE jobs SET strikes = $2 WHERE id = $1", 2, params, log_error_cb,
@@ -179,6 +201,8 @@ void jobs_requeue_own(struct nwd *d)
 {
 	const char *params[1] = {d->cfg.node_name};
 
+	if (d->read_only)
+		return;
 	db_query(d->db,
 		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
 		 " WHERE state = 'running' AND owner = $1",

@@ -32,11 +32,25 @@ struct job {
 /* Called with the claimed job, or NULL when none is claimable (or on error). */
 typedef void (*jobs_claim_cb)(struct job *job, void *data);
 
-/* Claims the next job of the kinds listed in 'kinds' ("build", or "trials,probe"), preferring 'prefer_commit'. */
-void jobs_claim(struct nwd *d, const char *kinds, long long prefer_commit, jobs_claim_cb cb, void *data);
-/* Extends the lease of a job this daemon holds. */
-void jobs_renew(struct nwd *d, long long job_id);
-/* Marks a job done (or failed, with 'error'). */
+/*
+ * Called with whether this daemon still holds the job after a renewal: false
+ * when its lease ran out and another daemon claimed it (the job is no longer
+ * this daemon's to finish). A renewal that failed says true: nobody knows.
+ */
+typedef void (*jobs_renew_cb)(long long job_id, bool held, void *data);
+
+/*
+ * Claims the next job of the kinds listed in 'kinds' ("build", or
+ * "trials,probe"), preferring 'prefer_commit', for a GPU slot ('gpu') or a
+ * host slot: trials, probe and sanitize jobs only of commits this host has
+ * built the slot's runner for (host_builds) and of checks that slot can run.
+ * Claims nothing (cb(NULL)) once the daemon refuses to write.
+ */
+void jobs_claim(struct nwd *d, const char *kinds, long long prefer_commit, bool gpu, jobs_claim_cb cb,
+		void *data);
+/* Extends the lease of a job this daemon holds; 'cb' (may be NULL) hears whether it still does. */
+void jobs_renew(struct nwd *d, long long job_id, jobs_renew_cb cb, void *data);
+/* Marks a job done (or failed, with 'error'). This and the calls below write nothing once the daemon refuses to write. */
 void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error);
 /* Gives a job back to the queue (on drain), untouched. */
 void jobs_release(struct nwd *d, long long job_id);

@@ -191,7 +191,13 @@ static const char fixed_sql[] =
     " JOIN mail m ON m.culprit_id = b.culprit_id AND m.kind = 'culprit' AND m.state <> 'failed'"
     " WHERE b.id = $1 AND b.outcome = 'culprit'";
 
-/* Queues one mail; a second insert of the same (bisection, kind) or Message-ID does nothing. */
+/*
+ * Queues one mail; a second insert of the same (bisection, kind) or
+ * Message-ID, or of a second culprit mail for one culprit commit
+ * (mail_one_per_culprit), does nothing. Every daemon sweeps, and two sweeps
+ * may compose the same mail at once: the unique indexes keep one, and the
+ * claim (FOR UPDATE SKIP LOCKED, then a lease through next_try) sends it once.
+ */
 static const char insert_sql[] =
     "WITH ins AS (INSERT INTO mail (kind, bisection_id, message_id, thread_root, recipients, subject, body,"
     "  culprit_id) SELECT $1::text, $2::bigint, $3::text, $4::text, string_to_array($5::text, E'\\n'), "

@@ -21,6 +21,7 @@
 #include "builder.h"
 #include "caps.h"
 #include "db.h"
+#include "fleet.h"
 #include "http.h"
 #include "jobs.h"
 #include "log.h"
@@ -35,6 +36,11 @@
 #define DRAIN_DEADLINE_MS (60 * 1000)
 /* How long start-up waits for the database before giving up. */
 #define DB_WAIT_S 60
+/*
+ * The exit status when the database's schema is newer than this binary
+ * knows: restarting cannot help (the unit's RestartPreventExitStatus).
+ */
+#define EXIT_SCHEMA_NEWER 3
 
 static struct nwd daemon_ctx;
 static uv_signal_t sig_term, sig_int, sig_hup;
@@ -78,8 +84,12 @@ static void on_drain_check(uv_timer_t *t)
 	struct nwd *d = &daemon_ctx;
 	uint64_t waited = uv_now(d->loop) - (uint64_t)(uintptr_t)t->data;
 
-	if (d->running_services == 0)
+	if (d->running_services == 0) {
 		store_flush(d->store);
+		/* The other daemons see it stopped, not lost (written before the connection is idle). */
+		if (d->fleet)
+			fleet_stop(d->fleet);
+	}
 	if ((d->running_services == 0 && store_pending(d->store) == 0 && db_idle(d->db)) ||
 	    waited > DRAIN_DEADLINE_MS) {
 		if (waited > DRAIN_DEADLINE_MS)
@@ -95,11 +105,9 @@ void nwd_service_stopped(struct nwd *d)
 		d->running_services--;
 }
 
-static void drain(struct nwd *d)
+/* Stops every service: no new claim; what runs finishes (drain) or is dropped (refusal). */
+static void stop_services(struct nwd *d)
 {
-	d->draining = true;
-	notify("STOPPING=1");
-	log_info("draining: finishing the trials in flight");
 	if (d->poller)
 		poller_stop(d->poller);
 	if (d->bisector)
@@ -113,6 +121,33 @@ static void drain(struct nwd *d)
 		d->running_services++;
 		mailer_drain(mailer);
 	}
+}
+
+void nwd_refuse(struct nwd *d, const char *why)
+{
+	if (d->read_only)
+		return;
+	d->read_only = true;
+	snprintf(d->refused, sizeof(d->refused), "%s", why);
+	log_error("schema: %s; this daemon writes nothing from now on (it keeps serving reads: stop it, and"
+		  " start the newer numwatchd in its place)",
+		  why);
+	notify("STATUS=refusing to write: the database's schema is newer than this numwatchd");
+	/* Results in hand are dropped, not written: the schema they would go into is not this binary's. */
+	store_discard(d->store);
+	db_refuse(d->db, "the daemon refuses to write (its schema is older than the database's)");
+	d->draining = true;
+	stop_services(d);
+}
+
+static void drain(struct nwd *d)
+{
+	d->draining = true;
+	notify("STOPPING=1");
+	log_info("draining: finishing the trials in flight");
+	stop_services(d);
+	if (d->fleet)
+		fleet_beat(d->fleet);
 	drain_timer.data = (void *)(uintptr_t)uv_now(d->loop);
 	uv_timer_start(&drain_timer, on_drain_check, 20, 20);
 }
@@ -122,6 +157,13 @@ static void on_term(uv_signal_t *s, int signum)
 	if (++term_count > 1) {
 		log_warn("second signal: exiting at once");
 		exit(1);
+	}
+	/* A daemon that refuses to write has nothing to finish or hand back. */
+	if (daemon_ctx.read_only) {
+		log_info("stopping (it refused to write)");
+		notify("STOPPING=1");
+		finish_exit();
+		return;
 	}
 	drain(&daemon_ctx);
 }
@@ -197,8 +239,14 @@ static int migrate_with_wait(const struct config *cfg)
 	unsigned applied = 0;
 
 	for (int waited = 0;; waited++) {
-		if (migrate_run(cfg->database, &applied, err, sizeof(err)) == 0)
+		int rc = migrate_run(cfg->database, &applied, err, sizeof(err));
+
+		if (rc == 0)
 			break;
+		if (rc == MIGRATE_NEWER) {
+			log_error("schema: %s", err);
+			return MIGRATE_NEWER;
+		}
 		if (waited >= DB_WAIT_S || !strstr(err, "cannot connect")) {
 			log_error("%s", err);
 			return -1;
@@ -273,7 +321,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	if (migrate_with_wait(&d->cfg) < 0)
+	rc = migrate_with_wait(&d->cfg);
+	if (rc == MIGRATE_NEWER)
+		return EXIT_SCHEMA_NEWER;
+	if (rc < 0)
 		return 1;
 	if (only_migrate)
 		return 0;
@@ -297,6 +348,10 @@ int main(int argc, char **argv)
 	rc = http_start(d, &d->http);
 	if (rc < 0)
 		return 1;
+	if (fleet_start(d, &d->fleet) < 0) {
+		log_error("out of memory");
+		return 1;
+	}
 	jobs_requeue_own(d);
 	if (poller_start(d, &d->poller) < 0 || builder_start(d, &d->builder) < 0)
 		return 1;

@@ -33,8 +33,37 @@ static bool ok(PGresult *r)
 	return r && (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK);
 }
 
+int migrate_latest(void)
+{
+	int v = 0;
+
+	for (size_t i = 0; i < nw_migrations_count; i++)
+		if (nw_migrations[i].version > v)
+			v = nw_migrations[i].version;
+	return v;
+}
+
+int migrate_known(char *buf, size_t len)
+{
+	size_t n = 0;
+	int w;
+
+	w = snprintf(buf, len, "{");
+	for (size_t i = 0; w >= 0 && (size_t)w < len - n && i < nw_migrations_count; i++) {
+		n += (size_t)w;
+		w = snprintf(buf + n, len - n, "%s%d", i ? "," : "", nw_migrations[i].version);
+	}
+	if (w >= 0 && (size_t)w < len - n) {
+		n += (size_t)w;
+		w = snprintf(buf + n, len - n, "}");
+	}
+	return w >= 0 && (size_t)w < len - n ? 0 : -1;
+}
+
 int migrate_run(const char *conninfo, unsigned *applied, char *err, size_t errlen)
 {
+	char known[1024];
+	const char *kparams[1] = {known};
 	PGconn *c = PQconnectdb(conninfo);
 	PGresult *r;
 	int rc = -1;
@@ -57,6 +86,26 @@ int migrate_run(const char *conninfo, unsigned *applied, char *err, size_t errle
 		       " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())");
 	if (!ok(r)) {
 		fail(c, r, "creating schema_migrations", err, errlen);
+		goto out;
+	}
+	PQclear(r);
+	/*
+	 * A newer numwatchd migrated this database: its schema is one this
+	 * binary does not know, and anything it wrote could corrupt it.
+	 */
+	if (migrate_known(known, sizeof(known)) < 0) {
+		snprintf(err, errlen, "too many migrations");
+		goto out;
+	}
+	r = PQexecParams(c, MIGRATE_UNKNOWN_SQL, 1, NULL, kparams, NULL, NULL, 0);
+	if (!ok(r)) {
+		fail(c, r, "reading schema_migrations", err, errlen);
+		goto out;
+	}
+	if (!PQgetisnull(r, 0, 0)) {
+		snprintf(err, errlen, MIGRATE_NEWER_FMT, NW_VERSION, PQgetvalue(r, 0, 0), migrate_latest());
+		PQclear(r);
+		rc = MIGRATE_NEWER;
 		goto out;
 	}
 	PQclear(r);

@@ -18,6 +18,7 @@ struct builder;
 struct slot;
 struct http;
 struct bisector;
+struct fleet;
 
 /* Counters for /metrics, kept by the services that do the work. */
 #define NWD_BUILD_BUCKETS 8
@@ -46,6 +47,14 @@ struct nwd {
 	struct http *http;
 	struct bisector *bisector;
 	bool draining; /* SIGTERM: claim nothing new, finish what runs */
+	/*
+	 * The database's schema is newer than this binary knows (fleet.c): the
+	 * daemon writes nothing more (no claim, no result, no lease) and serves
+	 * only reads, until it is replaced.
+	 */
+	bool read_only;
+	char refused[1024]; /* why it refuses to write, "" while it writes */
+	struct fleet *fleet;
 	struct nwd_metrics metrics;
 	uint64_t started_ms;
 	unsigned running_services; /* builder and slots not yet stopped after a drain */
@@ -62,6 +71,13 @@ char **nwd_build_env(const struct nwd *d, const char *const *extra);
 /* The same for a runner (the slots' and the build's hello), with [slots] env between the base and 'extra'. */
 char **nwd_runner_env(const struct nwd *d, const char *const *extra);
 void nwd_env_free(char **env);
+/*
+ * The database's schema is newer than this binary knows: from now on the
+ * daemon writes nothing (no claim, result, lease, mail or bisection step;
+ * the write connection takes no query), stops its work without storing it,
+ * and keeps serving reads. 'why' is logged and shown on the health page.
+ */
+void nwd_refuse(struct nwd *d, const char *why);
 /* A probe or a verdict was stored: bisections may take their next step. */
 void nwd_kick_bisector(struct nwd *d);
 /* Records a finished build for /metrics. */

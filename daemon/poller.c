@@ -23,6 +23,7 @@ struct poller {
 	uv_timer_t timer;
 	bool busy, stopped;
 	unsigned failures;
+	unsigned polls; /* polls that worked since start */
 	char mirror[PATH_MAX];
 	char *log_out; /* the history read by git log, kept until its depth is known */
 };
@@ -98,8 +99,14 @@ static const char store_sql[] =
     "  ON CONFLICT (repo_id, sha) DO UPDATE SET position = EXCLUDED.position, reachable = true,"
     "   parent_sha = EXCLUDED.parent_sha"
     "  RETURNING id, position, (xmax = 0) AS inserted),"
+    /*
+     * Dropped by a force-push: a commit within the history read that is not in
+     * it. Not one past its newest: another daemon, whose mirror was fetched
+     * later, may have imported it already.
+     */
     " gone AS (UPDATE commits SET reachable = false WHERE repo_id = $1 AND reachable"
     "  AND sha NOT IN (SELECT sha FROM input) AND position >= (SELECT min(position) FROM input)"
+    "  AND position <= (SELECT max(position) FROM input)"
     "  RETURNING id),"
     " queued AS (INSERT INTO jobs (kind, commit_id) SELECT 'build', id FROM up WHERE inserted ORDER BY "
     "position"
@@ -305,6 +312,7 @@ static void poll_done(struct poller *p, const char *error)
 		log_warn("repo %s: poll failed (retry in %u s): %s", p->d->cfg.repo_name, interval, error);
 	} else {
 		p->failures = 0;
+		p->polls++;
 	}
 	snprintf(repo, sizeof(repo), "%d", p->d->repo_id);
 	db_query(p->d->db, "UPDATE repositories SET polled_at = now(), poll_error = $2 WHERE id = $1", 2,
@@ -331,6 +339,11 @@ int poller_start(struct nwd *d, struct poller **out)
 void poller_poll_now(struct poller *p)
 {
 	poll_start(p);
+}
+
+unsigned poller_polls(const struct poller *p)
+{
+	return p->polls;
 }
 
 unsigned poller_failures(const struct poller *p)

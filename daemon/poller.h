@@ -15,6 +15,8 @@ int poller_start(struct nwd *d, struct poller **out);
 /* Poll now (SIGHUP, tests). */
 void poller_poll_now(struct poller *p);
 void poller_stop(struct poller *p);
+/* Polls that worked since start: until the first, this host's mirror may lack commits others imported. */
+unsigned poller_polls(const struct poller *p);
 /* Consecutive failed polls (0 when the last one worked). */
 unsigned poller_failures(const struct poller *p);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "builder.h"
 #include "caps.h"
 #include "db.h"
 #include "jobs.h"
@@ -83,6 +84,8 @@ struct slot {
 	bool san_stop; /* the tool was refused: the job ends */
 	/* A split search probe's other part failed: this part ends too (stop_siblings()). */
 	bool sibling_failed;
+	/* The job's lease ran out and another daemon claimed it: it is no longer this slot's to finish. */
+	bool lease_lost;
 	unsigned cur; /* index into seeds of the trial in flight */
 	int cur_attempt;
 
@@ -93,6 +96,7 @@ struct slot {
 
 static void advance(struct slot *s);
 static void claim(struct slot *s);
+static void job_done(struct slot *s);
 
 static void set_state(struct slot *s, enum slot_state st)
 {
@@ -442,6 +446,18 @@ static int start_runner(struct slot *s)
 
 		s->runner = NULL;
 		snprintf(why, sizeof(why), "cannot start runner '%s': %s", o.argv[0], uv_strerror(rc));
+		if (rc == UV_ENOENT && !s->job.tool[0]) {
+			/*
+			 * This host's build of the commit is gone (its state directory was
+			 * wiped): not the job's fault. The host forgets it built the commit,
+			 * so that it builds it again before it claims the commit's jobs.
+			 */
+			log_warn("slot %s: %.12s: %s; building it here again", s->cfg.name, s->job.sha, why);
+			builder_forget(s->d, s->job.commit_id);
+			jobs_release(s->d, s->job.id);
+			job_done(s);
+			return rc;
+		}
 		if (s->job.tool[0]) {
 			/* No compute-sanitizer on this host: skipped, not passed, and the job ends. */
 			s->san_status = SANITIZER_SKIPPED;
@@ -517,6 +533,12 @@ static void advance(struct slot *s)
 
 	if (!s->has_job || s->state != SLOT_RUNNING || s->in_trial)
 		return;
+	if (s->lease_lost) {
+		/* Its trials so far are stored (idempotently); its end is the new owner's to write. */
+		drop_runner(s);
+		job_done(s);
+		return;
+	}
 	if (s->draining) {
 		jobs_release(s->d, s->job.id);
 		s->has_job = false;
@@ -558,12 +580,24 @@ static void advance(struct slot *s)
 	free(line);
 }
 
+static void on_renewed(long long job_id, bool held, void *data)
+{
+	struct slot *s = data;
+
+	if (held || !s->has_job || s->job.id != job_id || s->lease_lost)
+		return;
+	log_warn("slot %s: job %lld (%.12s %s %s): its lease ran out and another daemon took it over;"
+		 " leaving it to that one",
+		 s->cfg.name, s->job.id, s->job.sha, s->job.check, s->job.dtype);
+	s->lease_lost = true;
+}
+
 static void on_lease(uv_timer_t *t)
 {
 	struct slot *s = t->data;
 
 	if (s->has_job)
-		jobs_renew(s->d, s->job.id);
+		jobs_renew(s->d, s->job.id, on_renewed, s);
 }
 
 static void job_done(struct slot *s)
@@ -842,8 +876,9 @@ static void on_claimed(struct job *job, void *data)
 	char commit[24], check[16];
 	const char *params[3] = {commit, check, NULL};
 
-	/* A new job (or none): no sibling of it has failed yet. */
+	/* A new job (or none): no sibling of it has failed yet, and its lease is this daemon's. */
 	s->sibling_failed = false;
+	s->lease_lost = false;
 
 	if (!job) {
 		set_state(s, SLOT_IDLE);
@@ -899,7 +934,12 @@ static void claim(struct slot *s)
 	 * every GPU had one slot.
 	 */
 	jobs_claim(s->d, s->cfg.gpu >= 0 && s->cfg.peer == 0 ? "trials,probe,sanitize" : "trials,probe",
-		   s->runner ? s->runner_commit : 0, on_claimed, s);
+		   s->runner ? s->runner_commit : 0, s->cfg.gpu >= 0, on_claimed, s);
+}
+
+bool slot_idle(const struct slot *s)
+{
+	return s->state == SLOT_IDLE && !s->draining;
 }
 
 void slot_kick(struct slot *s)

@@ -19,6 +19,8 @@ struct slot;
 int slot_start(struct nwd *d, const struct config_slot *cfg, struct slot **out);
 /* New work may be claimable. */
 void slot_kick(struct slot *s);
+/* Whether the slot waits for work it could not claim (the builder may build some for it). */
+bool slot_idle(const struct slot *s);
 /* Finish the trial in flight, give the job back, stop the runner; nwd_service_stopped() when done. */
 void slot_drain(struct slot *s);
 void slot_free(struct slot *s);

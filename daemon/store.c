@@ -40,6 +40,7 @@ struct store {
 	uv_timer_t flush_timer;
 	unsigned in_flight; /* batches sent or waiting for a retry */
 	unsigned long long written;
+	bool discarding; /* store_discard(): rows are dropped, failed batches not retried */
 };
 
 static void send_batch(struct batch *b);
@@ -73,6 +74,12 @@ static void on_inserted(PGresult *res, const char *error, void *data)
 		free(b);
 		return;
 	}
+	if (s->discarding) {
+		s->in_flight--;
+		free(b->json);
+		free(b);
+		return;
+	}
 	log_warn("store: writing %u trials failed, retrying: %s", b->rows, error);
 	t = malloc(sizeof(*t));
 	if (!t) {
@@ -90,6 +97,13 @@ static void send_batch(struct batch *b)
 
 	if (db_query(b->store->db, insert_sql, 2, params, on_inserted, b) < 0)
 		on_inserted(NULL, "cannot queue query", b);
+}
+
+void store_discard(struct store *s)
+{
+	s->discarding = true;
+	uv_timer_stop(&s->flush_timer);
+	json_array_clear(s->rows);
 }
 
 void store_flush(struct store *s)
@@ -164,8 +178,11 @@ static json_t *row_json(const struct trial_row *r)
 
 int store_add_trial(struct store *s, const struct trial_row *row)
 {
-	json_t *o = row_json(row);
+	json_t *o;
 
+	if (s->discarding)
+		return 0;
+	o = row_json(row);
 	if (!o || json_array_append_new(s->rows, o) < 0)
 		return -ENOMEM;
 	if (json_array_size(s->rows) >= NW_STORE_BATCH_MAX)

@@ -38,6 +38,13 @@ void store_free(struct store *s);
 /* Buffers one trial; a full batch is written at once, otherwise within a few milliseconds. */
 int store_add_trial(struct store *s, const struct trial_row *row);
 
+/*
+ * From now on nothing is written (the daemon refuses to write): buffered
+ * rows are dropped, new ones too, and a batch in flight that fails is not
+ * retried.
+ */
+void store_discard(struct store *s);
+
 /* Writes the buffered trials now. */
 void store_flush(struct store *s);
 

@@ -8,7 +8,7 @@ const web = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../we
 const f = await import(path.join(web, 'js/format.js'));
 const { columns } = await import(path.join(web, 'js/views/commits.js'));
 const { chartData: checkData, logSplits } = await import(path.join(web, 'js/views/check.js'));
-const { byDevice, queueDepth } = await import(path.join(web, 'js/views/health.js'));
+const { byDevice, fleetIssues, queueDepth } = await import(path.join(web, 'js/views/health.js'));
 const { rangeRows } = await import(path.join(web, 'js/views/bisection.js'));
 const { resultVerdict } = await import(path.join(web, 'js/views/commit.js'));
 const { pointVerdict } = await import(path.join(web, 'js/views/check.js'));
@@ -176,6 +176,24 @@ test('health: devices and queue depth', () => {
   assert.deepEqual(byDevice(slots).map((d) => [d.gpu, d.slots.length]), [[0, 2], [1, 1], [-1, 1]]);
   assert.deepEqual(queueDepth({ trials_queued: 12, trials_running: 1, probe_queued: 3, build_done: 2 }), { queued: 15, running: 1, other: 2 });
   assert.deepEqual(queueDepth(undefined), { queued: 0, running: 0, other: 0 });
+});
+
+test('health: daemons needing attention', () => {
+  const daemons = [
+    { name: 'a', alive: true, state: 'running', config_differs_from: ['b'], schema_differs_from: [], schema_version: 40 },
+    { name: 'b', alive: true, state: 'running', config_differs_from: ['a'], schema_differs_from: ['c'], schema_version: 40 },
+    { name: 'c', alive: false, state: 'refused', note: 'schema newer', config_differs_from: [], schema_differs_from: [] },
+    { name: 'd', alive: false, state: 'running', config_differs_from: [], schema_differs_from: [] },
+    { name: 'e', alive: false, state: 'stopped', config_differs_from: ['a'], schema_differs_from: [] },
+  ];
+  assert.deepEqual(fleetIssues(daemons).map((i) => i.name + ': ' + i.what.split(':')[0].split(' from')[0]), [
+    'a: settings differ',
+    'b: settings differ',
+    'b: schema 40 differs',
+    'c: refuses to write',
+    'd: lost',
+  ]);
+  assert.deepEqual(fleetIssues(undefined), []);
 });
 
 test('bisection range rows', () => {

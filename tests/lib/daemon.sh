@@ -21,6 +21,23 @@
 #                                one: odd seeds' inputs change, see fake-runner), port
 #                                $NW_PORT; EXTRA (lines of config, e.g.
 #                                "[verdict]\nalpha = 0.005") is appended
+#   nw_fleet_start DIR NAME...   several daemons on one database: starts numwatchd (or
+#                                $NUMWATCHD) on DIR/NAME/nw.conf for each NAME, logging to
+#                                DIR/NAME/daemon.log (pids in NW_FLEET_PID[NAME]); each is
+#                                SIGKILLed when the test exits, and nw_wait fails when one dies
+#   nw_fleet_kill NAME           SIGKILLs one of them and waits for it
+#   nw_settled                   nothing left to do: every commit judged, no job queued or running,
+#                                no bisection running, no regression waiting for one, no mail
+#                                pending or still to be queued by the mailer's sweep
+#   nw_outcome                   what the run concluded, one line per fact, in a fixed order:
+#                                per commit x check x dtype verdicts (* where a regression is
+#                                new), regressions (start, state, fix, culprit), bisections of
+#                                regressions (outcome, culprit) and mail (kind, culprit,
+#                                subject, state): two runs of one history must print the same
+#   nw_no_duplicates             every seed of every check x dtype of every commit ran as the
+#                                plan says (once, and once more only after a failure), and no
+#                                probe of a bisection ran a seed another probe of it ran at the
+#                                same commit (prints what is wrong; false then)
 #
 # NW_BUILD_DIR (set by CMake) holds the built binaries.
 
@@ -29,16 +46,26 @@ NW_FAKE_RUNNER=$(cd "$(dirname "${BASH_SOURCE[0]}")/../integration" && pwd)/fake
 NUMWATCHD=$NW_BUILD_DIR/daemon/numwatchd
 NW_DAEMON_PID=
 NW_DAEMON_LOG=
+NW_FLEET_DIR=
+declare -gA NW_FLEET_PID=()
 
 nw_free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 fail() {
+	local log
 	echo "FAIL: $*" >&2
 	if [[ -n $NW_DAEMON_LOG && -f $NW_DAEMON_LOG ]]; then
 		echo "--- daemon log (last 40 lines) ---" >&2
 		tail -n 40 "$NW_DAEMON_LOG" >&2
+	fi
+	if [[ -n $NW_FLEET_DIR ]]; then
+		for log in "$NW_FLEET_DIR"/*/daemon.log; do
+			[[ -f $log ]] || continue
+			echo "--- $log (last 15 lines) ---" >&2
+			tail -n 15 "$log" >&2
+		done
 	fi
 	exit 1
 }
@@ -61,7 +88,7 @@ nw_daemon_start() {
 }
 
 nw_wait() {
-	local timeout=$1 desc=$2
+	local timeout=$1 desc=$2 name
 	shift 2
 	local end=$((SECONDS + timeout))
 	until "$@" >/dev/null 2>&1; do
@@ -69,8 +96,93 @@ nw_wait() {
 		if [[ -n $NW_DAEMON_PID ]] && ! kill -0 "$NW_DAEMON_PID" 2>/dev/null; then
 			fail "numwatchd died while waiting for: $desc"
 		fi
+		for name in "${!NW_FLEET_PID[@]}"; do
+			kill -0 "${NW_FLEET_PID[$name]}" 2>/dev/null || fail "numwatchd '$name' died while waiting for: $desc"
+		done
 		sleep 0.5
 	done
+}
+
+_nw_fleet_kill_all() {
+	local name
+	for name in "${!NW_FLEET_PID[@]}"; do
+		kill -9 "${NW_FLEET_PID[$name]}" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	return 0
+}
+
+nw_fleet_start() {
+	local dir=$1 name
+	shift
+	if [[ -z $NW_FLEET_DIR ]]; then
+		nw_atexit _nw_fleet_kill_all
+	fi
+	NW_FLEET_DIR=$dir
+	for name in "$@"; do
+		"$NUMWATCHD" --config "$dir/$name/nw.conf" >>"$dir/$name/daemon.log" 2>&1 &
+		NW_FLEET_PID[$name]=$!
+	done
+}
+
+nw_fleet_kill() {
+	local pid=${NW_FLEET_PID[$1]:?no daemon named $1}
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null || true
+	unset "NW_FLEET_PID[$1]"
+}
+
+nw_settled() {
+	nw_all_final || return 1
+	[[ $(pg_psql "SELECT (SELECT count(*) FROM jobs WHERE state IN ('queued', 'running'))
+		+ (SELECT count(*) FROM bisections WHERE state <> 'done')
+		+ (SELECT count(*) FROM regressions WHERE state IN ('open', 'bisecting'))
+		+ (SELECT count(*) FROM mail WHERE state = 'pending')
+		+ (SELECT count(DISTINCT b.culprit_id) FROM bisections b WHERE b.outcome = 'culprit'
+			AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'))
+		+ (SELECT count(*) FROM regressions x JOIN bisections b ON b.id = x.bisection_id
+			WHERE x.state = 'fixed' AND b.outcome = 'culprit'
+			AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')
+			AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed'))") == 0 ]]
+}
+
+nw_outcome() {
+	pg_psql "SELECT 'verdict ' || c.position || ' ' || k.name || ' ' || s.dtype || ' ' || s.verdict
+		|| CASE WHEN s.regression_new THEN '*' ELSE '' END
+		FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id
+		WHERE c.reachable ORDER BY c.position, k.name, s.dtype"
+	pg_psql "SELECT 'commit ' || position || ' ' || commit_verdict(id) FROM commits WHERE reachable ORDER BY position"
+	pg_psql "SELECT 'regression ' || k.name || ' ' || r.dtype || ' new@' || st.position || ' ' || r.state
+		|| ' fixed@' || coalesce(f.position::text, '-') || ' culprit@' || coalesce(cu.position::text, '-')
+		FROM regressions r JOIN checks k ON k.id = r.check_id JOIN commits st ON st.id = regression_start(r)
+		LEFT JOIN commits f ON f.id = r.fixed_commit_id LEFT JOIN commits cu ON cu.id = r.culprit_id
+		WHERE r.state <> 'withdrawn' ORDER BY k.name, r.dtype, st.position"
+	pg_psql "SELECT DISTINCT 'bisection ' || k.name || ' ' || b.dtype || ' ' || b.state || ' '
+		|| coalesce(b.outcome, '-') || ' culprit@' || coalesce(cu.position::text, '-')
+		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN regressions r ON r.id = b.regression_id
+		LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE r.state <> 'withdrawn' ORDER BY 1"
+	pg_psql "SELECT 'mail ' || m.kind || ' culprit@' || coalesce(cu.position::text, '-') || ' ' || m.state
+		|| ' ' || regexp_replace(m.subject, '#[0-9]+', '#N', 'g')
+		FROM mail m LEFT JOIN bisections b ON b.id = m.bisection_id LEFT JOIN commits cu ON cu.id = b.culprit_id
+		ORDER BY m.kind, cu.position, m.subject"
+}
+
+nw_no_duplicates() {
+	local bad
+	bad=$(pg_psql "SELECT count(*) FROM (SELECT commit_id, check_id, dtype, seed,
+		array_agg(outcome ORDER BY attempt) FILTER (WHERE outcome <> 'infra_error') AS o
+		FROM trials WHERE sanitizer IS NULL GROUP BY 1, 2, 3, 4) s
+		WHERE cardinality(o) > 2 OR (cardinality(o) = 2 AND o[1] = 'pass')")
+	if [[ $bad != 0 ]]; then
+		echo "$bad seeds ran more often than the plan says (duplicated trials)"
+		return 1
+	fi
+	bad=$(pg_psql "SELECT count(*) FROM probes p JOIN probes q ON q.bisection_id = p.bisection_id
+		AND q.commit_id = p.commit_id AND q.id > p.id AND q.seeds && p.seeds")
+	if [[ $bad != 0 ]]; then
+		echo "$bad probes ran seeds another probe of their bisection ran at the same commit (duplicated probes)"
+		return 1
+	fi
 }
 
 nw_api() {
@@ -108,7 +220,7 @@ name = $2
 url = $3
 poll_interval = 2
 [build]
-command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; }
+command = test ! -e broken && r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate delay cuda_checks; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; } && { test ! -e cuda_checks || cp "\$r" "\$NUMWATCH_BUILD_DIR/numwatch-runner-cuda"; }
 [trials]
 per_commit = $4
 max = $5

@@ -907,6 +907,55 @@ static void test_statistics(void **state)
 		   "0: [verdict] p1 (0.02) must be above p0_floor (0.03)");
 }
 
+/*
+ * The settings daemons sharing a database must agree on: the same for two
+ * hosts that differ only in their own paths, slots, port, node name, build
+ * command and mail; different, naming the key, when a verdict setting differs.
+ */
+static void test_shared_settings(void **state)
+{
+	struct config a, b, c;
+	char ta[4096], tb[4096], tc[4096], da[17], db[17], dc[17], diff[256];
+
+	load_text(MINIMAL "[trials]\nper_commit = 32\n", &a, NULL);
+	load_text("[daemon]\nstate_dir = /srv/nw\nnode_name = gpu-b\nlease = 20\n"
+		  "[repository]\nurl = /srv/mirror/demo-kernels.git\nname = demo-kernels\n"
+		  "[build]\ncommand = make -j64\n[trials]\nper_commit = 32\n[slots]\nslots = 0*4, host\n"
+		  "[http]\nport = 9090\n[mail]\nto = ops@example.org\n",
+		  &b, NULL);
+	load_text(MINIMAL "[trials]\nper_commit = 64\n[verdict]\nalpha = 0.005\n", &c, NULL);
+	assert_int_equal(config_shared(&a, ta, sizeof(ta)), 0);
+	assert_int_equal(config_shared(&b, tb, sizeof(tb)), 0);
+	assert_int_equal(config_shared(&c, tc, sizeof(tc)), 0);
+	assert_non_null(strstr(ta, "trials.per_commit=32\n"));
+	assert_non_null(strstr(ta, "verdict.alpha=0.01"));
+	assert_non_null(strstr(ta, "bisect.automatic=true\n"));
+	assert_null(strstr(ta, "state_dir"));
+	assert_null(strstr(ta, "build.command"));
+	assert_string_equal(ta, tb);
+	config_digest(ta, da);
+	config_digest(tb, db);
+	config_digest(tc, dc);
+	assert_int_equal(strlen(da), 16);
+	assert_string_equal(da, db);
+	assert_string_not_equal(da, dc);
+	config_shared_diff(ta, tb, diff, sizeof(diff));
+	assert_string_equal(diff, "");
+	config_shared_diff(ta, tc, diff, sizeof(diff));
+	assert_string_equal(diff, "trials.per_commit, verdict.alpha");
+	/* A key one side lacks (an older daemon's list) counts as a difference, listed once. */
+	config_shared_diff("a.x=1\nb.y=2\n", "a.x=1\nc.z=3\n", diff, sizeof(diff));
+	assert_string_equal(diff, "b.y, c.z");
+	/* Truncated, never overrun. */
+	config_shared_diff(ta, tc, diff, 10);
+	assert_true(strlen(diff) < 10);
+	assert_int_equal(config_shared(&a, ta, 32), -ENOSPC);
+	assert_true(strlen(ta) < 32);
+	config_release(&a);
+	config_release(&b);
+	config_release(&c);
+}
+
 /* The example shipped in systemd/ must stay a valid file: users start from it. */
 static void test_shipped_example(void **state)
 {
@@ -940,7 +989,7 @@ int main(void)
 	    cmocka_unit_test(test_syntax_errors),      cmocka_unit_test(test_comments_and_whitespace),
 	    cmocka_unit_test(test_string_values),      cmocka_unit_test(test_error_after_allocations),
 	    cmocka_unit_test(test_env_and_identity),   cmocka_unit_test(test_small_error_buffer),
-	    cmocka_unit_test(test_shipped_example),
+	    cmocka_unit_test(test_shipped_example),    cmocka_unit_test(test_shared_settings),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 // The health view: the daemon, its GPUs and runner slots (runner processes,
 // restarts), the job queue and its depth, the database and the repository
-// poller.
+// poller, and every daemon sharing the database (heartbeat, slots, whether its
+// settings or schema differ from the others').
 //   /?view=health
 import { getJSON } from '../api.js';
 import { h } from '../dom.js';
@@ -101,6 +102,60 @@ function devicesTable(slots) {
   );
 }
 
+/**
+ * What needs attention among the daemons sharing the database: [{name, what}]
+ * for one that refuses to write, one lost (its heartbeat stopped without a
+ * drain: its jobs are taken over once their leases run out), and one whose
+ * shared settings or schema version differ from a live daemon's.
+ */
+export function fleetIssues(daemons) {
+  const out = [];
+  for (const x of Array.isArray(daemons) ? daemons : []) {
+    const name = String(x.name);
+    if (x.state === 'refused') out.push({ name, what: `refuses to write: ${x.note || 'its schema is older than the database\'s'}` });
+    else if (!x.alive && x.state !== 'stopped') out.push({ name, what: 'lost: no heartbeat; its jobs are taken over when their leases run out' });
+    if (x.alive && Array.isArray(x.config_differs_from) && x.config_differs_from.length) out.push({ name, what: `settings differ from ${x.config_differs_from.join(', ')}` });
+    if (x.alive && Array.isArray(x.schema_differs_from) && x.schema_differs_from.length) out.push({ name, what: `schema ${x.schema_version} differs from ${x.schema_differs_from.join(', ')}` });
+  }
+  return out;
+}
+
+const DAEMON_TONES = { running: 'good', draining: 'warn', stopped: 'neutral', refused: 'bad' };
+
+function daemonsTable(daemons) {
+  if (!Array.isArray(daemons) || !daemons.length) return h('p', { class: 'muted' }, 'No daemon has written a heartbeat yet.');
+  return h(
+    'div',
+    { class: 'table-wrap' },
+    h(
+      'table',
+      { class: 'data daemons' },
+      h('caption', { class: 'sr-only' }, 'Daemons sharing this database'),
+      h('thead', null, h('tr', null, ['Daemon', 'Version', 'Schema', 'Slots', 'State', 'Jobs', 'Last seen', 'Differs'].map((t, i) => h('th', { scope: 'col', class: i === 5 ? 'num' : null }, t)))),
+      h(
+        'tbody',
+        null,
+        daemons.map((x) => {
+          const differs = [...(x.config_differs_from || []).map((n) => `settings from ${n}`), ...(x.schema_differs_from || []).map((n) => `schema from ${n}`)];
+          const state = x.alive || x.state === 'stopped' || x.state === 'refused' ? String(x.state) : 'lost';
+          return h(
+            'tr',
+            null,
+            h('th', { scope: 'row' }, x.url ? h('a', { href: String(x.url) }, String(x.name)) : String(x.name), x.self ? h('span', { class: 'muted' }, ' (this one)') : null),
+            h('td', null, String(x.version || '?')),
+            h('td', null, String(x.schema_version ?? '?')),
+            h('td', null, `${fmtInt(x.gpu_slots)} GPU · ${fmtInt(x.host_slots)} host`, x.slots ? h('div', { class: 'muted' }, String(x.slots)) : null),
+            h('td', null, pill(state, state === 'lost' ? 'bad' : DAEMON_TONES[state] || 'neutral', x.note || undefined)),
+            h('td', { class: 'num' }, fmtInt(x.jobs_running)),
+            h('td', null, timeEl(x.last_seen)),
+            h('td', { class: differs.length ? 'warn' : null }, differs.length ? differs.join(' · ') : h('span', { class: 'muted' }, 'agrees')),
+          );
+        }),
+      ),
+    ),
+  );
+}
+
 function slotsTable(slots) {
   if (!Array.isArray(slots) || !slots.length) return h('p', { class: 'muted' }, 'This daemon has no runner slots.');
   return h(
@@ -164,6 +219,9 @@ export default {
     const runners = slots.filter((s) => Number(s.runner_pid) > 0).length;
     const restarts = slots.reduce((n, s) => n + (Number(s.restarts) || 0), 0);
     const depth = queueDepth(d.queue);
+    const issues = fleetIssues(d.daemons);
+    const daemons = Array.isArray(d.daemons) ? d.daemons : [];
+    const alive = daemons.filter((x) => x.alive).length;
     return h(
       'section',
       { class: 'view view-health' },
@@ -173,7 +231,8 @@ export default {
         heading('Health', pill(ok ? 'ok' : String(d.status || 'unknown'), ok ? 'good' : 'bad')),
         h('p', { class: 'subtitle' }, `numwatchd ${d.version || '?'} on ${d.node || '?'} · up ${fmtSeconds(d.uptime_s)}`, d.draining ? [' · ', pill('draining: finishing work before exit', 'warn')] : null),
       ),
-      ok ? null : notice('error', 'The daemon reports a problem.', dbOk ? 'See the cards below.' : 'The database is unavailable: results are not being stored or served.'),
+      d.read_only ? notice('error', 'This daemon refuses to write.', String(d.read_only)) : ok ? null : notice('error', 'The daemon reports a problem.', dbOk ? 'See the cards below.' : 'The database is unavailable: results are not being stored or served.'),
+      issues.length ? notice('warn', 'Daemons sharing this database need attention.', h('ul', null, issues.map((i) => h('li', null, `${i.name}: ${i.what}`)))) : null,
       h(
         'div',
         { class: 'cards' },
@@ -195,7 +254,9 @@ export default {
         card('GPUs', gpus.length ? 'good' : 'neutral', gpus.length ? `${gpus.length} GPU${gpus.length === 1 ? '' : 's'}` : 'none', gpus.length ? gpus.map((g) => `GPU ${g.gpu}: ${g.slots.length} slot${g.slots.length === 1 ? '' : 's'}`).join(' · ') : 'host slots only: checks run on the CPU'),
         card('Runners', restarts ? 'warn' : runners ? 'good' : 'neutral', `${runners} of ${slots.length} running`, `${fmtInt(restarts)} restart${restarts === 1 ? '' : 's'} after a crash, timeout or fault`),
         card('Queue depth', depth.queued ? 'busy' : 'neutral', `${fmtInt(depth.queued)} queued · ${fmtInt(depth.running)} running`, d.queue ? 'jobs of every daemon on this database' : 'unknown: the database does not answer'),
+        card('Daemons', issues.length ? 'warn' : 'good', `${alive} of ${daemons.length} alive`, 'sharing this database'),
       ),
+      h('section', { 'aria-labelledby': 'daemons-h' }, h('h2', { id: 'daemons-h' }, 'Daemons sharing this database'), daemonsTable(d.daemons)),
       h('section', { 'aria-labelledby': 'devices-h' }, h('h2', { id: 'devices-h' }, 'GPUs and runners'), devicesTable(slots)),
       h('section', { 'aria-labelledby': 'slots-h' }, h('h2', { id: 'slots-h' }, 'Runner slots'), slotsTable(d.slots)),
       h('section', { 'aria-labelledby': 'queue-h' }, h('h2', { id: 'queue-h' }, 'Queue'), queueTable(d.queue)),
