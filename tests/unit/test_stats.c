@@ -547,7 +547,7 @@ static void nondet_flaky_mcnemar_improved(void **state)
  */
 static void nondet_pooled_baseline(void **state)
 {
-	static struct stats_seed s[256];
+	static struct stats_seed s[400];
 	const int cf[] = {16, 48, 80, 112, 144, 176, 208, 240};
 	struct stats_verdict_params par;
 	struct stats_verdict_input in = {.seeds = s, .nseeds = 256};
@@ -630,22 +630,23 @@ static void nondet_pooled_baseline(void **state)
 	}
 	/*
 	 * A fix judged by rate against the pool (7%; the baseline commit failed 4
-	 * of 96, no paired evidence of a fix yet): 0 of 48 make the pooled
-	 * rate 33 times less likely than 0% (log odds 3.50), past half of
-	 * log 1000: more trials, the passes to reach 1000 (3.41 / 0.0729 = 47).
-	 * At 0 of 96 (odds 1100): improved.
+	 * of 96, no paired evidence of a fix yet), as a probability ratio between
+	 * the pooled rate p = 36/512 and p / 4: each pass adds log((1 - p/4) /
+	 * (1 - p)) = 0.0552. 0 of 48 give log odds 2.65, past log 8: more
+	 * trials, the passes to reach 1000 ((6.908 - 2.648) / 0.0552 = 78).
+	 * 0 of 96 (odds 200) are not a fix yet; 0 of 126 (odds 1050) are.
 	 */
 	{
 		const int base_fails[] = {7, 23, 39, 55}; /* the flaky baseline: the pool fits it */
 
-		fill(s, 96, NULL, 0, base_fails, 4, 96);
+		fill(s, 126, NULL, 0, base_fails, 4, 126);
 		in.nseeds = 48;
 		in.pool_trials = 512;
 		in.pool_failures = 36;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_PENDING);
-		assert_int_equal(ev.needs_trials, 47);
-		assert_string_equal(ev.reason, "needs more trials: 47 (below the baseline's rate?)");
+		assert_int_equal(ev.needs_trials, 78);
+		assert_string_equal(ev.reason, "needs more trials: 78 (below the baseline's rate?)");
 		/* At [trials] max there are no more to ask for: judged as it stands. */
 		par.max_trials = 48;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
@@ -653,8 +654,30 @@ static void nondet_pooled_baseline(void **state)
 		par.max_trials = 256;
 		in.nseeds = 96;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_PENDING);
+		in.nseeds = 126;
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_IMPROVED);
-		assert_string_equal(ev.reason, "failure rate 0/96, below the baseline's 36/512 pooled");
+		assert_string_equal(ev.reason, "failure rate 0/126, below the baseline's 36/512 pooled");
+	}
+	/*
+	 * A 5% race still there: 6 of 336 (1.8%) after more trials is 0.003 of
+	 * the way to a fix at p / 4 (log odds -5.6), not a fix (a likelihood
+	 * ratio against the rate the trials showed called it one: odds 1100).
+	 */
+	{
+		static const int six[] = {3, 60, 117, 174, 231, 288};
+		int base17[17];
+
+		for (int i = 0; i < 17; i++)
+			base17[i] = 10 + 19 * i; /* the baseline at the race's 5% */
+		fill(s, 336, six, 6, base17, 17, 336);
+		in.nseeds = 336;
+		in.pool_trials = 600;
+		in.pool_failures = 30;
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.pool.trials, 600);
+		assert_int_not_equal(ev.verdict, VERDICT_IMPROVED);
 	}
 }
 
