@@ -23,12 +23,7 @@ nw_mode_history "$repo" 16 "$culprit" good race
 pg_start
 NW_PORT=$(nw_free_port)
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
-nw_mode_conf "$work/nw.conf" race "$repo" 32 32 "public_url = http://numwatch.test:8080/
-[mail]
-from = numwatch <numwatch@example.org>
-to = dev@example.org
-send_to_author = false
-mbox = $work/mbox"
+nw_mode_conf "$work/nw.conf" race "$repo" 32 32 "$(nw_mbox_conf "$work/mbox")"
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 tip_judged() { [[ $(pg_psql "SELECT s.verdict FROM stats s JOIN commits c ON c.id = s.commit_id
 	WHERE c.position = 15") == regressed ]]; }

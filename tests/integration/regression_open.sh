@@ -29,19 +29,10 @@ last=$((culprit + after))
 pg_start
 NW_PORT=$(nw_free_port)
 export NUMWATCH_URL=http://127.0.0.1:$NW_PORT
-nw_mode_conf "$work/nw.conf" open "$repo" 64 1024 "public_url = http://numwatch.test:8080/
-[mail]
-from = numwatch <numwatch@example.org>
-to = dev@example.org
-send_to_author = false
-mbox = $work/mbox"
+nw_mode_conf "$work/nw.conf" open "$repo" 64 1024 "$(nw_mbox_conf "$work/mbox")"
 nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 nw_wait 900 "every commit judged" nw_all_final
-settled() {
-	[[ $(pg_psql "SELECT count(*) FROM bisections WHERE state <> 'done'") == 0 &&
-		$(pg_psql "SELECT count(*) FROM regressions WHERE state IN ('open', 'bisecting')") == 0 ]]
-}
-nw_wait 900 "the regression bisected" settled
+nw_wait 900 "the regression bisected" nw_settled
 verdicts=$(pg_psql "SELECT string_agg(c.position || ':' || s.verdict || CASE WHEN s.regression_new THEN '*' ELSE '' END
 	|| '(' || s.failures || '/' || s.trials || ')', ' ' ORDER BY c.position)
 	FROM stats s JOIN commits c ON c.id = s.commit_id JOIN checks k ON k.id = s.check_id WHERE k.name = 'fake.bwd'")

@@ -26,6 +26,7 @@
 #                                DIR/NAME/daemon.log (pids in NW_FLEET_PID[NAME]); each is
 #                                SIGKILLed when the test exits, and nw_wait fails when one dies
 #   nw_fleet_kill NAME           SIGKILLs one of them and waits for it
+#   nw_mbox_conf MBOX            config lines (for nw_mode_conf's EXTRA): culprit mail to MBOX
 #   nw_settled                   nothing left to do: every commit judged, no job queued or running,
 #                                no bisection running, no regression waiting for one, no mail
 #                                pending or still to be queued by the mailer's sweep
@@ -130,6 +131,11 @@ nw_fleet_kill() {
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null || true
 	unset "NW_FLEET_PID[$1]"
+}
+
+nw_mbox_conf() {
+	printf '%s\n' "public_url = http://numwatch.test:8080/" "[mail]" "from = numwatch <numwatch@example.org>" \
+		"to = dev@example.org" "send_to_author = false" "mbox = $1"
 }
 
 nw_settled() {
