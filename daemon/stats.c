@@ -667,12 +667,14 @@ static double own_rate_llr(unsigned failures, unsigned trials, double other)
  */
 #define POOL_ODDS 1000.0
 /*
- * A candidate failing less often than the pool by these odds may be a fix:
- * more trials tell. Low, since a fix missed leaves a regression open at every
- * commit after it: 64 passes at a 5% race (0 of 64, odds 22) are worth the
- * 80 more trials that decide; a 2% flake's 64 passes (odds 3.6) are not.
+ * A candidate failing less often than the pool by these odds (against p / 4,
+ * below) may be a fix: more trials tell, a round at a time. Low, since a fix
+ * missed leaves a regression open at every commit after it and the pool of
+ * an open race is itself an estimate: 0 of 64 against a pooled 5% race that
+ * showed 20 of 640 (3.1%) is odds 4.5 (the old trigger, 8, let that fix go
+ * by); a stable 1% flake's 64 passes (odds 1.6) are not worth a round.
  */
-#define FIX_ODDS 8.0
+#define FIX_ODDS 2.0
 static bool pool_fits_baseline(const struct stats_verdict_input *in, const struct stats_side *base)
 {
 	double pool;
@@ -936,13 +938,16 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 		/*
 		 * Perhaps a fix: more trials tell it from a flake that happened not to
 		 * show, so that a later revert is judged against the fixed rate. The
-		 * passes that would reach POOL_ODDS (each adds fix_step()).
+		 * passes that would reach POOL_ODDS (each adds fix_step()), at most
+		 * as many as it has: a flake that happened not to show fails again
+		 * within a round or two, and the rounds stop there.
 		 */
 		double step = fix_step(ev, false);
+		unsigned to_odds = (unsigned)ceil((log(POOL_ODDS) - below_pool(ev)) / step);
 
 		ev->verdict = VERDICT_PENDING;
 		ev->test = STATS_TEST_SPRT;
-		ev->needs_trials = (unsigned)ceil((log(POOL_ODDS) - below_pool(ev)) / step);
+		ev->needs_trials = to_odds < ev->cand.trials ? to_odds : ev->cand.trials;
 		snprintf(ev->reason, sizeof(ev->reason), "needs more trials: %u (below the baseline's rate?)",
 			 ev->needs_trials);
 		return 0;
