@@ -47,6 +47,7 @@ enum opt_type {
 	OPT_UINT,     /* decimal integer in [min, max] */
 	OPT_DURATION, /* seconds, optionally with a unit suffix s, m or h, in [min, max] */
 	OPT_SLOTS,    /* the [slots] list */
+	OPT_GPUS,     /* 'auto' (-1) or a GPU count from 0 to SLOT_GPU_MAX + 1; stored in an int */
 	/* [mail] */
 	OPT_SMTP_URL,     /* smtp:// or smtps:// */
 	OPT_MAILBOX,      /* "addr" or "Name <addr>" */
@@ -144,6 +145,7 @@ static const struct option options[] = {
     NUM("trials", "hello_timeout", OPT_DURATION, hello_timeout_s, 1, 3600, 30),
 
     STR("slots", "slots", OPT_SLOTS, nslots, 0, "host"),
+    STR("slots", "gpus", OPT_GPUS, slots_gpus, 0, "auto"),
     ENV("slots", slots_env),
 
     STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
@@ -803,6 +805,19 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 		return 0;
 	case OPT_SLOTS:
 		return parse_slots(p, value);
+	case OPT_GPUS:
+		if (!strcmp(value, "auto")) {
+			*(int *)((char *)&p->cfg + o->offset) = -1;
+			return 0;
+		}
+		if (parse_number(value, false, &v) < 0 || v > SLOT_GPU_MAX + 1) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected 'auto' or a GPU count from 0 to %d",
+			     value, o->key, SLOT_GPU_MAX + 1);
+			return -EINVAL;
+		}
+		*(int *)((char *)&p->cfg + o->offset) = (int)v;
+		return 0;
 	case OPT_ENV:
 		return parse_env(p, o, value);
 	case OPT_REAL: {

@@ -90,6 +90,7 @@ struct config {
 	/* [slots] */
 	struct config_slot slots[NW_CONFIG_SLOTS_MAX];
 	unsigned nslots;
+	int slots_gpus; /* the host's GPU count, or -1 ('auto'): the driver's list (gpus.c) */
 
 	/* [http] */
 	char *http_address; /* listen address, e.g. "127.0.0.1" */

@@ -22,6 +22,7 @@
 #include "caps.h"
 #include "db.h"
 #include "fleet.h"
+#include "gpus.h"
 #include "http.h"
 #include "jobs.h"
 #include "log.h"
@@ -190,6 +191,7 @@ static void keep_restart_only(struct config *next, struct config *cur)
 	next->http_port = cur->http_port;
 	memcpy(next->slots, cur->slots, sizeof(cur->slots));
 	next->nslots = cur->nslots;
+	next->slots_gpus = cur->slots_gpus;
 }
 
 static void on_hup(uv_signal_t *s, int signum)
@@ -312,7 +314,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (config_load(&d->cfg, d->config_path, err, sizeof(err)) < 0) {
+	if (config_load(&d->cfg, d->config_path, err, sizeof(err)) < 0 ||
+	    gpus_check_slots(&d->cfg, GPUS_PROC_DIR, err, sizeof(err)) < 0) {
 		fprintf(stderr, "numwatchd: %s\n", err);
 		return 2;
 	}

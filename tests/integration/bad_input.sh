@@ -24,6 +24,24 @@ fi
 [[ $out == *"bad.conf:4:"*"per_commit"* ]] || fail "unclear config error: $out"
 echo "ok: bad config refused: $out"
 
+# Slots on a GPU the host does not have are refused at start-up, not run into failing trials.
+cat >"$work/gpus.conf" <<CONF
+[repository]
+url = /nowhere
+[build]
+command = true
+[slots]
+slots = 0*4, 1*4, 2
+gpus = 2
+CONF
+rc=0
+out=$("$NUMWATCHD" --config "$work/gpus.conf" 2>&1) || rc=$?
+[[ $rc == 2 && $out == *"slot 'gpu2' names GPU 2, which does not exist: this host has 2 GPUs"* ]] ||
+	fail "a slot on a missing GPU was not refused (exit $rc): $out"
+sed -i 's/^slots = .*/slots = 0*4, 1*4/' "$work/gpus.conf"
+"$NUMWATCHD" --config "$work/gpus.conf" --check-config >/dev/null || fail "slots on GPUs 0 and 1 of 2 were refused"
+echo "ok: a slot on a missing GPU refused at start-up: $out"
+
 pg_start
 # One commit per misbehaviour, each selecting the fake runner's mode, each after a good commit: a
 # verdict says what a commit changed against the one before, and each is to be judged against a

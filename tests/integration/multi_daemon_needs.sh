@@ -32,7 +32,7 @@ for d in gpu cpu; do
 	NW_PORT=$(nw_free_port) nw_mode_conf "$work/$d/nw.conf" needs "$repo" 16 256 \
 		"[daemon]\nnode_name = $d\n[sanitizer]\ntools = memcheck\nevery = 4\npath = $work/sanitizer"
 done
-sed -i 's/^slots = host, host$/slots = 0/' "$work/gpu/nw.conf"
+sed -i 's/^slots = host, host$/slots = 0\ngpus = 1/' "$work/gpu/nw.conf"
 # The GPU host first, so that the other sees it alive before it could take a first build.
 nw_fleet_start "$work" gpu
 up() { [[ $(pg_psql "SELECT count(*) FROM daemons WHERE name = 'gpu' AND gpu_slots = 1") == 1 ]]; }

@@ -36,6 +36,7 @@ every = 4
 path = $work/no-such-compute-sanitizer
 [slots]
 slots = 0*2
+gpus = 1
 [http]
 port = $NW_PORT
 CONF

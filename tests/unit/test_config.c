@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "gpus.h"
 
 /* The smallest valid file: the two required options. */
 #define MINIMAL                                                                                              \
@@ -345,6 +346,54 @@ static void test_integers(void **state)
 		   "6: invalid value '262145' for 'log_max': expected an integer from 1 to 262144");
 	load_extra("[repository]\nhistory_max =\n", &cfg,
 		   "6: invalid value '' for 'history_max': expected a positive integer");
+}
+
+/* [slots] gpus, and the slots' GPU indexes against the GPUs a host has (gpus.c). */
+static void test_gpus(void **state)
+{
+	char dir[] = "/tmp/nw-gpus.XXXXXX", path[64], err[512];
+	struct config cfg;
+
+	load_extra("[slots]\nslots = host\n", &cfg, NULL);
+	assert_int_equal(cfg.slots_gpus, -1);
+	/* Host slots need no GPU, whatever the host has. */
+	assert_int_equal(gpus_check_slots(&cfg, "/nonexistent", err, sizeof(err)), 0);
+	config_release(&cfg);
+	load_extra("[slots]\nslots = 0*2, 1\ngpus = 2\n", &cfg, NULL);
+	assert_int_equal(cfg.slots_gpus, 2);
+	assert_int_equal(gpus_check_slots(&cfg, "/nonexistent", err, sizeof(err)), 0);
+	cfg.slots_gpus = 1;
+	assert_int_equal(gpus_check_slots(&cfg, "/nonexistent", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "slot 'gpu1' names GPU 1, which does not exist: this host has 1 GPU "
+				 "([slots] gpus), numbered from 0 as CUDA_VISIBLE_DEVICES counts them");
+	config_release(&cfg);
+	load_extra("[slots]\ngpus = many\n", &cfg,
+		   "6: invalid value 'many' for 'gpus': expected 'auto' or a GPU count from 0 to 1024");
+	load_extra("[slots]\ngpus = 1025\n", &cfg,
+		   "6: invalid value '1025' for 'gpus': expected 'auto' or a GPU count from 0 to 1024");
+
+	/* 'auto': the driver's directory, one entry per GPU. */
+	assert_non_null(mkdtemp(dir));
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/0000:%02d:00.0", dir, i);
+		assert_int_equal(mkdir(path, 0700), 0);
+	}
+	load_extra("[slots]\nslots = 1*4, 0\n", &cfg, NULL);
+	assert_int_equal(gpus_check_slots(&cfg, dir, err, sizeof(err)), 0);
+	config_release(&cfg);
+	load_extra("[slots]\nslots = 0, 3*2, host\n", &cfg, NULL);
+	assert_int_equal(gpus_check_slots(&cfg, dir, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "slot 'gpu3' names GPU 3, which does not exist: this host has 2 GPUs ("));
+	assert_int_equal(gpus_check_slots(&cfg, "/nonexistent/gpus", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "slot 'gpu3' needs GPU 3, but this host shows no NVIDIA GPU "
+				 "('/nonexistent/gpus': No such file or directory); if its GPUs are there "
+				 "but not listed, say how many with [slots] gpus = N");
+	config_release(&cfg);
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/0000:%02d:00.0", dir, i);
+		rmdir(path);
+	}
+	rmdir(dir);
 }
 
 static void test_slots(void **state)
@@ -978,18 +1027,31 @@ static void test_shipped_example(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_defaults),           cmocka_unit_test(test_statistics),
-	    cmocka_unit_test(test_every_option),       cmocka_unit_test(test_public_url_default),
-	    cmocka_unit_test(test_repo_name_from_url), cmocka_unit_test(test_durations),
-	    cmocka_unit_test(test_integers),           cmocka_unit_test(test_slots),
-	    cmocka_unit_test(test_slots_shared),       cmocka_unit_test(test_unknown_key),
-	    cmocka_unit_test(test_unknown_section),    cmocka_unit_test(test_missing_required),
-	    cmocka_unit_test(test_duplicate_key),      cmocka_unit_test(test_cannot_open),
-	    cmocka_unit_test(test_unreadable_file),    cmocka_unit_test(test_long_line),
-	    cmocka_unit_test(test_syntax_errors),      cmocka_unit_test(test_comments_and_whitespace),
-	    cmocka_unit_test(test_string_values),      cmocka_unit_test(test_error_after_allocations),
-	    cmocka_unit_test(test_env_and_identity),   cmocka_unit_test(test_small_error_buffer),
-	    cmocka_unit_test(test_shipped_example),    cmocka_unit_test(test_shared_settings),
+	    cmocka_unit_test(test_defaults),
+	    cmocka_unit_test(test_statistics),
+	    cmocka_unit_test(test_every_option),
+	    cmocka_unit_test(test_public_url_default),
+	    cmocka_unit_test(test_repo_name_from_url),
+	    cmocka_unit_test(test_durations),
+	    cmocka_unit_test(test_integers),
+	    cmocka_unit_test(test_slots),
+	    cmocka_unit_test(test_gpus),
+	    cmocka_unit_test(test_slots_shared),
+	    cmocka_unit_test(test_unknown_key),
+	    cmocka_unit_test(test_unknown_section),
+	    cmocka_unit_test(test_missing_required),
+	    cmocka_unit_test(test_duplicate_key),
+	    cmocka_unit_test(test_cannot_open),
+	    cmocka_unit_test(test_unreadable_file),
+	    cmocka_unit_test(test_long_line),
+	    cmocka_unit_test(test_syntax_errors),
+	    cmocka_unit_test(test_comments_and_whitespace),
+	    cmocka_unit_test(test_string_values),
+	    cmocka_unit_test(test_error_after_allocations),
+	    cmocka_unit_test(test_env_and_identity),
+	    cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_shipped_example),
+	    cmocka_unit_test(test_shared_settings),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
