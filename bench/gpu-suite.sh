@@ -21,27 +21,21 @@ HISTORY_S=${NW_GPU_HISTORY_S:-300}
 RUNS_S=${NW_GPU_RUNS_S:-240}
 # Runner slots: several per GPU overlap one runner's host work with another's GPU work.
 SLOTS=${NW_GPU_SLOTS:-0*8}
-R=/tmp/nwroot
 mkdir -p "$OUT"
 report=$OUT/report.md
-log() { echo "[$(date +%T)] $*"; }
+# shellcheck source=bench/gpu-common.sh
+. "$root/bench/gpu-common.sh"
 sql() { "$NW_PGBIN/psql" -XAtq -d "$db" -c "$1"; }
 
 log "runtime packages"
-mkdir -p "$R"
-for f in "$G"/debs/*.deb; do dpkg -x "$f" "$R"; done
-export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu:$R/usr/lib/postgresql/15/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-command -v git >/dev/null || export PATH=$PATH:$R/usr/bin GIT_EXEC_PATH=$R/usr/lib/git-core
-export NW_PGBIN=$R/usr/lib/postgresql/15/bin
+gpu_runtime "$G"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 
 log "postgresql"
 # A fresh database and state every run: a warm machine keeps /tmp between runs.
-scripts/pgcluster stop /tmp/nwpg >/dev/null 2>&1
-rm -rf /tmp/nwpg /tmp/nwstate
-db=$(scripts/pgcluster start /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
-db="$db options='-c jit=off'"
+rm -rf /tmp/nwstate
+db=$(gpu_postgres /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
 
 log "config"
 cat >/tmp/nw.conf <<CONF
@@ -53,7 +47,7 @@ name = demo
 url = $G/repo
 poll_interval = 5
 [build]
-command = b=\$(cat "$G/prebuilt/\$NUMWATCH_COMMIT") && test "\$b" != FAILED && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$G/blobs/\$b/numwatch-runner-cuda.xz" "\$NUMWATCH_BUILD_DIR/numwatch-runner-cuda" && python3 -c 'import lzma,sys; open(sys.argv[2],"wb").write(lzma.open(sys.argv[1]).read())' "$G/blobs/\$b/numwatch-runner-host.xz" "\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && chmod +x "\$NUMWATCH_BUILD_DIR"/numwatch-runner-*
+command = $(gpu_build_command "$G")
 [trials]
 per_commit = $PER_COMMIT
 max = $TRIALS
@@ -78,14 +72,8 @@ CONF
 # daemon, stopped at the end) instead of time-slicing between their contexts.
 mps=none
 if [[ ${NW_GPU_MPS:-0} == 1 ]]; then
-	export CUDA_MPS_PIPE_DIRECTORY=/tmp/nwmps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/nwmps/log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	if nvidia-cuda-mps-control -d; then
-		mps=on
-		trap 'echo quit | nvidia-cuda-mps-control' EXIT
-	else
-		log "MPS would not start: the runners time-slice"
-	fi
+	gpu_mps_start
+	trap gpu_mps_stop EXIT
 fi
 log "daemon: the demo history on GPU 0 (slots $SLOTS, MPS $mps)"
 nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 500 >"$OUT/gpu-util.csv" 2>/dev/null &
@@ -113,26 +101,12 @@ sql "INSERT INTO tokens (name, hash) VALUES ('gpu', sha256(convert_to('nw_gpu_su
 # NW_GPU_BISECT="CHECK:DTYPE:GOOD:BAD" (positions): also a bisection by hand over that range.
 if [[ -n ${NW_GPU_BISECT:-} ]]; then
 	IFS=: read -r bcheck bdtype bgood bbad <<<"$NW_GPU_BISECT"
-	python3 - "$(sql "SELECT sha FROM commits WHERE position = $bgood")" \
-		"$(sql "SELECT sha FROM commits WHERE position = $bbad")" "$bcheck" "$bdtype" <<'PY'
-import json, sys, urllib.request
-good, bad, check, dtype = sys.argv[1:]
-req = urllib.request.Request("http://127.0.0.1:18080/api/v1/bisections", method="POST",
-    data=json.dumps({"good": good, "bad": bad, "check": check, "dtype": dtype}).encode(),
-    headers={"Authorization": "Bearer nw_gpu_suite", "Content-Type": "application/json"})
-print("bisection by hand:", urllib.request.urlopen(req, timeout=10).read().decode())
-PY
+	echo "bisection by hand: $(gpu_post /api/v1/bisections "{\"good\": \"$(sql "SELECT sha FROM commits WHERE position = $bgood")\",
+		\"bad\": \"$(sql "SELECT sha FROM commits WHERE position = $bbad")\", \"check\": \"$bcheck\", \"dtype\": \"$bdtype\"}")"
 fi
 runs_from=$(date +%s.%N)
 for cd in $( ((TRIALS > 0)) && sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
-	python3 - "$newest" "${cd%%:*}" "${cd##*:}" "$TRIALS" <<'PY'
-import json, sys, urllib.request
-sha, check, dtype, n = sys.argv[1:]
-req = urllib.request.Request("http://127.0.0.1:18080/api/v1/runs", method="POST",
-    data=json.dumps({"commit": sha, "check": check, "dtype": dtype, "trials": int(n)}).encode(),
-    headers={"Authorization": "Bearer nw_gpu_suite", "Content-Type": "application/json"})
-print(urllib.request.urlopen(req, timeout=10).read().decode())
-PY
+	gpu_post /api/v1/runs "{\"commit\": \"$newest\", \"check\": \"${cd%%:*}\", \"dtype\": \"${cd##*:}\", \"trials\": $TRIALS}"
 done >/dev/null
 t0=$SECONDS
 until [[ $(sql "SELECT count(*) FROM jobs WHERE kind = 'probe' AND state IN ('queued', 'running')") == 0 &&

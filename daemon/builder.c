@@ -546,6 +546,7 @@ static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 	char why[PATH_MAX + 64], parts[160] = "", declared[160] = "", host[65] = "", cuda[65] = "";
 	const char *line = r->out, *nl = strchr(line, '\n');
 	size_t n = 0, np = 0, nd = 0;
+	bool is_host, is_cuda;
 
 	if (r->timed_out || r->term_signal || r->exit_status == 3 || !nl ||
 	    nl - line >= (long)sizeof(b->tree)) {
@@ -575,20 +576,20 @@ static void on_hashed(struct proc *p, const struct proc_result *r, void *data)
 		if (!sp || sp - line != 64 || sp[1] != ' ')
 			break;
 		nlen = (size_t)((nl ? nl : name + strlen(name)) - name);
-		if (nlen == strlen(b->host_runner) && !strncmp(name, b->host_runner, nlen))
+		/* One file may be both runners (runner_cuda = runner_host: a runner for either slot). */
+		is_host = nlen == strlen(b->host_runner) && !strncmp(name, b->host_runner, nlen);
+		is_cuda = nlen == strlen(b->cuda_runner) && !strncmp(name, b->cuda_runner, nlen);
+		if (is_host)
 			snprintf(host, sizeof(host), "%.64s", line);
-		else if (nlen == strlen(b->cuda_runner) && !strncmp(name, b->cuda_runner, nlen))
+		if (is_cuda)
 			snprintf(cuda, sizeof(cuda), "%.64s", line);
-		else if (nd + 66 < sizeof(declared))
+		if (!is_host && !is_cuda && nd + 66 < sizeof(declared))
 			nd += (size_t)snprintf(declared + nd, sizeof(declared) - nd, "%s%.64s", nd ? "+" : "",
 					       line);
-		if ((nlen == strlen(b->host_runner) && !strncmp(name, b->host_runner, nlen) && !want_host) ||
-		    (nlen == strlen(b->cuda_runner) && !strncmp(name, b->cuda_runner, nlen) && !want_cuda)) {
-			/* Hashed for the other hosts only. */
-		} else {
+		/* A runner the slots do not use is hashed for the other hosts only. */
+		if ((is_host && want_host) || (is_cuda && want_cuda) || (!is_host && !is_cuda))
 			n +=
 			    (size_t)snprintf(b->hash + n, sizeof(b->hash) - n, "%s%.64s", n ? "+" : "", line);
-		}
 		if (name[0] == '[' || !strncmp(name, "numwatch-identity", 17))
 			np += (size_t)snprintf(parts + np, sizeof(parts) - np, "%s%.*s", np ? ", " : "",
 					       (int)nlen, name);

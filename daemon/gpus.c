@@ -23,7 +23,7 @@ int gpus_count(const char *dir, unsigned *count)
 int gpus_check_slots(const struct config *cfg, const char *dir, char *err, size_t errlen)
 {
 	const struct config_slot *top = NULL;
-	unsigned have;
+	unsigned have = 0;
 	int rc;
 
 	for (unsigned i = 0; i < cfg->nslots; i++)

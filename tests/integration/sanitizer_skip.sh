@@ -27,7 +27,9 @@ database = $NW_DATABASE
 url = $work/repo
 poll_interval = 1
 [build]
-command = for r in host cuda; do cp "$here/fake-runner" "\$NUMWATCH_BUILD_DIR/numwatch-runner-\$r"; done && cp mode "\$NUMWATCH_BUILD_DIR/"
+command = cp "$here/fake-runner" "\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp mode "\$NUMWATCH_BUILD_DIR/"
+# One runner for either kind of slot: the GPU slots' runner is the host runner's file.
+runner_cuda = numwatch-runner-host
 [trials]
 per_commit = 8
 [sanitizer]

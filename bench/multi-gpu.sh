@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# bench/multi-gpu.sh: one numwatchd with slots on every GPU of a host (issue 18).
+# Runs on the GPU host from the repo root with .gpu/ carried (bench/gpu-prebuild.sh, then
+# shared/tools/offline-debs .gpu/debs git libjansson-dev). With CUDA MPS on, it
+#   1. runs the demo history through one daemon with PER_GPU slots on each of the host's GPUs
+#      (slots 0*K, 1*K, ...): every commit's verdicts, the regressions, and the bisections the
+#      daemon queued, with the GPUs each bisection's probes ran on (k-section across GPUs);
+#   2. for 1, 2, 4, ... GPUs (up to the host's): a fresh database, the newest commit only, and
+#      TRIALS seeds of every check x dtype: trials per second through the daemon and each
+#      GPU's busy fraction (nvidia-smi, every 0.2 s).
+# Everything goes to $OUT: report.md, the daemons' logs, gpu-util.csv.
+# NW_GPU_REHEARSAL=1 rehearses it on a machine without GPUs: the GPU slots run the host runner
+# and say how many GPUs there are ([slots] gpus), with stand-ins for nvidia-smi and
+# nvidia-cuda-mps-control first on PATH; so that device time is spent on a script that runs.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+G=$root/.gpu
+OUT=${OUT:-$G/out}
+TRIALS=${NW_GPU_TRIALS:-1000}
+PER_COMMIT=${NW_GPU_PER_COMMIT:-64}
+PER_GPU=${NW_GPU_PER_GPU:-8}
+HISTORY_S=${NW_GPU_HISTORY_S:-150}
+RUNS_S=${NW_GPU_RUNS_S:-60}
+mkdir -p "$OUT"
+report=$OUT/report.md
+# shellcheck source=bench/gpu-common.sh
+. "$root/bench/gpu-common.sh"
+sql() { "$NW_PGBIN/psql" -XAtq -d "$db" -c "$1"; }
+
+gpu_runtime "$G"
+ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
+log "$ngpu x $gpu"
+pg=$(gpu_postgres /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
+gpu_mps_start
+nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 200 \
+	>"$OUT/gpu-util.csv" 2>/dev/null &
+smi=$!
+daemon=
+# shellcheck disable=SC2317 # run by the trap
+finish() {
+	[[ -z $daemon ]] || kill -TERM "$daemon" 2>/dev/null
+	kill "$smi" 2>/dev/null
+	gpu_mps_stop
+	scripts/pgcluster stop /tmp/nwpg >/dev/null 2>&1
+}
+trap finish EXIT
+
+# slots_for N: PER_GPU slots on each of GPUs 0 to N-1.
+slots_for() {
+	local i s=
+	for ((i = 0; i < $1; i++)); do s+="${s:+, }$i*$PER_GPU"; done
+	echo "$s"
+}
+
+# run_daemon NAME SLOTS HISTORY_MAX: a fresh database NAME and state, the daemon started on them.
+run_daemon() {
+	"$NW_PGBIN/psql" -XAtq -d "$pg" -c "CREATE DATABASE $1" >/dev/null || return 1
+	name=$1
+	db=$(sed "s/dbname=[^ ]*/dbname=$1/" <<<"$pg")
+	rm -rf "/tmp/nwstate-$1"
+	cat >"/tmp/$1.conf" <<CONF
+[daemon]
+state_dir = /tmp/nwstate-$1
+database = $db
+[repository]
+name = demo
+url = $G/repo
+poll_interval = 2
+history_max = $3
+[build]
+command = $(gpu_build_command "$G")
+$( [[ ${NW_GPU_REHEARSAL:-0} != 1 ]] || echo "runner_cuda = numwatch-runner-host")
+[trials]
+per_commit = $PER_COMMIT
+max = $TRIALS
+timeout = 120
+[slots]
+slots = $2
+$( [[ ${NW_GPU_REHEARSAL:-0} != 1 ]] || echo "gpus = $ngpu")
+[http]
+port = 18080
+public_url = http://127.0.0.1:18080/
+[mail]
+from = numwatch <numwatch@gpu.test>
+to = dev@gpu.test
+send_to_author = false
+mbox = $OUT/mbox-$1
+CONF
+	"$G/bin/numwatchd" --config "/tmp/$1.conf" >"$OUT/daemon-$1.log" 2>&1 &
+	daemon=$!
+	# The token once the daemon serves (its migrations done: an insert during them could deadlock).
+	local t0=$SECONDS
+	until python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:18080/api/v1/health", timeout=2)' 2>/dev/null &&
+		sql "INSERT INTO tokens (name, hash) VALUES ('gpu', sha256(convert_to('nw_gpu_suite', 'UTF8')))
+		ON CONFLICT DO NOTHING" >/dev/null 2>&1; do
+		((SECONDS - t0 < 30)) && kill -0 "$daemon" 2>/dev/null || { cat "$OUT/daemon-$1.log"; return 1; }
+		sleep 0.2
+	done
+}
+
+# wait_for SECONDS WHAT SQL: until SQL says t, the daemon dies or the deadline passes.
+wait_for() {
+	local t0=$SECONDS
+	until [[ $(sql "$3" 2>/dev/null) == t ]]; do
+		((SECONDS - t0 < $1)) || { log "$2: deadline passed"; return 1; }
+		kill -0 "$daemon" 2>/dev/null || { log "$2: the daemon died"; tail -5 "$OUT/daemon-$name.log"; return 1; }
+		sleep 1
+	done
+}
+judged="SELECT count(*) > 0 AND count(*) FILTER (WHERE commit_verdict(id) = 'pending') = 0 FROM commits"
+idle="SELECT count(*) = 0 FROM jobs WHERE state IN ('queued', 'running')"
+
+# 1. The demo history on every GPU.
+slots=$(slots_for "$ngpu")
+log "the demo history, slots $slots, MPS $mps"
+run_daemon history "$slots" 500 || exit 1
+t0=$SECONDS
+wait_for "$HISTORY_S" "history" "$judged"
+history_s=$((SECONDS - t0))
+wait_for "$RUNS_S" "bisections" "SELECT ($idle) AND count(*) FILTER (WHERE state <> 'done') = 0 FROM bisections"
+kill -TERM "$daemon"
+wait "$daemon"
+daemon=
+{
+	echo "## One numwatchd on $ngpu GPUs: $(date -u +%Y-%m-%d), $ngpu x $gpu"
+	echo
+	echo "Command: \`bench/multi-gpu.sh\` (slots \`$slots\`, MPS $mps, per_commit $PER_COMMIT), history judged in ${history_s} s."
+	echo
+	echo "### Verdicts over the demo history"
+	echo
+	echo "| # | commit | title | verdict | checks not clean |"
+	echo "| ---: | --- | --- | --- | --- |"
+	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
+		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict
+		|| CASE WHEN s.regression_new THEN ' (new)' WHEN s.verdict = 'regressed' THEN ' (open)' ELSE '' END
+		|| ' (' || s.failures || '/' || s.trials || ')', ', '
+		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
+		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+	echo
+	echo "Trials per GPU over the history: $(sql "SELECT string_agg(g || ': ' || n, ', ' ORDER BY g) FROM
+		(SELECT split_part(slot, '.', 1) g, count(*) n FROM trials GROUP BY 1) x")."
+	echo
+	echo "### Bisections the daemon queued"
+	echo
+	echo "*GPUs per round*: for each search round, how many GPUs its probes' trials ran on (a probe"
+	echo "per slot: the rounds are k-sections over every GPU's slots)."
+	echo
+	echo "| check | dtype | range | outcome | culprit | rounds | probes | probe trials | GPUs per round |"
+	echo "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"
+	sql "SELECT '| ' || k.name || ' | ' || b.dtype || ' | ' || g.position || '..' || bd.position || ' | ' ||
+		coalesce(b.outcome, b.state) || ' | ' || coalesce((SELECT position::text FROM commits WHERE id = b.culprit_id), '-') ||
+		' | ' || (SELECT count(DISTINCT round) FROM probes WHERE bisection_id = b.id) || ' | ' ||
+		(SELECT count(*) FROM probes WHERE bisection_id = b.id) || ' | ' ||
+		(SELECT coalesce(sum(trials), 0) FROM probes WHERE bisection_id = b.id) || ' | ' ||
+		coalesce((SELECT string_agg(n::text, ' ' ORDER BY round) FROM (SELECT p.round, count(DISTINCT split_part(t.slot, '.', 1)) n
+			FROM probes p JOIN trials t ON t.commit_id = p.commit_id AND t.check_id = b.check_id AND t.dtype = b.dtype
+			AND t.seed = ANY (p.seeds) AND t.finished_at BETWEEN p.created_at AND coalesce(p.finished_at, now())
+			WHERE p.bisection_id = b.id GROUP BY p.round) r), '-') || ' |'
+		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
+		JOIN commits bd ON bd.id = b.bad_commit_id ORDER BY b.id"
+	echo
+	echo "Culprit mails: $(grep -c '^X-Numwatch-Kind: culprit' "$OUT/mbox-history" 2>/dev/null || echo 0)."
+	echo
+} >"$report" 2>&1
+cat "$report"
+
+# 2. Throughput with 1, 2, 4, ... GPUs: TRIALS seeds of every check x dtype on the newest commit.
+echo "### $TRIALS seeds per check x dtype on the newest commit, by the number of GPUs" >>"$report"
+echo >>"$report"
+echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) |" >>"$report"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |" >>"$report"
+for ((n = 1; n <= ngpu; n *= 2)); do
+	log "throughput on $n GPU(s)"
+	run_daemon "gpus$n" "$(slots_for "$n")" 1 || break
+	wait_for 60 "plan on $n GPUs" "SELECT ($judged) AND ($idle)" || { kill "$daemon"; wait "$daemon"; daemon=; continue; }
+	newest=$(sql "SELECT sha FROM commits ORDER BY position DESC LIMIT 1")
+	from=$(date +%s.%N)
+	for cd in $(sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
+		gpu_post /api/v1/runs "{\"commit\": \"$newest\", \"check\": \"${cd%%:*}\", \"dtype\": \"${cd##*:}\", \"trials\": $TRIALS}"
+	done >/dev/null
+	wait_for "$RUNS_S" "runs on $n GPUs" "$idle"
+	to=$(date +%s.%N)
+	kill -TERM "$daemon"
+	wait "$daemon"
+	daemon=
+	row=$(sql "SELECT count(*) || ' | ' || count(*) FILTER (WHERE outcome NOT IN ('pass', 'infra_error')) || ' | ' ||
+		round(($to - $from)::numeric, 1) || ' | ' || round((count(*) / ($to - $from))::numeric) || ' | ' ||
+		round((count(*) / ($to - $from) / $n)::numeric)
+		FROM trials WHERE finished_at >= to_timestamp($from) AND finished_at <= to_timestamp($to)")
+	busy=$(python3 - "$OUT/gpu-util.csv" "$from" "$to" "$n" <<'PY'
+import sys, datetime
+path, t0, t1, n = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+per = {}
+for line in open(path):
+    try:
+        ts, idx, util = [x.strip() for x in line.split(",")]
+        t = datetime.datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except ValueError:
+        continue
+    if t0 <= t <= t1:
+        per.setdefault(int(idx), []).append(float(util))
+print(" ".join("gpu%d %.0f%%" % (i, sum(v) / len(v)) for i, v in sorted(per.items()) if i < n) or "no samples")
+PY
+)
+	echo "| $n | \`$(slots_for "$n")\` | $row | $busy |" >>"$report"
+done
+echo >>"$report"
+tail -n +"$(grep -n "^### $TRIALS seeds" "$report" | cut -d: -f1)" "$report"
