@@ -33,14 +33,22 @@ static const char bisect_sql[] =
     " SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM g), (SELECT count(*) FROM b), (SELECT id FROM "
     "ins)";
 
-/* A run by hand: the given number of seeds at one commit, ahead of background work. */
+/*
+ * A run by hand: the given number of seeds at one commit, ahead of background
+ * work, as jobs of NW_RUN_PART_SEEDS seeds each ($6) so that every slot of every
+ * host takes a share: one job of 1000 seeds ran on one slot while the other
+ * GPUs of the host idled. Returns the first part's id and the number of parts.
+ */
 static const char run_sql[] =
     "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
     " k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $3 AND $4 = ANY (dtypes)),"
     " ins AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
-    "  SELECT 'probe', c.id, k.id, $4, 50, ARRAY(SELECT generate_series(0, $5::int - 1)::bigint) FROM c, k"
-    "  WHERE (SELECT count(*) FROM c) = 1 RETURNING id)"
-    " SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM k), 1, (SELECT id FROM ins)";
+    "  SELECT 'probe', c.id, k.id, $4, 50,"
+    "   ARRAY(SELECT generate_series(p * $6::int, least(p * $6::int + $6::int, $5::int) - 1)::bigint)"
+    "  FROM c, k, generate_series(0, ($5::int - 1) / $6::int) p WHERE (SELECT count(*) FROM c) = 1"
+    "  ORDER BY p RETURNING id)"
+    " SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM k), 1,"
+    "  (SELECT min(id) || ',\"parts\":' || count(*) FROM ins)";
 
 /* Re-run: rebuild a commit whose build failed, and queue its trials jobs again with their strikes cleared. */
 static const char rerun_sql[] =
@@ -63,6 +71,9 @@ static const char unmute_sql[] =
     "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
     " del AS (DELETE FROM mutes WHERE check_id = (SELECT id FROM k) AND dtype = $3 RETURNING 1)"
     " SELECT (SELECT count(*) FROM k), 1, 1, (SELECT count(*) FROM del)";
+
+#define TEXT_OF_(x) #x
+#define TEXT_OF(x)  TEXT_OF_(x) /* a number's digits, as a query parameter */
 
 enum write_kind { W_BISECT, W_RUN, W_RERUN, W_MUTE, W_UNMUTE };
 
@@ -188,7 +199,8 @@ static void on_authenticated(struct pending *p, PGresult *res, const char *error
 			 json_integer_value(json_object_get(o, "trials"))
 			     ?: (json_int_t)p->d->cfg.trials_per_commit);
 		params[4] = trials;
-		n = 5;
+		params[5] = TEXT_OF(NW_RUN_PART_SEEDS);
+		n = 6;
 		break;
 	case W_RERUN:
 		sql = rerun_sql;

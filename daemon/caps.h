@@ -60,6 +60,12 @@
 #define NW_STORE_BATCH_MAX 2048
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
+/*
+ * A run by hand (POST /api/v1/runs) is queued as jobs of this many seeds, so
+ * that the slots of every GPU share it; a job's claim costs about one
+ * trial's time, so parts much smaller would be overhead.
+ */
+#define NW_RUN_PART_SEEDS 64
 
 /*
  * `numwatch repro --runs N`: the most runs a culprit mail suggests (a failure

@@ -722,7 +722,7 @@ static int verdict_nondeterministic(const struct stats_verdict_input *in,
 static int verdict_deterministic(const struct stats_verdict_input *in, const struct stats_verdict_params *p,
 				 struct stats_evidence *ev)
 {
-	unsigned not_run = 0, needs_rerun = 0, needs_base = 0, base_failures = 0;
+	unsigned not_run = 0, needs_rerun = 0, needs_base = 0, base_failures = 0, base_flakes_pass = 0;
 
 	for (unsigned i = 0; i < in->nseeds; i++) {
 		const struct stats_seed *s = &in->seeds[i];
@@ -747,6 +747,8 @@ static int verdict_deterministic(const struct stats_verdict_input *in, const str
 			ev->nondeterministic_seeds++;
 		if (b == SIDE_CONFIRMED && c == SIDE_PASS)
 			ev->improved_seeds++;
+		if (b == SIDE_UNCONFIRMED && c == SIDE_PASS)
+			base_flakes_pass++;
 		if (c == SIDE_CONFIRMED && (b == SIDE_CONFIRMED || b == SIDE_UNCONFIRMED))
 			ev->both_fail_seeds++;
 	}
@@ -789,14 +791,26 @@ static int verdict_deterministic(const struct stats_verdict_input *in, const str
 		 */
 		return verdict_nondeterministic(in, p, ev);
 	}
-	if (base_failures && ev->improved_seeds == base_failures) {
+	/*
+	 * Improved: every seed the baseline failed passes here, and some of them
+	 * failed there twice. The baseline's failures that passed their rerun
+	 * (a bug whose garbage differs run to run: an uncleared accumulator on
+	 * the GPU) pass here too, but are no evidence either way: requiring them
+	 * confirmed left such a regression open at its fix and every commit after.
+	 */
+	if (ev->improved_seeds && ev->improved_seeds + base_flakes_pass == base_failures) {
 		ev->verdict = VERDICT_IMPROVED;
 		for (unsigned i = 0; i < in->nseeds; i++)
 			if (classify(in->seeds[i].base_first, in->seeds[i].base_rerun) == SIDE_CONFIRMED &&
 			    classify(in->seeds[i].cand_first, in->seeds[i].cand_rerun) == SIDE_PASS)
 				add_seed(ev, in->seeds[i].seed);
-		snprintf(ev->reason, sizeof(ev->reason), "all %u baseline failure(s) pass here",
-			 base_failures);
+		if (base_flakes_pass)
+			snprintf(ev->reason, sizeof(ev->reason),
+				 "all %u baseline failure(s) pass here (%u of them failed there only once)",
+				 base_failures, base_flakes_pass);
+		else
+			snprintf(ev->reason, sizeof(ev->reason), "all %u baseline failure(s) pass here",
+				 base_failures);
 	} else if (ev->both_fail_seeds) {
 		ev->verdict = VERDICT_FLAKY;
 		for (unsigned i = 0; i < in->nseeds; i++)

@@ -171,9 +171,14 @@ expect GET /api/v1/checks 200
 grep -q "known flake" "$work/body" || fail "mute not shown on the checks list"
 expect DELETE "/api/v1/checks/fake.fwd/mute" 200 -H "Authorization: Bearer $token"
 expect POST "/api/v1/commits/${bad:0:10}/rerun" 200 -H "Authorization: Bearer $token"
-expect POST /api/v1/runs 201 -H "Authorization: Bearer $token" -d '{"commit":"'$good'","check":"fake.fwd","dtype":"f32","trials":12}'
-ran_more() { [[ $(pg_psql "SELECT count(DISTINCT seed) FROM trials t JOIN commits c ON c.id = t.commit_id WHERE c.sha = '$good'") == 12 ]]; }
-nw_wait 60 "the run by hand extends the commit to 12 seeds" ran_more
+# 150 seeds: three jobs (64, 64, 22 seeds) that any slot may take.
+expect POST /api/v1/runs 201 -H "Authorization: Bearer $token" -d '{"commit":"'$good'","check":"fake.fwd","dtype":"f32","trials":150}'
+grep -q '"parts":3' "$work/body" || fail "a run of 150 seeds is not three parts: $(cat "$work/body")"
+ran_more() { [[ $(pg_psql "SELECT count(DISTINCT seed) FROM trials t JOIN commits c ON c.id = t.commit_id WHERE c.sha = '$good'") == 150 ]]; }
+nw_wait 60 "the run by hand extends the commit to 150 seeds" ran_more
+parts=$(pg_psql "SELECT string_agg(cardinality(j.seeds)::text, ' ' ORDER BY j.id) FROM jobs j JOIN commits c ON c.id = j.commit_id
+	WHERE c.sha = '$good' AND j.kind = 'probe' AND j.bisection_id IS NULL")
+[[ $parts == "64 64 22" ]] || fail "the run's parts hold '$parts' seeds, not 64 64 22"
 "$NUMWATCH" token revoke ci-bot --config "$work/nw.conf" >/dev/null
 expect POST "/api/v1/commits/${bad:0:10}/rerun" 401 -H "Authorization: Bearer $token"
 echo "ok: writes need a valid token; bad JSON, bad ids and oversized bodies refused; revoked tokens refused"

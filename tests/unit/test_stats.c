@@ -381,9 +381,23 @@ static void det_improved_and_flaky(void **state)
 	assert_int_equal(decide(s, 4, true, &ev), VERDICT_IMPROVED);
 	assert_int_equal(ev.improved_seeds, 2);
 	assert_int_equal(ev.seeds_total, 2);
-	/* One baseline failure was itself a flake (failed, then passed): not all improved. */
+	/*
+	 * One baseline failure failed only once there (its rerun passed: garbage
+	 * that differs run to run, as a GPU fix's baseline showed): it passes here
+	 * too, and the confirmed one is fixed: improved.
+	 */
 	s[2] = seed(2, P, N, F, P);
+	assert_int_equal(decide(s, 4, true, &ev), VERDICT_IMPROVED);
+	assert_int_equal(ev.improved_seeds, 1);
+	assert_string_equal(ev.reason,
+			    "all 2 baseline failure(s) pass here (1 of them failed there only once)");
+	/* Only a baseline flake passing here is no improvement. */
+	s[0] = seed(0, P, N, P, N);
 	assert_int_equal(decide(s, 4, true, &ev), VERDICT_CLEAN);
+	/* Nor is a confirmed failure fixed while another still fails (once) here. */
+	s[0] = seed(0, P, N, F, F);
+	s[2] = seed(2, F, P, F, P);
+	assert_int_not_equal(decide(s, 4, true, &ev), VERDICT_IMPROVED);
 }
 
 static void det_nondeterminism_judged_by_rates(void **state)
