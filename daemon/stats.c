@@ -584,8 +584,9 @@ static bool verdict_params_ok(const struct stats_verdict_params *p)
 }
 
 /* Runs the drift test over the seeds both sides ran; sets ev->drift_used. */
+/* The drift test of the candidate's ratios against the clean state's ('from_clean') or the baseline's. */
 static int run_drift(const struct stats_verdict_input *in, const struct stats_verdict_params *p,
-		     struct stats_evidence *ev)
+		     bool from_clean, struct stats_drift *out, bool *used)
 {
 	double *c = NULL, *b = NULL;
 	unsigned m = 0;
@@ -603,7 +604,7 @@ static int run_drift(const struct stats_verdict_input *in, const struct stats_ve
 		if (classify(s->cand_first, OUTCOME_NONE) == SIDE_NOT_RUN ||
 		    classify(s->base_first, OUTCOME_NONE) == SIDE_NOT_RUN)
 			continue;
-		double base = in->drift_from_clean ? s->clean_ratio : s->base_ratio;
+		double base = from_clean ? s->clean_ratio : s->base_ratio;
 
 		if (!isfinite(s->cand_ratio) || !isfinite(base))
 			continue;
@@ -613,9 +614,9 @@ static int run_drift(const struct stats_verdict_input *in, const struct stats_ve
 	}
 	if (m < p->drift_min_pairs || m == 0)
 		goto out;
-	rc = stats_drift_test(c, b, m, p->drift_factor, p->drift_alpha, &ev->drift);
+	rc = stats_drift_test(c, b, m, p->drift_factor, p->drift_alpha, out);
 	if (rc == 0)
-		ev->drift_used = true;
+		*used = true;
 out:
 	free(c);
 	free(b);
@@ -626,7 +627,9 @@ out:
 static int apply_drift(const struct stats_verdict_input *in, const struct stats_verdict_params *p,
 		       struct stats_evidence *ev)
 {
-	int rc = run_drift(in, p, ev);
+	struct stats_drift back;
+	bool back_used = false;
+	int rc = run_drift(in, p, in->drift_from_clean, &ev->drift, &ev->drift_used);
 
 	if (rc)
 		return rc;
@@ -636,6 +639,25 @@ static int apply_drift(const struct stats_verdict_input *in, const struct stats_
 		ev->nseeds = ev->seeds_total = 0;
 		snprintf(ev->reason, sizeof(ev->reason), "median error ratio grew %.2fx (p=%.2g)",
 			 exp(ev->drift.median_log_ratio), ev->drift.w.p_greater);
+		return 0;
+	}
+	if (!in->drift_from_clean || ev->verdict != VERDICT_CLEAN)
+		return 0;
+	/*
+	 * Not drifted from the clean state, but far below the baseline: the fix of
+	 * a drift (the baseline had drifted) or a gain in precision. Improved, so
+	 * that a regression of precision alone is closed where it is fixed.
+	 */
+	rc = run_drift(in, p, false, &back, &back_used);
+	if (rc)
+		return rc;
+	if (back_used && back.improved) {
+		ev->drift = back;
+		ev->verdict = VERDICT_IMPROVED;
+		ev->test = STATS_TEST_DRIFT;
+		snprintf(ev->reason, sizeof(ev->reason),
+			 "median error ratio fell %.2fx below the baseline's (p=%.2g)",
+			 exp(-back.median_log_ratio), back.w.p_less);
 	}
 	return 0;
 }

@@ -226,7 +226,7 @@ name = $2
 url = $3
 poll_interval = 2
 [build]
-command = test ! -e broken && r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate delay cuda_checks; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; } && { test ! -e cuda_checks || cp "\$r" "\$NUMWATCH_BUILD_DIR/numwatch-runner-cuda"; }
+command = test ! -e broken && r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/" && for f in bwd_mode extra_checks gate delay cuda_checks ratio_scale; do test ! -e \$f || cp \$f "\$NUMWATCH_BUILD_DIR/" || exit 1; done && { test ! -e case_shift || printf '# case_shift %s\\n' "\$(tr '\\n' ' ' <case_shift)" >>"\$r"; } && { test ! -e cuda_checks || cp "\$r" "\$NUMWATCH_BUILD_DIR/numwatch-runner-cuda"; }
 [trials]
 per_commit = $4
 max = $5

@@ -456,6 +456,33 @@ static void det_drift(void **state)
 		s[i].cand_ratio = s[i].base_ratio * 1.5;
 	assert_int_equal(decide(s, 30, true, &ev), VERDICT_CLEAN);
 	assert_true(ev.drift_used && !ev.drift.drift);
+
+	/* As the daemon judges: from the clean state (sql/050's reference), not from the baseline. */
+	{
+		struct stats_verdict_input in = {
+		    .deterministic = true, .seeds = s, .nseeds = 30, .drift_from_clean = true};
+
+		/* A creep: 1.5x the baseline, which was 1.5x the clean state: 2.25x, drift. */
+		for (int i = 0; i < 30; i++)
+			s[i].clean_ratio = s[i].base_ratio / 1.5;
+		assert_int_equal(stats_verdict(&in, NULL, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_REGRESSED);
+		assert_int_equal(ev.test, STATS_TEST_DRIFT);
+		/* The drift fixed: back at the clean state, 2.5x below a baseline that had drifted. */
+		for (int i = 0; i < 30; i++) {
+			s[i].clean_ratio = s[i].base_ratio / 2.5;
+			s[i].cand_ratio = s[i].clean_ratio * (i % 2 ? 1.05 : 0.95);
+		}
+		assert_int_equal(stats_verdict(&in, NULL, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_IMPROVED);
+		assert_int_equal(ev.test, STATS_TEST_DRIFT);
+		assert_non_null(strstr(ev.reason, "median error ratio fell 2."));
+		/* Only 1.5x below the baseline: clean. */
+		for (int i = 0; i < 30; i++)
+			s[i].cand_ratio = s[i].base_ratio / 1.5;
+		assert_int_equal(stats_verdict(&in, NULL, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_CLEAN);
+	}
 }
 
 /* n seeds; the candidate fails the seeds in cf[], the baseline those in bf[]. */
