@@ -95,3 +95,21 @@ assert d["a"]["self"] and not d["b"]["self"]
 NW_PORT=$port_a nw_api /metrics | grep -q '^numwatch_daemon_up{node="b",version="[^"]*",state="running"} 1$' ||
 	fail "/metrics does not show daemon b up"
 echo "ok: the health page and /metrics list both daemons"
+
+# A third daemon with other verdict settings says so, and so do the others: their verdicts would
+# not be comparable. (It joins after the history settled: there is nothing left for it to judge.)
+conf c "$fleet_db" fleet
+printf '[verdict]\nalpha = 0.02\n' >>"$work/c/nw.conf"
+nw_fleet_start "$work" c
+port_c=$(sed -n 's/^port = //p' "$work/c/nw.conf")
+differs() {
+	NW_PORT=$port_a nw_api /api/v1/health | python3 -c '
+import json, sys
+d = {x["name"]: x for x in json.load(sys.stdin)["daemons"]}
+sys.exit(0 if "c" in d and d["c"]["config_differs_from"] and "a" in d["c"]["config_differs_from"] else 1)'
+}
+nw_wait 120 "daemon c listed as differing from a" differs
+logged() { grep -q "fleet: daemon 'a' .* differs from this one .*settings verdict.alpha" "$work/c/daemon.log"; }
+nw_wait 60 "daemon c's log saying how it differs" logged
+NW_PORT=$port_c nw_api /api/v1/health | grep -q '"config_differs_from"' || fail "daemon c's health page lacks the field"
+echo "ok: a daemon with another [verdict] alpha is listed as differing, and says so in its log: $(grep -m1 -o "fleet: daemon 'a' .*" "$work/c/daemon.log")"
