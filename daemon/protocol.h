@@ -71,6 +71,12 @@ struct proto_trial {
 	long digests_differ;
 	double kernel_us;   /* NAN if absent */
 	char *tensors_json; /* owned: the "tensors" array re-encoded compactly, for storage */
+	/*
+	 * "'ratio' was NaN" where a ratio came as the word NaN, Infinity or
+	 * -Infinity (Python's json.dumps writes them; they are not JSON): read
+	 * as null like every such word, but the trial cannot have passed. "" if none.
+	 */
+	char nonfinite[32];
 };
 
 /*
@@ -93,6 +99,21 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
 		      size_t errlen);
 int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
+
+/*
+ * Whether a line the runner wrote can be a protocol message: its first
+ * character that is not blank is '{'. Anything else (a library's banner, a
+ * debug print) is output that strayed onto stdout, not an answer.
+ */
+bool proto_line_is_message(const char *line, size_t len);
+
+/*
+ * Copies 'len' bytes of runner output (a stderr tail, a stray line) into
+ * 'dst', cut to fit, as text fit for the log and a text column: bytes that
+ * are not valid UTF-8, NUL and control characters become '?', except a
+ * newline or tab where 'lines'. Returns dst.
+ */
+char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bool lines);
 
 void proto_hello_release(struct proto_hello *h);
 void proto_trial_release(struct proto_trial *t);
