@@ -105,7 +105,7 @@ show() { echo "--- $1: verdict $(verdict "$1"), trials $(outcomes "$1")"; errors
 # must fail instead: checked below, and waiting for it would wait for ever where it does not).
 judged() {
 	[[ $(q "SELECT count(*) FILTER (WHERE commit_verdict(c.id) <> 'pending' OR (EXISTS (SELECT 1 FROM builds b
-		WHERE b.commit_id = c.id) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.commit_id = c.id))) FROM commits c") \
+		WHERE b.commit_id = c.id) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.commit_id = c.id AND j.kind = 'trials'))) FROM commits c") \
 		== "${#modes[@]}" ]]
 }
 nw_wait 900 "every commit judged" judged
