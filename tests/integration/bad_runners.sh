@@ -123,6 +123,11 @@ check "stray stdout lines: no trial lost, all pass, clean" \
 check "stray stdout lines: the runner was not restarted (one pid answered all)" [ "$(pids "$m")" == 1 ]
 check "stray stdout lines: the log says so, once per runner, quoting the line" \
 	grep -q "the runner wrote a line to stdout that is not protocol; left out .*: '\(mylib 1.0 loaded (debug build)\|debug: seed [0-9]\)'" "$work/daemon.log"
+rc=0
+"$NW_BUILD_DIR/daemon/numwatch" repro --commit "$(q "SELECT sha FROM commits WHERE id = $(cid "$m")")" --check fake.fwd \
+	--dtype f32 --seed 3 --config "$work/nw.conf" >"$work/repro.out" 2>"$work/repro.err" || rc=$?
+check "stray stdout lines: numwatch repro passes the seed, and shows the lines on stderr" \
+	[ "$rc" == 0 -a "$(grep -c '"verdict": "pass"' "$work/repro.out")" == 1 -a "$(grep -c '^debug: seed 3$' "$work/repro.err")" == 1 ]
 
 m="$(at ids)"
 show "$m"
