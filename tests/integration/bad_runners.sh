@@ -59,6 +59,9 @@ for i in "${!modes[@]}"; do commit_mode "$i" "${modes[$i]}"; done
 
 pg_start
 NW_PORT=$(nw_free_port)
+# The trial deadline: long beside what a fake trial takes on a loaded machine, and beside the 1 s the
+# daemon gives pipes held open after a runner's exit (forkpipe must end before it, not at it).
+TRIAL_S=5
 cat >"$work/nw.conf" <<CONF
 [daemon]
 state_dir = $work/state
@@ -71,7 +74,7 @@ poll_interval = 1
 command = r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && cp "$NW_FAKE_RUNNER" "\$r" && printf '# version %s\\n' "\$(cat version)" >>"\$r" && cp mode "\$NUMWATCH_BUILD_DIR/"
 [trials]
 per_commit = 8
-timeout = 3
+timeout = $TRIAL_S
 hello_timeout = 20
 [slots]
 slots = host*2
@@ -194,7 +197,7 @@ show "$m"
 check "half an answer, then a hang: infra_error at the deadline, not a timeout; clean" \
 	[ "$(outcomes "$m")" == infra_error=1,pass=8 -a "$(verdict "$m")" == clean ]
 check "half an answer, then a hang: the reason quotes it" \
-	grep -q "^4/0 infra_error: protocol_error: no complete answer within 3 s, only [0-9]* bytes of a line without its newline .*: '{\"op\":\"trial\",\"id\":[0-9]*,\"verdict\":\"pa'" <<<"$(errors "$m")"
+	grep -q "^4/0 infra_error: protocol_error: no complete answer within $TRIAL_S s, only [0-9]* bytes of a line without its newline .*: '{\"op\":\"trial\",\"id\":[0-9]*,\"verdict\":\"pa'" <<<"$(errors "$m")"
 check "half an answer, then a hang: that runner is gone" gone "$(cat "$(bdir "$m")/partial.pid")"
 
 m="$(at nonutf8)"
@@ -238,7 +241,7 @@ nw_wait 300 "the stubborn commit judged" judged
 show "$m"
 sdir=$(bdir "$m")
 check "a runner ignoring SIGTERM and flooding stderr: a timeout at its deadline" \
-	grep -q "^4/0 timeout: no answer within 3 s$" <<<"$(errors "$m")"
+	grep -q "^4/0 timeout: no answer within $TRIAL_S s$" <<<"$(errors "$m")"
 check "a runner ignoring SIGTERM: killed (SIGKILL after the grace)" gone "$(cat "$sdir/stubborn.pid")"
 check "a runner ignoring SIGTERM: the next runner started only once it was gone" \
 	[ ! -e "$sdir/overlap" ]
