@@ -58,27 +58,21 @@ static size_t utf8_valid_len(const unsigned char *s)
  * Messages quote what the runner sent, and end up in the log and in a text
  * column: bytes that are not valid UTF-8 (jansson quotes the raw bytes of a
  * bad token; a cut may split a character) and control characters (a forged
- * log line) become '?'. With 'lines', a newline or tab is kept.
+ * log line) become '?'.
  */
-static void sanitize_text(char *msg, bool lines)
+static void sanitize_message(char *msg)
 {
 	unsigned char *s = (unsigned char *)msg;
 	size_t n;
 
 	while (*s) {
 		n = utf8_valid_len(s);
-		if (n == 0 ||
-		    (n == 1 && (*s < 0x20 || *s == 0x7f) && !(lines && (*s == '\n' || *s == '\t')))) {
+		if (n == 0 || (n == 1 && (*s < 0x20 || *s == 0x7f))) {
 			*s++ = '?';
 			continue;
 		}
 		s += n;
 	}
-}
-
-static void sanitize_message(char *msg)
-{
-	sanitize_text(msg, false);
 }
 
 char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bool lines)
@@ -93,7 +87,18 @@ char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bo
 	for (size_t i = 0; i < len; i++)
 		if (dst[i] == '\0')
 			dst[i] = '?';
-	sanitize_text(dst, lines);
+	/* Each piece between the newlines and tabs kept is cleaned alone (no character holds those bytes). */
+	for (char *seg = dst;;) {
+		char *end = seg + (lines ? strcspn(seg, "\n\t") : strlen(seg));
+		char kept = *end;
+
+		*end = '\0';
+		sanitize_message(seg);
+		*end = kept;
+		if (!kept)
+			break;
+		seg = end + 1;
+	}
 	return dst;
 }
 

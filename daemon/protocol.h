@@ -89,18 +89,6 @@ char *proto_trial_request(long id, const char *check, const char *dtype, unsigne
 char *proto_bye_request(void);
 
 /*
- * Responses. 'line' need not be NUL-terminated; 'len' excludes the '\n'.
- * Each returns 0 on success, or -EPROTO with a lowercase message in 'err'
- * saying what is wrong ("missing field 'checks'", "id 18 does not match
- * request 17", "not json: ..."). An "error":"unknown op" answer to the
- * request is reported as -ENOTSUP.
- */
-int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen);
-int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
-		      size_t errlen);
-int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
-
-/*
  * Whether a line the runner wrote can be a protocol message: its first
  * character that is not blank is '{'. Anything else (a library's banner, a
  * debug print) is output that strayed onto stdout, not an answer.
@@ -114,6 +102,18 @@ bool proto_line_is_message(const char *line, size_t len);
  * newline or tab where 'lines'. Returns dst.
  */
 char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bool lines);
+
+/*
+ * Responses. 'line' need not be NUL-terminated; 'len' excludes the '\n'.
+ * Each returns 0 on success, or -EPROTO with a lowercase message in 'err'
+ * saying what is wrong ("missing field 'checks'", "id 18 does not match
+ * request 17", "not json: ..."). An "error":"unknown op" answer to the
+ * request is reported as -ENOTSUP.
+ */
+int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen);
+int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+		      size_t errlen);
+int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
 
 void proto_hello_release(struct proto_hello *h);
 void proto_trial_release(struct proto_trial *t);
