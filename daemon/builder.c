@@ -405,12 +405,15 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 	bool required = cuda || has_slot(cfg, false);
 	struct proto_hello hello = {0};
 	char err[512], why[PATH_MAX + 700];
-	const char *nl = strchr(r->out, '\n');
+	const char *line = r->out, *nl;
 
+	/* Lines that cannot be the answer (a library's banner on import) are output, not the hello. */
+	while ((nl = strchr(line, '\n')) && !proto_line_is_message(line, (size_t)(nl - line)))
+		line = nl + 1;
 	if (!nl)
 		snprintf(why, sizeof(why), "numwatch: runner '%s' gave no hello (exit %lld%s): %.300s",
 			 runner, (long long)r->exit_status, r->timed_out ? ", timed out" : "", r->err);
-	else if (proto_parse_hello(r->out, (size_t)(nl - r->out), &hello, err, sizeof(err)) < 0)
+	else if (proto_parse_hello(line, (size_t)(nl - line), &hello, err, sizeof(err)) < 0)
 		snprintf(why, sizeof(why), "numwatch: runner '%s' answered hello badly: %s", runner, err);
 	else
 		why[0] = '\0';
@@ -451,6 +454,11 @@ static void on_hello(struct proc *p, const struct proc_result *r, void *data)
 	if (!cuda && b->cuda_hash[0] && has_slot(cfg, true)) {
 		b->hello_cuda = true;
 		ask_hello(b);
+		return;
+	}
+	if (json_object_size(b->checks) == 0) {
+		/* Nothing to judge the commit on; stored, it would stay pending for ever. */
+		fail(b, "no_runner", "numwatch: the runners' hello declares no checks");
 		return;
 	}
 	{

@@ -591,6 +591,20 @@ static ssize_t read_line(int fd, char *buf, size_t cap, time_t end)
 }
 
 /*
+ * read_line() for the next protocol message: lines that cannot be one (a
+ * library's banner, a debug print; docs/protocol.md) go to stderr, where the
+ * person running the repro sees them, as the daemon leaves them out.
+ */
+static ssize_t read_message(int fd, char *buf, size_t cap, time_t end)
+{
+	ssize_t n;
+
+	while ((n = read_line(fd, buf, cap, end)) >= 0 && !proto_line_is_message(buf, (size_t)n))
+		fprintf(stderr, "%s\n", buf);
+	return n;
+}
+
+/*
  * Runs one seed 'runs' times through protocol v1 (hello, a trial per run,
  * bye) in one runner, so that any runner works, ours or a third party's. A
  * failure that shows on a few runs only (a race) needs many. Prints each
@@ -635,7 +649,7 @@ static int repro_trial(const char *runner, const char *cwd, const struct config_
 		goto out;
 	signal(SIGPIPE, SIG_IGN);
 	if (io_write_full(in[1], hello, strlen(hello)) < 0 ||
-	    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s)) < 0) {
+	    (n = read_message(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s)) < 0) {
 		fprintf(stderr, "numwatch: runner '%s' did not answer hello within %d s\n", runner, hello_s);
 		goto stop;
 	}
@@ -645,7 +659,7 @@ static int repro_trial(const char *runner, const char *cwd, const struct config_
 		time_t end = time(NULL) + trial_s;
 
 		if (!trial || io_write_full(in[1], trial, strlen(trial)) < 0 ||
-		    (n = read_line(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
+		    (n = read_message(out[0], line, NW_PROTO_LINE_MAX, end)) < 0) {
 			fprintf(stderr, "numwatch: runner '%s' %s at run %u\n", runner,
 				time(NULL) >= end ? "gave no answer in time" : "stopped answering", i + 1);
 			stopped = true;
@@ -678,7 +692,7 @@ static int repro_trial(const char *runner, const char *cwd, const struct config_
 	 * or ends it with an error.
 	 */
 	if (!stopped && io_write_full(in[1], bye, strlen(bye)) == 0) {
-		n = read_line(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s);
+		n = read_message(out[0], line, NW_PROTO_LINE_MAX, time(NULL) + hello_s);
 		if (n < 0)
 			fprintf(stderr, "numwatch: runner '%s' did not answer bye within %d s\n", runner,
 				hello_s);

@@ -358,6 +358,12 @@ int proc_write(struct proc *p, const char *buf, size_t len)
 	return rc;
 }
 
+const char *proc_partial_line(const struct proc *p, size_t *len)
+{
+	*len = p->line && !p->line_overflow ? p->line_len : 0;
+	return p->line;
+}
+
 int proc_pid(const struct proc *p)
 {
 	return p->process.pid;

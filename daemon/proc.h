@@ -64,6 +64,12 @@ size_t proc_err_total(const struct proc *p);
 /* The stderr bytes written after 'mark' that the tail buffer still holds (borrowed). */
 const char *proc_err_since(const struct proc *p, size_t mark, size_t *len);
 
+/*
+ * Line mode: the bytes of a line not yet ended by its '\n' (borrowed, not
+ * NUL-terminated; *len is 0 when none is pending).
+ */
+const char *proc_partial_line(const struct proc *p, size_t *len);
+
 /* The child's pid (its process group id too). */
 int proc_pid(const struct proc *p);
 

@@ -75,6 +75,42 @@ static void sanitize_message(char *msg)
 	}
 }
 
+char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bool lines)
+{
+	if (dstlen == 0)
+		return dst;
+	if (len >= dstlen)
+		len = dstlen - 1;
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+	/* A NUL inside is a byte like any other here: it must not end the text early. */
+	for (size_t i = 0; i < len; i++)
+		if (dst[i] == '\0')
+			dst[i] = '?';
+	/* Each piece between the newlines and tabs kept is cleaned alone (no character holds those bytes). */
+	for (char *seg = dst;;) {
+		char *end = seg + (lines ? strcspn(seg, "\n\t") : strlen(seg));
+		char kept = *end;
+
+		*end = '\0';
+		sanitize_message(seg);
+		*end = kept;
+		if (!kept)
+			break;
+		seg = end + 1;
+	}
+	return dst;
+}
+
+bool proto_line_is_message(const char *line, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
+		i++;
+	return i < len && line[i] == '{';
+}
+
 static int proto_error(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static int proto_error(char *err, size_t errlen, const char *fmt, ...)
@@ -517,11 +553,88 @@ static int get_index_list(json_t *obj, const char *pfx, const char *key, size_t 
 
 /* ---- responses ---- */
 
+/* Whether the bare word 'tok' is at line[i], ending at a JSON delimiter. */
+static bool token_at(const char *line, size_t len, size_t i, const char *tok)
+{
+	size_t n = strlen(tok);
+
+	return i + n <= len && memcmp(line + i, tok, n) == 0 &&
+	       (i + n == len || (line[i + n] != '\0' && strchr(" \t\r,]}", line[i + n]) != NULL));
+}
+
+/*
+ * Python's json.dumps() writes NaN, Infinity and -Infinity, which JSON does
+ * not have. Copies 'line' to 'out' (room for len + len / 3 + 1 bytes) with
+ * each such word outside a string, in a value's place, replaced by null, and
+ * describes in 'note' the first one that stood for a "ratio" (the measure a
+ * verdict rests on). Returns how many it replaced; *outlen is the new length.
+ */
+static unsigned rewrite_nonfinite(const char *line, size_t len, char *out, size_t *outlen, char *note,
+				  size_t notelen)
+{
+	static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
+	const char *key = NULL, *str = NULL;
+	size_t keylen = 0, slen = 0, o = 0;
+	char prev = '\0'; /* the last byte outside strings that is not blank */
+	unsigned replaced = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = line[i];
+		const char *w = NULL;
+
+		if (c == '"') {
+			size_t j = i + 1;
+
+			while (j < len && line[j] != '"')
+				j += line[j] == '\\' ? 2 : 1;
+			if (j >= len) {
+				/* Not closed: the rest is copied, and the JSON parser will say what is wrong. */
+				memcpy(out + o, line + i, len - i);
+				o += len - i;
+				break;
+			}
+			str = line + i + 1;
+			slen = j - i - 1;
+			memcpy(out + o, line + i, j - i + 1);
+			o += j - i + 1;
+			i = j;
+			prev = '"';
+			continue;
+		}
+		if (c == ':' && prev == '"') {
+			key = str;
+			keylen = slen;
+		}
+		if (prev == ':' || prev == '[' || prev == ',')
+			for (size_t k = 0; k < sizeof(words) / sizeof(words[0]) && !w; k++)
+				if (token_at(line, len, i, words[k]))
+					w = words[k];
+		if (w) {
+			if (!note[0] && key && keylen == 5 && memcmp(key, "ratio", 5) == 0)
+				snprintf(note, notelen, "'ratio' was %s", w);
+			memcpy(out + o, "null", 4);
+			o += 4;
+			i += strlen(w) - 1;
+			prev = 'l';
+			replaced++;
+			continue;
+		}
+		out[o++] = c;
+		if (c != ' ' && c != '\t' && c != '\r')
+			prev = c;
+	}
+	*outlen = o;
+	return replaced;
+}
+
 /*
  * Parses one line into an object whose "op" is 'op'. Returns 0 with a new
  * reference in *root, -ENOTSUP for an "unknown op" answer, or -EPROTO.
+ * With 'nonfinite' (a trial's answer), the words NaN and Infinity are read as
+ * null, and 'nonfinite' says which ratio was one ("" when none was).
  */
-static int load_line(const char *line, size_t len, const char *op, json_t **root, char *err, size_t errlen)
+static int load_line(const char *line, size_t len, const char *op, json_t **root, char *nonfinite,
+		     size_t nflen, char *err, size_t errlen)
 {
 	json_error_t jerr;
 	json_t *obj, *v;
@@ -539,10 +652,19 @@ static int load_line(const char *line, size_t len, const char *op, json_t **root
 	obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj) {
 		/* The usual mistake of a Python runner: json.dumps() writes NaN and Infinity. */
-		bool nonfinite = memmem(line, len, "NaN", 3) || memmem(line, len, "Infinity", 8);
+		bool words = memmem(line, len, "NaN", 3) || memmem(line, len, "Infinity", 8);
+		char *fixed = words && nonfinite ? malloc(len + len / 3 + 1) : NULL;
+		size_t fixed_len;
 
-		return proto_error(err, errlen, "not json: %s at column %d%s", jerr.text, jerr.column,
-				   nonfinite ? " (nan and infinity are not json: send null)" : "");
+		if (fixed && rewrite_nonfinite(line, len, fixed, &fixed_len, nonfinite, nflen) > 0)
+			obj = json_loadb(fixed, fixed_len, JSON_REJECT_DUPLICATES, NULL);
+		free(fixed);
+		if (!obj) {
+			if (nonfinite)
+				nonfinite[0] = '\0';
+			return proto_error(err, errlen, "not json: %s at column %d%s", jerr.text, jerr.column,
+					   words ? " (nan and infinity are not json: send null)" : "");
+		}
 	}
 	if (!json_is_object(obj)) {
 		r = proto_error(err, errlen, "not a json object");
@@ -639,7 +761,7 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 	memset(out, 0, sizeof(*out));
 	if (errlen)
 		err[0] = '\0';
-	r = load_line(line, len, "hello", &root, err, errlen);
+	r = load_line(line, len, "hello", &root, NULL, 0, err, errlen);
 	if (r < 0)
 		return r;
 	/* A runner that cannot serve at all may say why instead of listing checks. */
@@ -794,7 +916,7 @@ int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto
 	out->kernel_us = NAN;
 	if (errlen)
 		err[0] = '\0';
-	r = load_line(line, len, "trial", &root, err, errlen);
+	r = load_line(line, len, "trial", &root, out->nonfinite, sizeof(out->nonfinite), err, errlen);
 	if (r < 0)
 		goto out;
 	if ((r = get_integer(root, "", "id", true, LLONG_MIN, LLONG_MAX, &id, err, errlen)) < 0)
@@ -858,7 +980,7 @@ int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen)
 
 	if (errlen)
 		err[0] = '\0';
-	r = load_line(line, len, "bye", &root, err, errlen);
+	r = load_line(line, len, "bye", &root, NULL, 0, err, errlen);
 	json_decref(root);
 	return r;
 }

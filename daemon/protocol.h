@@ -71,6 +71,12 @@ struct proto_trial {
 	long digests_differ;
 	double kernel_us;   /* NAN if absent */
 	char *tensors_json; /* owned: the "tensors" array re-encoded compactly, for storage */
+	/*
+	 * "'ratio' was NaN" where a ratio came as the word NaN, Infinity or
+	 * -Infinity (Python's json.dumps writes them; they are not JSON): read
+	 * as null like every such word, but the trial cannot have passed. "" if none.
+	 */
+	char nonfinite[32];
 };
 
 /*
@@ -81,6 +87,21 @@ char *proto_hello_request(void);
 char *proto_trial_request(long id, const char *check, const char *dtype, unsigned long long seed,
 			  unsigned repeats, const char *family);
 char *proto_bye_request(void);
+
+/*
+ * Whether a line the runner wrote can be a protocol message: its first
+ * character that is not blank is '{'. Anything else (a library's banner, a
+ * debug print) is output that strayed onto stdout, not an answer.
+ */
+bool proto_line_is_message(const char *line, size_t len);
+
+/*
+ * Copies 'len' bytes of runner output (a stderr tail, a stray line) into
+ * 'dst', cut to fit, as text fit for the log and a text column: bytes that
+ * are not valid UTF-8, NUL and control characters become '?', except a
+ * newline or tab where 'lines'. Returns dst.
+ */
+char *proto_clean_text(char *dst, size_t dstlen, const char *src, size_t len, bool lines);
 
 /*
  * Responses. 'line' need not be NUL-terminated; 'len' excludes the '\n'.

@@ -28,6 +28,12 @@
 #define RESTART_MAX_MS  1000
 #define FINISH_RETRY_MS 500
 #define FINISH_RETRIES  20
+/*
+ * How long the next runner waits for a stopped one's process group to go:
+ * SIGKILL follows SIGTERM after PROC_KILL_GRACE_MS, so only a process stuck
+ * in the kernel (a hung GPU driver) outlasts this.
+ */
+#define DYING_WAIT_MS (PROC_KILL_GRACE_MS + 5000)
 /* Stored with a deterministic check's trial whose repeats gave different outputs. */
 #define NONDETERMINISTIC_ERROR "repeats of this seed gave different outputs, but the check is deterministic"
 
@@ -60,12 +66,24 @@ struct slot {
 	uv_timer_t wake;     /* claim polling and restart backoff */
 	uv_timer_t deadline; /* hello or trial deadline */
 	uv_timer_t lease;    /* renews the job's lease */
+	uv_timer_t reap;     /* the wait for a stopped runner's group to go */
 	int open_handles;
 	bool draining;
 
 	struct proc *runner;
 	long long runner_commit;
 	bool runner_ready;
+	struct proto_hello hello; /* the runner's hello: the checks it declares */
+	/*
+	 * A runner stopped on purpose whose process group has not gone yet: no
+	 * new runner starts before it has (on a GPU it still holds the device's
+	 * memory), nor does a draining slot report stopped.
+	 */
+	struct proc *dying;
+	/* Lines on stdout that are not protocol: since the last request (and the first of them), and in all. */
+	unsigned stray;
+	char stray_first[NW_PROTO_LINE_KEEP + 1];
+	unsigned long long stray_total;
 
 	bool has_job;
 	struct job job;
@@ -103,7 +121,7 @@ static void set_state(struct slot *s, enum slot_state st)
 	s->state = st;
 }
 
-/* Stops talking to the runner: it is killed and its exit ignored. */
+/* Stops talking to the runner: its group is killed, and its end awaited only as s->dying. */
 static void drop_runner(struct slot *s)
 {
 	uv_timer_stop(&s->deadline);
@@ -111,8 +129,43 @@ static void drop_runner(struct slot *s)
 	s->runner_ready = false;
 	if (s->runner) {
 		proc_kill(s->runner);
+		if (!s->dying)
+			s->dying = s->runner;
 		s->runner = NULL;
 	}
+}
+
+/* The stopped runner's group is gone (or given up on): what waited for it goes on. */
+static void runner_gone(struct slot *s)
+{
+	uv_timer_stop(&s->reap);
+	if (s->state == SLOT_RUNNING)
+		advance(s);
+	else if (s->draining && s->state == SLOT_IDLE)
+		slot_drain(s);
+}
+
+static void on_reap_deadline(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+
+	if (!s->dying)
+		return;
+	log_error("slot %s: runner %d is still there %d s after it was stopped, SIGKILL included (stuck in"
+		  " the kernel?); going on without it",
+		  s->cfg.name, proc_pid(s->dying), DYING_WAIT_MS / 1000);
+	s->dying = NULL;
+	runner_gone(s);
+}
+
+/* Whether a stopped runner's group has yet to go; runner_gone() follows when it has. */
+static bool wait_for_dying(struct slot *s)
+{
+	if (!s->dying)
+		return false;
+	if (!uv_is_active((uv_handle_t *)&s->reap))
+		uv_timer_start(&s->reap, on_reap_deadline, DYING_WAIT_MS, 0);
+	return true;
 }
 
 /*
@@ -216,35 +269,92 @@ static void strike(struct slot *s, const char *why)
 		restart_later(s);
 }
 
+/* The runner could not start serving: the reason is stored with the seed it was started for. */
+static void hello_failed(struct slot *s, const char *why)
+{
+	record(s, OUTCOME_INFRA_ERROR, NULL, why);
+	strike(s, why);
+}
+
+/*
+ * A protocol line while no exchange is in progress (between jobs, or while
+ * a job's end is written): nothing to strike, and no trial to store it
+ * with. The runner is stopped; the next job starts a new one.
+ */
+static void unrequested(struct slot *s, const char *line, size_t len, const char *what)
+{
+	char text[128];
+
+	proto_clean_text(text, sizeof(text), line ? line : "", line ? len : 0, false);
+	log_warn("slot %s: its runner wrote %s with no request in flight; stopping it: '%s'", s->cfg.name,
+		 what, text);
+	drop_runner(s);
+	if (s->state == SLOT_RUNNING)
+		advance(s);
+}
+
 static void protocol_fault(struct slot *s, const char *line, size_t len, const char *err)
 {
 	char why[NW_PROTO_LINE_KEEP + NW_PROTO_TEXT_MAX];
 	int keep = len > NW_PROTO_LINE_KEEP ? NW_PROTO_LINE_KEEP : (int)len;
 
-	snprintf(why, sizeof(why), "protocol_error: %s: '%.*s'%s", err, keep, line ? line : "",
-		 len > NW_PROTO_LINE_KEEP ? "..." : "");
+	if (line)
+		snprintf(why, sizeof(why), "protocol_error: %s: '%.*s'%s", err, keep, line,
+			 len > NW_PROTO_LINE_KEEP ? "..." : "");
+	else
+		snprintf(why, sizeof(why), "protocol_error: %s", err);
 	/* The line is untrusted bytes: keep it printable ASCII so it can be stored and logged. */
 	for (char *c = why; *c; c++)
 		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
 			*c = '?';
-	if (s->in_trial)
+	if (s->state == SLOT_STARTING)
+		hello_failed(s, why);
+	else if (s->in_trial) {
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
-	strike(s, why);
+		strike(s, why);
+	} else {
+		unrequested(s, line, len, err);
+	}
 }
 
 static void on_deadline(uv_timer_t *t)
 {
 	struct slot *s = t->data;
-	char why[128];
+	bool hello = s->state == SLOT_STARTING;
+	unsigned limit = hello ? s->d->cfg.hello_timeout_s : s->d->cfg.trial_timeout_s;
+	const char *partial = NULL;
+	size_t plen = 0;
+	char why[256];
 
-	if (s->state == SLOT_STARTING) {
-		snprintf(why, sizeof(why), "runner did not answer hello within %u s",
-			 s->d->cfg.hello_timeout_s);
-		strike(s, why);
+	if (!hello && !s->in_trial)
+		return;
+	if (s->runner)
+		partial = proc_partial_line(s->runner, &plen);
+	if (plen > 0) {
+		/* It began its answer and stopped: a writer that does not flush, not a kernel that hangs. */
+		snprintf(why, sizeof(why),
+			 "no complete %s within %u s, only %zu bytes of a line without its newline (does the"
+			 " runner flush stdout after each line?)",
+			 hello ? "hello" : "answer", limit, plen);
+		protocol_fault(s, partial, plen, why);
 		return;
 	}
-	if (!s->in_trial)
+	if (s->stray > 0) {
+		/* Output on stdout instead of an answer: the runner's fault, whatever its kernel did. */
+		snprintf(
+		    why, sizeof(why),
+		    "no %s within %u s, only %u line%s on stdout that %s not protocol (a runner's own output"
+		    " belongs on stderr)",
+		    hello ? "hello" : "answer", limit, s->stray, s->stray == 1 ? "" : "s",
+		    s->stray == 1 ? "is" : "are");
+		protocol_fault(s, s->stray_first, strlen(s->stray_first), why);
 		return;
+	}
+	if (hello) {
+		snprintf(why, sizeof(why), "runner did not answer hello within %u s", limit);
+		hello_failed(s, why);
+		return;
+	}
 	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
 	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
 		 s->seeds[s->cur].seed, why);
@@ -265,7 +375,8 @@ static void handle_hello(struct slot *s, const char *line, size_t len)
 	}
 	log_debug("slot %s: runner '%s' (%s, %s) ready for %.12s", s->cfg.name, hello.runner, hello.backend,
 		  hello.device_name, s->job.sha);
-	proto_hello_release(&hello);
+	proto_hello_release(&s->hello);
+	s->hello = hello; /* its checks are the slot's now */
 	uv_timer_stop(&s->deadline);
 	s->runner_ready = true;
 	set_state(s, SLOT_RUNNING);
@@ -322,6 +433,23 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		proto_trial_release(&t);
 		return;
 	}
+	if (t.nonfinite[0] && outcome != OUTCOME_ERROR) {
+		/* A ratio that is not finite measured output that is not finite: whatever the runner concluded. */
+		char why[160];
+
+		snprintf(
+		    why, sizeof(why),
+		    "%s: a trial whose ratio is not finite fails (NaN and Infinity are not JSON: a runner"
+		    " writes null and says why in its verdict)",
+		    t.nonfinite);
+		log_info("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->job.sha, s->job.check,
+			 s->job.dtype, s->seeds[s->cur].seed, why);
+		s->crash_streak = 0;
+		record(s, OUTCOME_FAIL, &t, why);
+		proto_trial_release(&t);
+		advance(s);
+		return;
+	}
 	if (outcome == OUTCOME_ERROR && t.fatal) {
 		/* The runner's device context is gone: a property of the commit (PROTOCOL.md). */
 		outcome = OUTCOME_CRASH;
@@ -350,48 +478,95 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 	advance(s);
 }
 
+/*
+ * A line that cannot be an answer (a library's banner, a debug print): it is
+ * left out, and the answer still awaited; the log says so once per runner.
+ */
+static void stray_line(struct slot *s, const char *line, size_t len)
+{
+	char text[NW_PROTO_LINE_KEEP + 1];
+
+	proto_clean_text(text, sizeof(text), line, len, false);
+	if (s->stray++ == 0)
+		snprintf(s->stray_first, sizeof(s->stray_first), "%s", text);
+	if (s->stray_total++ == 0)
+		log_warn("slot %s: %.12s: the runner wrote a line to stdout that is not protocol; left out (a"
+			 " runner's own output belongs on stderr): '%s'",
+			 s->cfg.name, s->job.sha, text);
+	else
+		log_debug("slot %s: %.12s: stray line on stdout: '%s'", s->cfg.name, s->job.sha, text);
+}
+
 static void on_line(struct proc *p, const char *line, size_t len, void *data)
 {
 	struct slot *s = data;
 
 	if (p != s->runner)
 		return;
-	if (s->state == SLOT_STARTING)
+	if (!proto_line_is_message(line, len))
+		stray_line(s, line, len);
+	else if (s->state == SLOT_STARTING)
 		handle_hello(s, line, len);
 	else if (s->in_trial)
 		handle_trial(s, line, len);
 	else
-		protocol_fault(s, line, len, "unrequested line");
+		unrequested(s, line, len, "a line");
 }
 
 static void on_overflow(struct proc *p, void *data)
 {
 	struct slot *s = data;
+	char why[64];
 
+	snprintf(why, sizeof(why), "a line longer than %d bytes", NW_PROTO_LINE_MAX);
 	if (p == s->runner)
-		protocol_fault(s, NULL, 0, "line longer than 1 MiB");
+		protocol_fault(s, NULL, 0, why);
+}
+
+/* Runner output in a line of the log: its newlines and tabs become spaces. */
+static void one_line(char *text)
+{
+	for (; *text; text++)
+		if (*text == '\n' || *text == '\t')
+			*text = ' ';
 }
 
 static void on_runner_done(struct proc *p, const struct proc_result *r, void *data)
 {
 	struct slot *s = data;
-	char why[NW_STDERR_TAIL_MAX + 128];
-	const char *tail = r->err;
+	char why[NW_STDERR_TAIL_MAX + 256], logged[sizeof(why)], tail[1024 + 1];
+	size_t tail_len = r->err_len > 1024 ? 1024 : r->err_len;
 
+	if (p == s->dying) {
+		s->dying = NULL;
+		runner_gone(s);
+		return;
+	}
 	if (p != s->runner)
 		return; /* a runner we dropped on purpose */
 	s->runner = NULL;
 	s->runner_ready = false;
-	if (r->err_len > 1024)
-		tail = r->err + r->err_len - 1024;
+	/* Stored and logged: valid UTF-8 (the cut may split a character), no NUL or control bytes. */
+	proto_clean_text(tail, sizeof(tail), r->err + r->err_len - tail_len, tail_len, true);
 	if (r->term_signal)
 		snprintf(why, sizeof(why), "runner killed by signal %d; stderr: %s", r->term_signal, tail);
+	else if (r->exit_status == 0 && s->in_trial)
+		/* Not a crash: nothing but bye ends a runner, so the runner quit, whatever the kernel did. */
+		snprintf(why, sizeof(why),
+			 "runner exited with status 0 without answering (a runner exits only after bye); "
+			 "stderr: %s",
+			 tail);
 	else
 		snprintf(why, sizeof(why), "runner exited with status %lld; stderr: %s",
 			 (long long)r->exit_status, tail);
-	if (s->in_trial) {
+	snprintf(logged, sizeof(logged), "%s", why);
+	one_line(logged);
+	if (s->in_trial && !r->term_signal && r->exit_status == 0) {
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+		strike(s, logged);
+	} else if (s->in_trial) {
 		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->job.sha, s->job.check,
-			 s->job.dtype, s->seeds[s->cur].seed, why);
+			 s->job.dtype, s->seeds[s->cur].seed, logged);
 		record(s, OUTCOME_CRASH, NULL, why);
 		s->crash_streak++;
 		restart_later(s);
@@ -402,7 +577,8 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		s->san_stop = true;
 		finish_job(s, false);
 	} else if (s->state == SLOT_STARTING) {
-		strike(s, why);
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+		strike(s, logged);
 	}
 }
 
@@ -439,6 +615,9 @@ static int start_runner(struct slot *s)
 	o.line_max = NW_PROTO_LINE_MAX;
 	o.on_done = on_runner_done;
 	o.data = s;
+	proto_hello_release(&s->hello);
+	s->stray = 0;
+	s->stray_total = 0;
 	rc = proc_spawn(s->d->loop, &o, &s->runner);
 	nwd_env_free(env);
 	if (rc < 0) {
@@ -466,7 +645,7 @@ static int start_runner(struct slot *s)
 			finish_job(s, false);
 			return rc;
 		}
-		strike(s, why);
+		hello_failed(s, why);
 		return rc;
 	}
 	s->runner_commit = s->job.commit_id;
@@ -526,6 +705,22 @@ static struct seed_rec *find_seed(struct slot *s, unsigned long long seed)
 	return NULL;
 }
 
+/* Whether the runner's hello lists the job's check at the job's dtype. */
+static bool runner_declares(const struct slot *s)
+{
+	for (unsigned i = 0; i < s->hello.nchecks; i++) {
+		const struct proto_check *c = &s->hello.checks[i];
+
+		if (strcmp(c->check, s->job.check) != 0)
+			continue;
+		for (unsigned k = 0; k < c->ndtypes; k++)
+			if (strcmp(c->dtypes[k], s->job.dtype) == 0)
+				return true;
+		return false;
+	}
+	return false;
+}
+
 static void advance(struct slot *s)
 {
 	unsigned seed;
@@ -552,14 +747,28 @@ static void advance(struct slot *s)
 	}
 	if (!s->runner || s->runner_commit != s->job.commit_id || !s->runner_ready ||
 	    strcmp(s->runner_tool, s->job.tool) != 0) {
-		s->cur = seed; /* a sanitizer that cannot start is recorded against this seed */
+		s->cur = seed; /* a runner that cannot start is recorded against this seed */
 		s->cur_attempt = s->seeds[seed].next_attempt;
 		drop_runner(s);
+		if (wait_for_dying(s))
+			return; /* runner_gone() comes back here */
 		start_runner(s);
 		return;
 	}
 	s->cur = seed;
 	s->cur_attempt = s->seeds[seed].next_attempt;
+	if (!runner_declares(s)) {
+		char why[256];
+
+		/* Zero checks, or not this one: a runner that cannot serve the job, not a failing trial. */
+		snprintf(
+		    why, sizeof(why),
+		    "the runner's hello does not declare check '%s' at dtype '%s' (it declares %u check%s)",
+		    s->job.check, s->job.dtype, s->hello.nchecks, s->hello.nchecks == 1 ? "" : "s");
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+		strike(s, why);
+		return;
+	}
 	s->req_id++;
 	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, s->seeds[seed].seed,
 				   s->d->cfg.repeats, NULL);
@@ -569,6 +778,7 @@ static void advance(struct slot *s)
 		return;
 	}
 	s->in_trial = true;
+	s->stray = 0;
 	s->san_mark = proc_err_total(s->runner);
 	s->san_status = SANITIZER_CLEAN;
 	uv_timer_start(&s->deadline, on_deadline,
@@ -971,6 +1181,9 @@ void slot_drain(struct slot *s)
 		free(bye);
 		drop_runner(s);
 	}
+	/* Its group must be gone before the daemon exits, or a runner ignoring SIGTERM outlives it. */
+	if (wait_for_dying(s))
+		return; /* runner_gone() comes back here */
 	set_state(s, SLOT_STOPPED);
 	nwd_service_stopped(s->d);
 }
@@ -986,8 +1199,9 @@ int slot_start(struct nwd *d, const struct config_slot *cfg, struct slot **out)
 	uv_timer_init(d->loop, &s->wake);
 	uv_timer_init(d->loop, &s->deadline);
 	uv_timer_init(d->loop, &s->lease);
-	s->wake.data = s->deadline.data = s->lease.data = s;
-	s->open_handles = 3;
+	uv_timer_init(d->loop, &s->reap);
+	s->wake.data = s->deadline.data = s->lease.data = s->reap.data = s;
+	s->open_handles = 4;
 	set_state(s, SLOT_IDLE);
 	claim(s);
 	*out = s;
@@ -1001,6 +1215,7 @@ static void on_slot_handle_closed(uv_handle_t *h)
 	if (--s->open_handles == 0) {
 		free(s->seeds);
 		free(s->judged);
+		proto_hello_release(&s->hello);
 		free(s);
 	}
 }
@@ -1011,6 +1226,7 @@ void slot_free(struct slot *s)
 	uv_close((uv_handle_t *)&s->wake, on_slot_handle_closed);
 	uv_close((uv_handle_t *)&s->deadline, on_slot_handle_closed);
 	uv_close((uv_handle_t *)&s->lease, on_slot_handle_closed);
+	uv_close((uv_handle_t *)&s->reap, on_slot_handle_closed);
 }
 
 void slot_status(const struct slot *s, struct slot_status *out)

@@ -810,13 +810,15 @@ static void test_nan(void **state)
 	assert_int_equal(t.tensors[0].nonfinite, 4096);
 	assert_string_equal(t.tensors_json,
 			    "[{\"name\":\"dv\",\"ratio\":null,\"nonfinite\":4096,\"ref_nonfinite\":0}]");
+	assert_string_equal(t.nonfinite, "");
 	proto_trial_release(&t);
 
+	/* What a strict parser refuses, and where NaN or Infinity is not a bare value: no repair. */
 	trial_fails(
-	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":NaN}", 17,
-	    "not json: invalid token near 'NaN' at column * (nan and infinity are not json: send null)");
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":NaNa}", 17,
+	    "not json: invalid token near 'NaNa' at column * (nan and infinity are not json: send null)");
 	trial_fails(
-	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":Infinity}", 17,
+	    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":Infinity,\"x\":tru}", 17,
 	    "not json: invalid token near 'Infinity' at column * (nan and infinity are not json: send null)");
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":\"NaN\"}", 17,
 		    "field 'ratio' must be a number or null");
@@ -827,6 +829,91 @@ static void test_nan(void **state)
 	trial_fails("{\"op\":\"trial\",\"id\":17,\"verdict\":\"fail\",\"ratio\":1,\"tensors\":[{\"name\":"
 		    "\"dv\",\"ratio\":\"nan\"}]}",
 		    17, "field 'tensors[0].ratio' must be a number or null");
+}
+
+/*
+ * Python's json.dumps() writes NaN, Infinity and -Infinity: read as null, and
+ * a ratio that was one is named (the daemon fails that trial), whatever the
+ * runner's verdict; a string that holds the words is left as it is.
+ */
+static void test_nan_words(void **state)
+{
+	struct proto_trial t;
+	char err[256];
+
+	assert_int_equal(
+	    parse_trial("{\"op\": \"trial\", \"id\": 17, \"verdict\": \"fail\", \"ratio\": NaN, "
+			"\"tensors\": [{\"name\": \"y\", \"ratio\": NaN, \"max_abs\": Infinity}]}",
+			17, &t, err, sizeof(err)),
+	    0);
+	assert_int_equal(t.verdict, OUTCOME_FAIL);
+	assert_true(isnan(t.ratio));
+	assert_true(isnan(t.tensors[0].ratio));
+	assert_string_equal(t.nonfinite, "'ratio' was NaN");
+	assert_string_equal(t.tensors_json, "[{\"name\":\"y\",\"ratio\":null,\"max_abs\":null}]");
+	proto_trial_release(&t);
+
+	/* A passing verdict with an infinite tensor ratio: named all the same. */
+	assert_int_equal(
+	    parse_trial(
+		"{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.5,"
+		"\"tensors\":[{\"name\":\"y\",\"ratio\":-Infinity},{\"name\":\"z\",\"ratio\":[NaN]}]}",
+		17, &t, err, sizeof(err)),
+	    -EPROTO);
+	assert_message(err, "field 'tensors[1].ratio' must be a number or null");
+	assert_string_equal(t.nonfinite, "");
+	assert_int_equal(parse_trial("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.5,"
+				     "\"tensors\":[{\"name\":\"y\",\"ratio\":Infinity}]}",
+				     17, &t, err, sizeof(err)),
+			 0);
+	assert_int_equal(t.verdict, OUTCOME_PASS);
+	assert_string_equal(t.nonfinite, "'ratio' was Infinity");
+	proto_trial_release(&t);
+
+	/* Elsewhere (a time, a spread) it is only no value; strings keep the words. */
+	assert_int_equal(
+	    parse_trial("{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0.25,"
+			"\"kernel_us\":NaN,\"digest\":\"NaN, \\\":Infinity\","
+			"\"tensors\":[{\"name\":\"ratio\",\"ratio\":0.25,\"max_rel\":-Infinity}]}",
+			17, &t, err, sizeof(err)),
+	    0);
+	assert_int_equal(t.verdict, OUTCOME_PASS);
+	assert_true(isnan(t.kernel_us));
+	assert_string_equal(t.digest, "NaN, \":Infinity");
+	assert_string_equal(t.nonfinite, "");
+	proto_trial_release(&t);
+
+	/* A hello is not repaired: nothing in it may be a number that is not finite. */
+	hello_fails(
+	    "{\"op\":\"hello\",\"protocol\":NaN,\"checks\":[]}",
+	    "not json: invalid token near 'NaN' at column * (nan and infinity are not json: send null)");
+}
+
+/* A line whose first character that is not blank is not '{' cannot be a message. */
+static void test_line_is_message(void **state)
+{
+	assert_true(proto_line_is_message("{}", 2));
+	assert_true(proto_line_is_message(" \t\r{\"op\"", 8));
+	assert_true(proto_line_is_message("{not json", 9));
+	assert_false(proto_line_is_message("", 0));
+	assert_false(proto_line_is_message("  ", 2));
+	assert_false(proto_line_is_message("debug: x = {1, 2}", 17));
+	assert_false(proto_line_is_message("\xff{", 2));
+	assert_false(proto_line_is_message("[1]", 3));
+}
+
+/* Runner output made fit for the log and a text column. */
+static void test_clean_text(void **state)
+{
+	char out[16];
+
+	assert_string_equal(proto_clean_text(out, sizeof(out), "a\0b\nc\td\x1b", 8, true), "a?b\nc\td?");
+	assert_string_equal(proto_clean_text(out, sizeof(out), "a\0b\nc\td\x1b", 8, false), "a?b?c?d?");
+	/* A tail that starts inside a character, and bytes that are not UTF-8. */
+	assert_string_equal(proto_clean_text(out, sizeof(out), "\xa9x\xff\xc3\xa9", 5, true), "?x?\xc3\xa9");
+	/* Cut to fit; a character cut in two is replaced. */
+	assert_string_equal(proto_clean_text(out, 4, "ab\xc3\xa9", 4, true), "ab?");
+	assert_string_equal(proto_clean_text(out, sizeof(out), "", 0, true), "");
 }
 
 static void test_unknown_fields(void **state)
@@ -1000,6 +1087,9 @@ int main(void)
 	    cmocka_unit_test(test_nul_byte),
 	    cmocka_unit_test(test_line_length),
 	    cmocka_unit_test(test_nan),
+	    cmocka_unit_test(test_nan_words),
+	    cmocka_unit_test(test_line_is_message),
+	    cmocka_unit_test(test_clean_text),
 	    cmocka_unit_test(test_unknown_fields),
 	    cmocka_unit_test(test_case_digest),
 	    cmocka_unit_test(test_message_is_clean_text),
