@@ -19,6 +19,7 @@
 #include "log.h"
 #include "mail.h"
 #include "nwd.h"
+#include "queries.h"
 
 /* The rate limit's window: [mail] rate_limit is per hour. */
 #define RATE_WINDOW_S 3600
@@ -80,52 +81,7 @@ static void step(struct mailer *m);
  * and about to be, its range holding it) is still being looked at, or after
  * six hours of waiting for one.
  */
-static const char sweep_sql[] =
-    "SELECT 'culprit', b.id, NULL::bigint FROM bisections b JOIN commits cu ON cu.id = b.culprit_id"
-    " WHERE b.repo_id = $1 AND b.outcome = 'culprit'"
-    /* A culprit found long ago (mail just turned on, say) is not worth a mail now. */
-    "  AND coalesce(b.finished_at, b.updated_at) > now() - interval '7 days'"
-    "  AND b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.culprit_id = b.culprit_id"
-    "   AND b2.outcome = 'culprit')"
-    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')"
-    "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
-    "                  AND u.until > now())"
-    "  AND (b.finished_at < now() - interval '6 hours' OR NOT EXISTS (SELECT 1 FROM regressions x"
-    "   JOIN commits f ON f.id = x.first_commit_id LEFT JOIN bisections xb ON xb.id = x.bisection_id"
-    "   LEFT JOIN commits g ON g.id = coalesce(xb.good_commit_id, x.good_commit_id)"
-    "   WHERE x.repo_id = b.repo_id AND (x.state = 'bisecting' OR (x.state = 'open' AND $3::boolean))"
-    "    AND coalesce(g.position, -1) < cu.position AND f.position >= cu.position))"
-    " UNION ALL "
-    "SELECT 'withdrawn', b.id, NULL FROM bisections b"
-    " WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <> "
-    "'failed')"
-    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'withdrawn')"
-    " UNION ALL "
-    /* A regression fixed: a follow-up in its culprit's thread. */
-    "SELECT 'fixed', b.id, x.fixed_commit_id FROM regressions x JOIN bisections b ON b.id = x.bisection_id"
-    " WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'"
-    "   AND m.state = 'sent')"
-    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
-    " UNION ALL "
-    /*
-     * A bisection by hand is clean again at the first commit after both the
-     * culprit and its bad commit (commits in between may be clean by chance
-     * when the failure is rare) whose verdict for the check x dtype is clean.
-     */
-    "SELECT 'fixed', b.id, f.id FROM bisections b"
-    " JOIN commits cu ON cu.id = b.culprit_id JOIN commits bad ON bad.id = b.bad_commit_id"
-    " CROSS JOIN LATERAL (SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id"
-    "   AND s.check_id = b.check_id AND s.dtype = b.dtype"
-    "   WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > greatest(cu.position, bad.position)"
-    "     AND s.verdict IN ('clean', 'improved')"
-    "   ORDER BY c.position LIMIT 1) f"
-    " WHERE b.repo_id = $1 AND b.outcome = 'culprit' AND b.regression_id IS NULL"
-    "  AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'"
-    "   AND m.state = 'sent')"
-    "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')"
-    " LIMIT $2";
+#define sweep_sql nwq_mail_sweep /* sql/queries/mail_sweep.sql */
 
 /*
  * The culprit mail's facts ($1: bisection): the check, both commits, and the
@@ -135,61 +91,13 @@ static const char sweep_sql[] =
  * worst tensor; and what the bisection learnt of the failure: whether its
  * failing seeds are seed-bound, and how often it shows at the culprit.
  */
-static const char culprit_sql[] =
-    "SELECT k.name, b.dtype, b.confidence, array_to_string(b.failing_seeds, ', '),"
-    "  cu.sha, cu.title, cu.author, cu.email, g.sha, g.title, g.author, g.email, r.name,"
-    "  t.seed, t.outcome, t.family, '[' || array_to_string(t.shape, ', ') || ']', t.ratio, t.error,"
-    "  w.e ->> 'name', w.e ->> 'max_abs', w.e ->> 'max_rel',"
-    "  CASE WHEN jsonb_typeof(w.e -> 'nonfinite') = 'number' THEN (w.e ->> 'nonfinite')::float8 END,"
-    "  b.failing_seeds[1], b.posterior ->> 'seeds',"
-    "  CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'"
-    "    THEN (b.posterior ->> 'culprit_rate')::float8 END,"
-    "  (SELECT string_agg(k2.name || ' ' || b2.dtype || ' (bisection ' || b2.id || ')', E'\\n' ORDER BY "
-    "b2.id)"
-    "   FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
-    "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id,"
-    "  bu.repro, CASE WHEN t.slot LIKE 'gpu%' THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda')"
-    "    ELSE coalesce(bu.runner_host, 'numwatch-runner-host') END"
-    " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits cu ON cu.id = b.culprit_id"
-    " JOIN repositories r ON r.id = b.repo_id LEFT JOIN commits g ON g.id = b.good_commit_id"
-    " LEFT JOIN builds bu ON bu.commit_id = b.culprit_id"
-    " LEFT JOIN LATERAL (SELECT t.seed, t.outcome, t.family, t.shape, t.ratio, t.error, t.tensors, t.slot "
-    "FROM "
-    "trials t"
-    "   WHERE t.commit_id = b.culprit_id AND t.check_id = b.check_id AND t.dtype = b.dtype"
-    "     AND t.outcome NOT IN ('pass', 'infra_error')"
-    "   ORDER BY t.seed = ANY (b.failing_seeds) DESC, t.outcome = 'fail' DESC, t.ratio DESC NULLS FIRST,"
-    "     t.seed, t.attempt LIMIT 1) t ON true"
-    " LEFT JOIN LATERAL (SELECT e FROM jsonb_array_elements("
-    "     CASE WHEN jsonb_typeof(t.tensors) = 'array' THEN t.tensors ELSE '[]' END) e"
-    "   ORDER BY CASE WHEN jsonb_typeof(e -> 'nonfinite') = 'number' THEN (e ->> 'nonfinite')::float8 END"
-    "     DESC NULLS LAST,"
-    "     CASE WHEN jsonb_typeof(e -> 'ratio') = 'number' THEN (e ->> 'ratio')::float8 END DESC NULLS LAST"
-    "   LIMIT 1) w ON true"
-    /* The culprit commit's mail is its first bisection's. */
-    " WHERE b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.outcome = 'culprit'"
-    "   AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1))"
-    "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
-    "                  AND u.until > now())";
+#define culprit_sql nwq_mail_culprit /* sql/queries/mail_culprit.sql */
 
 /* A follow-up's facts ($1: bisection): the thread's first mail, its recipients and the culprit. */
-static const char withdrawn_sql[] =
-    "SELECT k.name, b.dtype, r.name, cu.sha, cu.title, cu.author, cu.email,"
-    "  m.message_id, m.subject, array_to_string(m.recipients, E'\\n')"
-    " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN repositories r ON r.id = b.repo_id"
-    " LEFT JOIN commits cu ON cu.id = b.culprit_id"
-    " JOIN mail m ON m.culprit_id = b.culprit_id AND m.kind = 'culprit' AND m.state <> 'failed'"
-    " WHERE b.id = $1 AND b.outcome = 'withdrawn'";
+#define withdrawn_sql nwq_mail_withdrawn /* sql/queries/mail_withdrawn.sql */
 
 /* The same, and the commit that is clean again ($2). */
-static const char fixed_sql[] =
-    "SELECT k.name, b.dtype, r.name, cu.sha, cu.title, cu.author, cu.email,"
-    "  m.message_id, m.subject, array_to_string(m.recipients, E'\\n'),"
-    "  f.sha, f.title, f.author, f.email"
-    " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN repositories r ON r.id = b.repo_id"
-    " JOIN commits cu ON cu.id = b.culprit_id JOIN commits f ON f.id = $2 AND f.repo_id = b.repo_id"
-    " JOIN mail m ON m.culprit_id = b.culprit_id AND m.kind = 'culprit' AND m.state <> 'failed'"
-    " WHERE b.id = $1 AND b.outcome = 'culprit'";
+#define fixed_sql nwq_mail_fixed /* sql/queries/mail_fixed.sql */
 
 /*
  * Queues one mail; a second insert of the same (bisection, kind) or
@@ -198,13 +106,7 @@ static const char fixed_sql[] =
  * may compose the same mail at once: the unique indexes keep one, and the
  * claim (FOR UPDATE SKIP LOCKED, then a lease through next_try) sends it once.
  */
-static const char insert_sql[] =
-    "WITH ins AS (INSERT INTO mail (kind, bisection_id, message_id, thread_root, recipients, subject, body,"
-    "  culprit_id) SELECT $1::text, $2::bigint, $3::text, $4::text, string_to_array($5::text, E'\\n'), "
-    "$6::text,"
-    "  $7::text, b.culprit_id"
-    "  FROM bisections b WHERE b.id = $2::bigint ON CONFLICT DO NOTHING RETURNING id)"
-    " SELECT 0, count(*) FROM ins";
+#define insert_sql nwq_mail_insert /* sql/queries/mail_insert.sql */
 
 /*
  * The withdrawn follow-up. A culprit mail never tried is cancelled instead
@@ -212,52 +114,21 @@ static const char insert_sql[] =
  * nothing to take back. One statement, so that a claim by another daemon
  * (which sets attempts) and the cancel cannot both happen.
  */
-static const char withdrawn_insert_sql[] =
-    "WITH cancel AS (UPDATE mail SET state = 'failed',"
-    "   last_error = 'not sent: the culprit was withdrawn before the mail was tried'"
-    "  WHERE bisection_id = $2::bigint AND kind = 'culprit' AND state = 'pending' AND attempts = 0 RETURNING "
-    "id),"
-    " cancel_rest AS (UPDATE mail SET state = 'failed',"
-    "   last_error = 'not sent: the culprit was withdrawn before its first mail was tried'"
-    "  WHERE bisection_id = $2::bigint AND kind <> 'culprit' AND state = 'pending'"
-    "    AND EXISTS (SELECT 1 FROM cancel) RETURNING id),"
-    " ins AS (INSERT INTO mail (kind, bisection_id, message_id, thread_root, recipients, subject, body)"
-    "  SELECT $1::text, $2::bigint, $3::text, $4::text, string_to_array($5::text, E'\\n'), $6::text, $7::text"
-    "  WHERE NOT EXISTS (SELECT 1 FROM cancel) ON CONFLICT DO NOTHING RETURNING id)"
-    " SELECT (SELECT count(*) FROM cancel), (SELECT count(*) FROM ins)";
+#define withdrawn_insert_sql nwq_mail_withdrawn_insert /* sql/queries/mail_withdrawn_insert.sql */
 
 /*
  * Whether any of the repository's mail is due (the claim's conditions, less
  * the lock), and the send times of its newest mails within the window ($1:
  * how many, $2: repository, $3: window).
  */
-static const char rate_sql[] =
-    "SELECT extract(epoch FROM n.t)::float8, extract(epoch FROM s.sent_at)::float8, n.due"
-    " FROM (SELECT now() AS t, EXISTS (SELECT 1 FROM mail m JOIN bisections b ON b.id = m.bisection_id"
-    "   WHERE b.repo_id = $2 AND m.state = 'pending' AND m.next_try <= now()"
-    "     AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.message_id = m.thread_root"
-    "          AND r.state = 'sent'))) AS due) n"
-    " LEFT JOIN LATERAL (SELECT m.sent_at FROM mail m JOIN bisections b ON b.id = m.bisection_id"
-    "   WHERE b.repo_id = $2 AND m.sent_at > n.t - $3 * interval '1 second'"
-    "   ORDER BY m.sent_at DESC LIMIT $1) s ON true"
-    " ORDER BY s.sent_at DESC NULLS LAST";
+#define rate_sql nwq_mail_rate /* sql/queries/mail_rate.sql */
 
 /*
  * Claims the oldest due mail ($1: repository, $2: lease in seconds). A
  * follow-up is due only once its thread's first mail has been sent, so that
  * a thread always reads in order.
  */
-static const char claim_sql[] =
-    "WITH next AS (SELECT m.id FROM mail m JOIN bisections b ON b.id = m.bisection_id"
-    "  WHERE b.repo_id = $1 AND m.state = 'pending' AND m.next_try <= now()"
-    "    AND (m.kind = 'culprit' OR EXISTS (SELECT 1 FROM mail r WHERE r.message_id = m.thread_root"
-    "         AND r.state = 'sent'))"
-    "  ORDER BY m.id LIMIT 1 FOR UPDATE OF m SKIP LOCKED)"
-    " UPDATE mail SET attempts = mail.attempts + 1, next_try = now() + $2 * interval '1 second'"
-    " FROM next WHERE mail.id = next.id"
-    " RETURNING mail.id, mail.kind, mail.bisection_id, mail.message_id, mail.thread_root,"
-    "  array_to_string(mail.recipients, E'\\n'), mail.subject, mail.body,"
-    "  extract(epoch FROM mail.created_at)::bigint, mail.attempts";
+#define claim_sql nwq_mail_claim /* sql/queries/mail_claim.sql */
 
 static const char sent_sql[] =
     "UPDATE mail SET state = 'sent', sent_at = now(), last_error = NULL WHERE id = $1";

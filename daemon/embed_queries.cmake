@@ -1,0 +1,20 @@
+# Generates queries.c / queries.h: every sql/queries/NAME.sql file (a query the
+# daemon sends, too long for a C literal) as the C string nwq_NAME, NAME with
+# each character outside [A-Za-z0-9] made '_'. Inputs: QUERY_DIR, OUT_DIR.
+file(GLOB files "${QUERY_DIR}/*.sql")
+list(SORT files)
+set(h "/* Generated from sql/queries/ by daemon/embed_queries.cmake. */\n#ifndef NW_QUERIES_H\n#define NW_QUERIES_H\n")
+set(c "/* Generated from sql/queries/ by daemon/embed_queries.cmake. */\n#include \"queries.h\"\n")
+foreach(f ${files})
+  get_filename_component(name "${f}" NAME_WE)
+  string(MAKE_C_IDENTIFIER "${name}" id)
+  file(READ "${f}" hex HEX)
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
+  string(APPEND h "extern const char nwq_${id}[]; /* sql/queries/${name}.sql */\n")
+  string(APPEND c "const char nwq_${id}[] = {${bytes}0x00};\n")
+endforeach()
+string(APPEND h "#endif\n")
+file(WRITE "${OUT_DIR}/queries.h.tmp" "${h}")
+file(WRITE "${OUT_DIR}/queries.c.tmp" "${c}")
+configure_file("${OUT_DIR}/queries.h.tmp" "${OUT_DIR}/queries.h" COPYONLY)
+configure_file("${OUT_DIR}/queries.c.tmp" "${OUT_DIR}/queries.c" COPYONLY)

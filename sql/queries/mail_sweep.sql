@@ -1,0 +1,43 @@
+SELECT 'culprit', b.id, NULL::bigint FROM bisections b JOIN commits cu ON cu.id = b.culprit_id
+WHERE b.repo_id = $1 AND b.outcome = 'culprit'
+-- A culprit found long ago (mail just turned on, say) is not worth a mail now.
+	AND coalesce(b.finished_at, b.updated_at) > now() - interval '7 days'
+	AND b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.culprit_id = b.culprit_id
+	AND b2.outcome = 'culprit')
+	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')
+	AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')
+	AND u.until > now())
+	AND (b.finished_at < now() - interval '6 hours' OR NOT EXISTS (SELECT 1 FROM regressions x
+	JOIN commits f ON f.id = x.first_commit_id LEFT JOIN bisections xb ON xb.id = x.bisection_id
+	LEFT JOIN commits g ON g.id = coalesce(xb.good_commit_id, x.good_commit_id)
+	WHERE x.repo_id = b.repo_id AND (x.state = 'bisecting' OR (x.state = 'open' AND $3::boolean))
+	AND coalesce(g.position, -1) < cu.position AND f.position >= cu.position))
+UNION ALL
+SELECT 'withdrawn', b.id, NULL FROM bisections b
+WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'
+	AND EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'culprit' AND m.state <>
+'failed')
+	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'withdrawn')
+UNION ALL
+-- A regression fixed: a follow-up in its culprit's thread.
+SELECT 'fixed', b.id, x.fixed_commit_id FROM regressions x JOIN bisections b ON b.id = x.bisection_id
+WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'
+	AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'
+	AND m.state = 'sent')
+	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')
+UNION ALL
+-- A bisection by hand is clean again at the first commit after both the culprit and its bad commit
+-- (commits in between may be clean by chance when the failure is rare) whose verdict for the check
+-- x dtype is clean.
+SELECT 'fixed', b.id, f.id FROM bisections b
+JOIN commits cu ON cu.id = b.culprit_id JOIN commits bad ON bad.id = b.bad_commit_id
+CROSS JOIN LATERAL (SELECT c.id FROM commits c JOIN stats s ON s.commit_id = c.id
+	AND s.check_id = b.check_id AND s.dtype = b.dtype
+	WHERE c.repo_id = b.repo_id AND c.reachable AND c.position > greatest(cu.position, bad.position)
+	AND s.verdict IN ('clean', 'improved')
+	ORDER BY c.position LIMIT 1) f
+WHERE b.repo_id = $1 AND b.outcome = 'culprit' AND b.regression_id IS NULL
+	AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'
+	AND m.state = 'sent')
+	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')
+LIMIT $2
