@@ -42,6 +42,8 @@
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
 #define NW_HTTP_PAGE_MAX        500
+/* A bearer token's length (`numwatch token create` makes 67 bytes: "nw_" and 64 hex digits). */
+#define NW_HTTP_TOKEN_MAX 256
 /* Regressions that GET /api/v1/checks/{name} lists (the newest; GET /regressions?check= pages them all). */
 #define NW_API_CHECK_REGRESSIONS 100
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
