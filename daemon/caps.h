@@ -27,6 +27,8 @@
 #define NW_CAPTURE_MAX (256 * 1024)
 /* Stderr tail stored with a crashed trial. */
 #define NW_STDERR_TAIL_MAX 4096
+/* Child process groups the reaper guards at once (every slot's runner, the build, git). */
+#define NW_PROC_GROUPS_MAX 4096
 /* Output of `git rev-list` for one poll (first-parent history). */
 #define NW_GIT_OUTPUT_MAX (64 * 1024 * 1024)
 

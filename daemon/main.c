@@ -29,6 +29,7 @@
 #include "migrate.h"
 #include "nwd.h"
 #include "poller.h"
+#include "proc.h"
 #include "slot.h"
 #include "store.h"
 
@@ -330,6 +331,9 @@ int main(int argc, char **argv)
 		return 0;
 	if (make_dirs(d->cfg.state_dir) < 0)
 		return 1;
+	/* Before any child: what a previous daemon left is killed, and the reaper guards ours. */
+	if (proc_init(d->cfg.state_dir) < 0)
+		log_error("children will die with the daemon, but not their own children");
 	d->repo_id = migrate_repository(d->cfg.database, d->cfg.repo_name, d->cfg.repo_url,
 					d->cfg.repo_branch, err, sizeof(err));
 	if (d->repo_id < 0) {
