@@ -78,6 +78,8 @@
 #define MAIL_ADDRESS_MAX 254
 /* A display name in the From option. */
 #define MAIL_NAME_MAX 64
+/* [mail] password_file: the whole file (its first line is the password). */
+#define MAIL_PASSWORD_FILE_MAX 4096
 /* Recipients of one mail: the author and the configured list. */
 #define MAIL_RECIPIENTS_MAX 64
 /* Bytes of a commit title in a subject or body (cut on a character boundary, "..." added). */
