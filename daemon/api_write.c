@@ -95,6 +95,21 @@ static bool is_name(const char *s)
 }
 
 /*
+ * Whether a bearer token can be one `numwatch token create` made (printable
+ * ASCII, bounded). Anything else is no token, answered 401 without a lookup:
+ * the lookup's UTF-8 conversion would fail on bytes that are not UTF-8.
+ */
+static bool token_plausible(const char *t)
+{
+	size_t n = 0;
+
+	for (; t[n]; n++)
+		if (n >= NW_HTTP_TOKEN_MAX || t[n] <= ' ' || t[n] > '~')
+			return false;
+	return n > 0;
+}
+
+/*
  * Write answers are (first key found, second found, third found, result);
  * the messages say which input was not found.
  */
@@ -347,6 +362,10 @@ void api_write(struct nwd *d, struct http_req *r, const char *method, const char
 	if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !auth[7]) {
 		http_reply_error(r, 401,
 				 "this write needs 'Authorization: Bearer TOKEN' (numwatch token create)");
+		return;
+	}
+	if (!token_plausible(auth + 7)) {
+		http_reply_error(r, 401, "invalid or revoked token");
 		return;
 	}
 	params[0] = auth + 7;

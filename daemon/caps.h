@@ -27,6 +27,8 @@
 #define NW_CAPTURE_MAX (256 * 1024)
 /* Stderr tail stored with a crashed trial. */
 #define NW_STDERR_TAIL_MAX 4096
+/* Child process groups the reaper guards at once (every slot's runner, the build, git). */
+#define NW_PROC_GROUPS_MAX 4096
 /* Output of `git rev-list` for one poll (first-parent history). */
 #define NW_GIT_OUTPUT_MAX (64 * 1024 * 1024)
 
@@ -42,6 +44,8 @@
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
 #define NW_HTTP_PAGE_MAX        500
+/* A bearer token's length (`numwatch token create` makes 67 bytes: "nw_" and 64 hex digits). */
+#define NW_HTTP_TOKEN_MAX 256
 /* Regressions that GET /api/v1/checks/{name} lists (the newest; GET /regressions?check= pages them all). */
 #define NW_API_CHECK_REGRESSIONS 100
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
@@ -80,6 +84,8 @@
 #define MAIL_ADDRESS_MAX 254
 /* A display name in the From option. */
 #define MAIL_NAME_MAX 64
+/* [mail] password_file: the whole file (its first line is the password). */
+#define MAIL_PASSWORD_FILE_MAX 4096
 /* Recipients of one mail: the author and the configured list. */
 #define MAIL_RECIPIENTS_MAX 64
 /* Bytes of a commit title in a subject or body (cut on a character boundary, "..." added). */

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mail.h"
@@ -260,6 +262,39 @@ static void check_section_line(struct parser *p, const char *s)
 	if (*rest)
 		fail(p, -EINVAL, p->lineno, "unexpected text '%s' after section header [%.*s]", rest,
 		     (int)(end - (s + 1)), s + 1);
+}
+
+/*
+ * Opens a file the configuration is read from for reading, regular files
+ * only. The open does not wait (O_NONBLOCK: a FIFO without a writer would
+ * block it for ever) and a device or FIFO is refused before anything is read
+ * from it. Returns the descriptor, or a negative errno with *why set.
+ */
+static int open_regular(const char *path, struct stat *st, const char **why)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC), rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		*why = strerror(errno);
+		return rc;
+	}
+	if (fstat(fd, st) < 0) {
+		rc = -errno;
+		*why = strerror(errno);
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		rc = S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
+		*why = S_ISDIR(st->st_mode)                           ? strerror(EISDIR)
+		       : S_ISFIFO(st->st_mode)                        ? "a FIFO, not a regular file"
+		       : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device, not a regular file"
+								      : "not a regular file";
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 /*
@@ -937,42 +972,58 @@ static char *default_public_url(const struct config *cfg)
 	return url;
 }
 
-/* Reads the SMTP password from the first line of password_file (a systemd credential, say). */
+/*
+ * Reads the SMTP password from the first line of password_file (a systemd
+ * credential, say): a regular file (open_regular) of at most
+ * MAIL_PASSWORD_FILE_MAX bytes, so that a wrong path (/dev/zero, a FIFO, a
+ * log) is a clear error at once instead of memory or time without end.
+ */
 static int read_password_file(struct parser *p, int lineno)
 {
 	struct config *cfg = &p->cfg;
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	FILE *f;
+	char buf[MAIL_PASSWORD_FILE_MAX + 1];
+	const char *why;
+	struct stat st;
+	size_t n = 0, len;
+	ssize_t r = 0;
+	int fd;
 
-	f = fopen(cfg->mail_password_file, "re");
-	if (!f) {
-		fail(p, -errno, lineno, "cannot read password_file '%s': %s", cfg->mail_password_file,
-		     strerror(errno));
+	fd = open_regular(cfg->mail_password_file, &st, &why);
+	if (fd < 0) {
+		fail(p, fd, lineno, "cannot read password_file '%s': %s", cfg->mail_password_file, why);
 		return p->rc;
 	}
-	errno = 0;
-	n = getline(&line, &cap, f);
-	if (n < 0 && errno) {
+	/* One byte more than the cap: a file that grew after fstat is caught too. */
+	while (st.st_size <= MAIL_PASSWORD_FILE_MAX && n < sizeof(buf)) {
+		r = read(fd, buf + n, sizeof(buf) - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	if (r < 0) {
 		fail(p, -errno, lineno, "cannot read password_file '%s': %s", cfg->mail_password_file,
 		     strerror(errno));
-	} else if (n > NW_CONFIG_LINE_MAX) {
-		fail(p, -EINVAL, lineno, "password_file '%s': first line longer than %d bytes",
-		     cfg->mail_password_file, NW_CONFIG_LINE_MAX);
+	} else if (st.st_size > MAIL_PASSWORD_FILE_MAX || n > MAIL_PASSWORD_FILE_MAX) {
+		fail(p, -EFBIG, lineno, "password_file '%s' is larger than %d bytes: not a password file",
+		     cfg->mail_password_file, MAIL_PASSWORD_FILE_MAX);
 	} else {
-		while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-			line[--n] = '\0';
+		const char *nl = memchr(buf, '\n', n);
+
+		len = nl ? (size_t)(nl - buf) : n;
+		while (len > 0 && buf[len - 1] == '\r')
+			len--;
+		if (memchr(buf, '\0', len))
+			fail(p, -EINVAL, lineno, "password_file '%s': the password holds a NUL byte",
+			     cfg->mail_password_file);
 		free(cfg->mail_password);
-		cfg->mail_password = strdup(n > 0 ? line : "");
-		if (!cfg->mail_password)
+		cfg->mail_password = p->rc ? NULL : strndup(buf, len);
+		if (!p->rc && !cfg->mail_password)
 			fail(p, -ENOMEM, lineno, "out of memory");
 	}
-	if (line) {
-		explicit_bzero(line, cap);
-		free(line);
-	}
-	fclose(f);
+	explicit_bzero(buf, sizeof(buf));
+	close(fd);
 	return p->rc;
 }
 
@@ -1127,6 +1178,8 @@ int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 {
 	struct ini_options saved;
 	struct parser *p;
+	const char *why;
+	struct stat st;
 	int r;
 
 	if (errlen)
@@ -1141,14 +1194,21 @@ int config_load(struct config *cfg, const char *path, char *err, size_t errlen)
 	p->path = path;
 	p->err = err;
 	p->errlen = errlen;
-	p->file = fopen(path, "re");
-	if (!p->file) {
-		r = -errno;
-		snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+	r = open_regular(path, &st, &why);
+	if (r < 0 || !(p->file = fdopen(r, "r"))) {
+		if (r >= 0) {
+			why = strerror(errno);
+			close(r);
+			r = -ENOMEM;
+		}
+		snprintf(err, errlen, "cannot open '%s': %s", path, why);
 		goto out;
 	}
 
-	/* Not thread-safe (inih's options are globals): config is loaded on the loop thread only. */
+	/*
+	 * Not thread-safe (inih's options are globals): one load at a time (at
+	 * start-up, then each reload on the thread pool, one after the other).
+	 */
 	ini_options_set(&saved);
 	r = ini_parse_stream(read_line, p, on_option, p);
 	ini_options_restore(&saved);

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <microhttpd.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@
 #include "caps.h"
 #include "log.h"
 #include "nwd.h"
+
+/* How long a connection may stay idle (no request, or a reply not read) before it is closed. */
+#define IDLE_TIMEOUT_S 30
 
 struct http {
 	struct nwd *d;
@@ -32,7 +36,9 @@ struct http {
 struct http_req {
 	struct http *h;
 	struct MHD_Connection *conn;
-	bool dispatched, suspended, ready, too_large;
+	bool started, dispatched, suspended, was_suspended, ready, too_large;
+	bool nul;          /* the request target holds a NUL byte, raw or as %00 */
+	size_t target_len; /* the raw target's length as a C string (on_uri) */
 	unsigned status;
 	const char *ctype;
 	char *body;
@@ -127,6 +133,11 @@ static enum MHD_Result queue(struct http_req *r)
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
+	if (r->was_suspended) {
+		/* The reply is queued: the connection goes back to the default timeout (see on_request). */
+		MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
+		r->was_suspended = false;
+	}
 	if (r->shared) {
 		ret = MHD_queue_response(r->conn, r->status, r->shared->resp);
 		http_body_unref(r->shared);
@@ -185,30 +196,91 @@ void http_reply_body(struct http_req *r, unsigned status, struct http_body *b)
 	set_ready(r);
 }
 
+/* The length of the UTF-8 sequence at s (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *s)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (s[0] == 0xe0)
+		lo = 0xa0;
+	else if (s[0] == 0xed)
+		hi = 0x9f;
+	else if (s[0] == 0xf0)
+		lo = 0x90;
+	else if (s[0] == 0xf4)
+		hi = 0x8f;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/*
+ * Copies 'in' to 'out' (of outlen bytes, NUL-terminated, cut on a character)
+ * with every byte that is not part of valid UTF-8 written as the text \xHH:
+ * a message that quotes the request (a path with %ff in it) can then be
+ * carried by JSON, and still shows what was sent.
+ */
+static void escape_utf8(const char *in, char *out, size_t outlen)
+{
+	const unsigned char *s = (const unsigned char *)in;
+	size_t o = 0;
+
+	while (*s) {
+		size_t n = utf8_len(s);
+
+		if (n == 0) {
+			if (o + 4 >= outlen)
+				break;
+			snprintf(out + o, outlen - o, "\\x%02x", *s);
+			o += 4;
+			s++;
+			continue;
+		}
+		if (o + n >= outlen)
+			break;
+		memcpy(out + o, s, n);
+		o += n;
+		s += n;
+	}
+	out[o] = '\0';
+}
+
 void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
 {
-	char msg[512], *body;
+	char msg[512], text[4 * sizeof(msg)], *body;
 	va_list ap;
 	json_t *o;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	o = json_pack("{s:s, s:i}", "error", msg, "status", (int)status);
-	if (!o) {
-		/*
-		 * A message that quotes the request (a path with %ff in it) or was
-		 * cut inside a character is not UTF-8, which JSON cannot carry: its
-		 * other bytes stand in for it.
-		 */
-		for (unsigned char *c = (unsigned char *)msg; *c; c++)
-			if (*c >= 0x80 || *c < 0x20)
-				*c = '?';
-		o = json_pack("{s:s, s:i}", "error", msg, "status", (int)status);
-	}
+	escape_utf8(msg, text, sizeof(text));
+	o = json_pack("{s:s, s:i}", "error", text, "status", (int)status);
 	body = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
-	http_reply(r, status, "application/json", body, body ? strlen(body) : 0);
+	if (!body) {
+		/* Out of memory: a fixed body still says what happened. */
+		static const char fallback[] = "{\"error\":\"out of memory\",\"status\":500}";
+
+		body = strdup(fallback);
+		http_reply(r, 500, "application/json", body, body ? strlen(body) : 0);
+		return;
+	}
+	http_reply(r, status, "application/json", body, strlen(body));
 }
 
 static const char *content_type(const char *path)
@@ -288,14 +360,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct http *h = cls;
 	struct http_req *r = *con_cls;
 
-	if (!r) {
-		r = calloc(1, sizeof(*r));
-		if (!r)
-			return MHD_NO;
-		r->h = h;
-		r->conn = conn;
-		r->fd = -1;
-		*con_cls = r;
+	/* on_uri made it; none means it was out of memory: the connection is closed. */
+	if (!r)
+		return MHD_NO;
+	if (!r->started) {
+		/*
+		 * The headers are in; the body (if any) comes with the next calls.
+		 * 'url' is where on_uri's target started and 'version' follows the
+		 * target's end: a raw NUL made on_uri's target shorter than that.
+		 */
+		r->started = true;
+		if ((uintptr_t)version > (uintptr_t)url &&
+		    (uintptr_t)version - (uintptr_t)url - 1 != r->target_len)
+			r->nul = true;
 		return MHD_YES;
 	}
 	if (*upload_size > 0) {
@@ -317,11 +394,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (!r->dispatched) {
 		r->dispatched = true;
-		if (r->too_large)
+		if (r->nul)
+			/* libmicrohttpd cuts the decoded path at the NUL: '/%00' would be '/'. */
+			http_reply_error(r, 400, "the request target holds a NUL byte (%%00)");
+		else if (r->too_large)
 			http_reply_error(r, 413, "request body larger than %d bytes", NW_HTTP_BODY_MAX);
 		else
 			api_handle(h->d, r, method, url);
 		if (!r->ready) {
+			/*
+			 * libmicrohttpd 0.9.75 marks a resumed connection readable and,
+			 * unless it looks at the connection's state first, reads before
+			 * it writes: a client that half-closed its socket after the
+			 * request then reads as gone, and is closed unanswered. It looks
+			 * at the state first (and so queues the reply, and writes) for
+			 * every connection with a timeout of its own, and for the one
+			 * idle longest among the others: so this one gets a timeout of
+			 * its own until its reply is queued (queue()).
+			 */
+			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+						  (unsigned)IDLE_TIMEOUT_S + 1);
+			r->was_suspended = true;
 			r->suspended = true;
 			MHD_suspend_connection(conn);
 			return MHD_YES;
@@ -330,6 +423,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (!r->ready)
 		return MHD_YES;
 	return queue(r);
+}
+
+/*
+ * A request starts: its state is made here, where the target is seen as the
+ * client sent it, before libmicrohttpd decodes it (and cuts it at a %00).
+ */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+	struct http_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->h = cls;
+	r->conn = conn;
+	r->fd = -1;
+	if (uri) {
+		/* libmicrohttpd decodes %XY for hex X and Y only: this is the encoded way to a NUL. */
+		r->nul = strstr(uri, "%00") != NULL;
+		r->target_len = strlen(uri);
+	}
+	return r;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -373,7 +487,8 @@ int http_start(struct nwd *d, struct http **out)
 	    MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL, on_request, h,
 	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	    (size_t)NW_HTTP_HEADER_MAX * 2, MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
-	    MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
+	    on_completed, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_END);
 	if (!h->mhd) {
 		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
 			  strerror(errno));

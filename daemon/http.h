@@ -3,7 +3,9 @@
  * its own: its epoll descriptor is watched by the libuv loop, and a request
  * that needs the database is suspended until its query answers, so the loop
  * never blocks. Headers and bodies are capped (caps.h); an oversized request
- * is refused by libmicrohttpd with 431 or 413.
+ * is refused by libmicrohttpd with 431 or 413. A request whose target holds a
+ * NUL byte (raw or %00) is refused with 400: decoded, it would be cut there.
+ * A client that half-closes its socket after its request is still answered.
  */
 #ifndef NW_HTTP_H
 #define NW_HTTP_H
@@ -32,7 +34,7 @@ void http_body_ref(struct http_body *b);
 void http_body_unref(struct http_body *b);
 size_t http_body_len(const struct http_body *b);
 void http_reply_body(struct http_req *r, unsigned status, struct http_body *b);
-/* A JSON error: {"error": "<message>", "status": N}. */
+/* A JSON error: {"error": "<message>", "status": N}; bytes of the message that are not UTF-8 become \xHH. */
 void http_reply_error(struct http_req *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A static file under the web root ('rel' already checked for ".."). */

@@ -30,6 +30,7 @@
 #include "migrate.h"
 #include "nwd.h"
 #include "poller.h"
+#include "proc.h"
 #include "slot.h"
 #include "store.h"
 
@@ -194,25 +195,72 @@ static void keep_restart_only(struct config *next, struct config *cur)
 	next->slots_gpus = cur->slots_gpus;
 }
 
-static void on_hup(uv_signal_t *s, int signum)
+/*
+ * A reload reads files (the configuration, [mail] password_file) on the
+ * thread pool, never on the loop, one reload at a time (config_load is not
+ * thread-safe); a SIGHUP during one asks for another after it.
+ */
+static struct {
+	uv_work_t req;
+	struct config next;
+	char err[1024];
+	int rc;
+	bool busy, again;
+} reload;
+
+static void reload_read(uv_work_t *w)
+{
+	reload.rc = config_load(&reload.next, daemon_ctx.config_path, reload.err, sizeof(reload.err));
+}
+
+static void start_reload(void);
+
+static void reload_done(uv_work_t *w, int status)
 {
 	struct nwd *d = &daemon_ctx;
-	struct config next = {0};
-	char err[1024];
 
-	notify("RELOADING=1");
-	if (config_load(&next, d->config_path, err, sizeof(err)) < 0) {
-		log_error("reload: keeping the running configuration: %s", err);
-		notify("READY=1");
+	reload.busy = false;
+	if (status < 0 || reload.rc < 0) {
+		log_error("reload: keeping the running configuration: %s",
+			  status < 0 ? uv_strerror(status) : reload.err);
+	} else {
+		keep_restart_only(&reload.next, &d->cfg);
+		config_release(&d->cfg);
+		d->cfg = reload.next;
+		log_info("reload: configuration reloaded from '%s'", d->config_path);
+		if (d->poller)
+			poller_poll_now(d->poller);
+	}
+	memset(&reload.next, 0, sizeof(reload.next));
+	if (reload.again) {
+		reload.again = false;
+		start_reload();
 		return;
 	}
-	keep_restart_only(&next, &d->cfg);
-	config_release(&d->cfg);
-	d->cfg = next;
-	log_info("reload: configuration reloaded from '%s'", d->config_path);
 	notify("READY=1");
-	if (d->poller)
-		poller_poll_now(d->poller);
+}
+
+static void start_reload(void)
+{
+	int rc;
+
+	reload.busy = true;
+	rc = uv_queue_work(daemon_ctx.loop, &reload.req, reload_read, reload_done);
+	if (rc < 0) {
+		reload.busy = false;
+		log_error("reload: keeping the running configuration: %s", uv_strerror(rc));
+		notify("READY=1");
+	}
+}
+
+static void on_hup(uv_signal_t *s, int signum)
+{
+	if (reload.busy) {
+		reload.again = true;
+		return;
+	}
+	notify("RELOADING=1");
+	start_reload();
 }
 
 static void on_watchdog(uv_timer_t *t)
@@ -333,6 +381,9 @@ int main(int argc, char **argv)
 		return 0;
 	if (make_dirs(d->cfg.state_dir) < 0)
 		return 1;
+	/* Before any child: what a previous daemon left is killed, and the reaper guards ours. */
+	if (proc_init(d->cfg.state_dir) < 0)
+		log_error("children will die with the daemon, but not their own children");
 	d->repo_id = migrate_repository(d->cfg.database, d->cfg.repo_name, d->cfg.repo_url,
 					d->cfg.repo_branch, err, sizeof(err));
 	if (d->repo_id < 0) {

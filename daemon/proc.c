@@ -1,13 +1,29 @@
 /* proc: child processes with process groups, capped capture and deadlines. */
 #include "proc.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "caps.h"
+#include "log.h"
 
 /* After the child exits, how long we wait for stragglers holding its pipes. */
 #define DRAIN_MS 1000
+/* At start-up, how long the processes a previous daemon left get to die of their SIGKILL. */
+#define LEFTOVER_WAIT_MS 5000
 
 /* A byte buffer that keeps at most 'max' bytes: the newest ones. */
 struct tailbuf {
@@ -32,7 +48,387 @@ struct proc {
 	char *line;
 	size_t line_len;
 	bool line_overflow;
+	bool guarded;                       /* known to the reaper and recorded in the state directory */
+	struct proc *live_prev, *live_next; /* the children still running, for a new reaper */
 };
+
+/*
+ * Children must die with the daemon, however it dies (SIGKILL included).
+ * Three layers: each child has PR_SET_PDEATHSIG (SIGKILL when the thread
+ * that forked it ends: the loop thread, which is the main thread); the
+ * reaper, a small process forked at start-up, kills every child's whole
+ * process group (grandchildren too) once its pipe from the daemon closes;
+ * and each group is recorded in state_dir/procs, so that a daemon started
+ * after one whose reaper died too kills what is left (proc_init).
+ */
+static struct {
+	char dir[PATH_MAX]; /* state_dir/procs; "" before proc_init */
+	char boot_id[64];
+	unsigned long long self_start; /* this daemon's start time (clock ticks after boot) */
+	int reaper_fd;                 /* write end of the reaper's pipe, or -1 */
+	pid_t reaper_pid;
+	struct proc *live;
+} guard = {.reaper_fd = -1};
+
+/* Set (by the forking thread) only while uv_spawn forks: the child arms its death signal. */
+static volatile pid_t spawn_parent;
+
+/* Reads a small file (a /proc entry, a record) into buf, NUL-terminated; its length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	do
+		n = read(fd, buf, len - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return n;
+}
+
+/* A process's group, start time (clock ticks after boot) and state letter, from /proc/PID/stat. */
+static bool pid_stat(pid_t pid, pid_t *pgrp, unsigned long long *start, char *state)
+{
+	char path[64], buf[1024], *s;
+	int field = 3;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	/* The command name (field 2) may hold spaces and parentheses: the fields start after the last ')'. */
+	if (read_small(path, buf, sizeof(buf)) < 0 || !(s = strrchr(buf, ')')))
+		return false;
+	for (s++; *s && field <= 22; field++) {
+		while (*s == ' ')
+			s++;
+		if (field == 3)
+			*state = *s;
+		else if (field == 5)
+			*pgrp = (pid_t)strtol(s, NULL, 10);
+		else if (field == 22)
+			*start = strtoull(s, NULL, 10);
+		s += strcspn(s, " ");
+	}
+	return field > 22;
+}
+
+/* Whether PID is a live process (not a zombie) that started at 'start'. */
+static bool pid_is(pid_t pid, unsigned long long start)
+{
+	unsigned long long st;
+	pid_t pgrp;
+	char state;
+
+	return pid_stat(pid, &pgrp, &st, &state) && st == start && state != 'Z';
+}
+
+/* In the child of uv_spawn's fork, before exec: die with the daemon's loop thread. */
+static void on_fork_child(void)
+{
+	if (!spawn_parent)
+		return;
+	/* If the daemon died before the death signal was armed, the child is re-parented: it goes too. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != spawn_parent)
+		_exit(127);
+}
+
+/* Writes "numwatchd reaper: <a><n><b>\n" to stderr with async-signal-safe calls only. */
+static void reaper_say(const char *a, long n, const char *b)
+{
+	char buf[256], num[24];
+	size_t len = 0, k = 0;
+	const char *parts[] = {"numwatchd reaper: ", a, NULL, b, "\n"};
+
+	do
+		num[k++] = (char)('0' + n % 10);
+	while ((n /= 10) > 0 && k < sizeof(num));
+	for (size_t i = 0; i < 5; i++) {
+		if (i == 2) {
+			while (k > 0 && len < sizeof(buf))
+				buf[len++] = num[--k];
+			continue;
+		}
+		for (const char *c = parts[i]; *c && len < sizeof(buf); c++)
+			buf[len++] = *c;
+	}
+	if (write(STDERR_FILENO, buf, len) < 0)
+		return;
+}
+
+/*
+ * The reaper: forked from a daemon that may have threads, so it uses only
+ * async-signal-safe calls. It reads the daemon's process groups from its
+ * pipe (a positive pid: started; negative: ended) and, when the pipe closes
+ * (the daemon exited, however), SIGKILLs every group still listed.
+ */
+__attribute__((noreturn)) static void reaper_main(int in)
+{
+	static pid_t groups[NW_PROC_GROUPS_MAX];
+	static const int ignored[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGTSTP};
+	unsigned char buf[4 * 256];
+	struct sigaction ign = {.sa_handler = SIG_IGN};
+	size_t have = 0, full = 0;
+	long killed = 0;
+	sigset_t none;
+
+	/* Signals meant for the daemon (a terminal's ^C to its group, say) must not stop the reaper. */
+	for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+		sigaction(ignored[i], &ign, NULL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	prctl(PR_SET_NAME, "numwatchd-reap");
+	/* Hold nothing of the daemon's (its sockets, its end of this pipe): stdin is the pipe. */
+	if (dup2(in, STDIN_FILENO) < 0)
+		_exit(1);
+	if (syscall(SYS_close_range, 3U, ~0U, 0U) < 0)
+		for (int fd = 3; fd < 65536; fd++)
+			close(fd);
+	for (;;) {
+		ssize_t n = read(STDIN_FILENO, buf + have, sizeof(buf) - have);
+		size_t i;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		for (i = 0; i + sizeof(int32_t) <= have; i += sizeof(int32_t)) {
+			int32_t v;
+			size_t j, slot = NW_PROC_GROUPS_MAX;
+
+			memcpy(&v, buf + i, sizeof(v));
+			for (j = 0; j < NW_PROC_GROUPS_MAX; j++) {
+				if (v > 0 && groups[j] == 0 && slot == NW_PROC_GROUPS_MAX)
+					slot = j;
+				if (v < 0 && groups[j] == -v)
+					groups[j] = 0;
+			}
+			if (v > 0 && slot < NW_PROC_GROUPS_MAX)
+				groups[slot] = v;
+			else if (v > 0 && full++ == 0)
+				reaper_say("more than ", NW_PROC_GROUPS_MAX,
+					   " process groups: not all are guarded");
+		}
+		memmove(buf, buf + i, have - i);
+		have -= i;
+	}
+	for (size_t j = 0; j < NW_PROC_GROUPS_MAX; j++)
+		if (groups[j] > 0 && kill(-groups[j], SIGKILL) == 0)
+			killed++;
+	if (killed)
+		reaper_say("the daemon is gone: killed ", killed, " process groups it left");
+	_exit(0);
+}
+
+/* Tells the reaper of a group (pgid > 0: started; < 0: ended). */
+static bool reaper_tell(int32_t pgid)
+{
+	ssize_t n;
+
+	do
+		n = write(guard.reaper_fd, &pgid, sizeof(pgid));
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(pgid);
+}
+
+static int reaper_start(void)
+{
+	int fds[2];
+	pid_t pid;
+
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		int e = errno;
+
+		close(fds[0]);
+		close(fds[1]);
+		return -e;
+	}
+	if (pid == 0)
+		reaper_main(fds[0]);
+	close(fds[0]);
+	/* A reaper that stops reading must not block the loop: a full pipe drops the message. */
+	fcntl(fds[1], F_SETFL, O_NONBLOCK);
+	guard.reaper_fd = fds[1];
+	guard.reaper_pid = pid;
+	for (struct proc *p = guard.live; p; p = p->live_next)
+		if (!reaper_tell(p->process.pid))
+			break;
+	return 0;
+}
+
+static void reaper_send(int32_t pgid)
+{
+	if (guard.reaper_fd < 0 || reaper_tell(pgid))
+		return;
+	if (errno == EAGAIN) {
+		log_warn("proc: the reaper (pid %d) is not reading: process group %d is not guarded",
+			 (int)guard.reaper_pid, (int)(pgid < 0 ? -pgid : pgid));
+		return;
+	}
+	log_error("proc: the reaper (pid %d) is gone (%s): starting another", (int)guard.reaper_pid,
+		  strerror(errno));
+	close(guard.reaper_fd);
+	guard.reaper_fd = -1;
+	waitpid(guard.reaper_pid, NULL, WNOHANG);
+	if (reaper_start() < 0)
+		log_error("proc: cannot start a reaper: children will not die with the daemon");
+}
+
+/* state_dir/procs/PGID: the group, its leader's start, this daemon and its start, the boot. */
+static void record_add(pid_t pgid)
+{
+	char path[PATH_MAX + 32], line[256];
+	unsigned long long start;
+	pid_t pgrp;
+	char state;
+	int fd, n;
+
+	if (!guard.dir[0] || !pid_stat(pgid, &pgrp, &start, &state))
+		return;
+	n = snprintf(line, sizeof(line), "%d %llu %d %llu %s\n", (int)pgid, start, (int)getpid(),
+		     guard.self_start, guard.boot_id);
+	snprintf(path, sizeof(path), "%s/%d", guard.dir, (int)pgid);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, line, (size_t)n) != n)
+		log_warn("proc: cannot record process group %d in '%s': %s", (int)pgid, path,
+			 strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
+
+static void record_del(pid_t pgid)
+{
+	char path[PATH_MAX + 32];
+
+	if (!guard.dir[0])
+		return;
+	snprintf(path, sizeof(path), "%s/%d", guard.dir, (int)pgid);
+	unlink(path);
+}
+
+/*
+ * SIGKILLs what is left of a recorded group: its leader when it is still
+ * the process recorded, and every process of the group that started after
+ * it (a group's id is not reused while the group has members, so those are
+ * its descendants). Returns how many processes it signalled.
+ */
+static unsigned kill_group_left(pid_t pgid, unsigned long long leader_start)
+{
+	unsigned long long start;
+	unsigned n = 0;
+	struct dirent *e;
+	pid_t pgrp;
+	char state;
+	DIR *d;
+
+	if (pid_stat(pgid, &pgrp, &start, &state) && start != leader_start)
+		return 0; /* the id is another process's now: not ours */
+	d = opendir("/proc");
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		pid_t pid = (pid_t)strtol(e->d_name, NULL, 10);
+
+		if (pid > 0 && pid_stat(pid, &pgrp, &start, &state) && pgrp == pgid &&
+		    start >= leader_start && state != 'Z' && kill(pid, SIGKILL) == 0)
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Kills what a previous daemon with this state directory left running (its reaper died with it). */
+static void kill_leftovers(void)
+{
+	unsigned long long t0 = uv_hrtime(), start, dstart;
+	unsigned groups = 0, killed = 0, n;
+	char path[PATH_MAX + 300], line[256], boot[64];
+	struct dirent *e;
+	int pgid, dpid;
+	DIR *d;
+
+	d = opendir(guard.dir);
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", guard.dir, e->d_name);
+		if (read_small(path, line, sizeof(line)) < 0 ||
+		    sscanf(line, "%d %llu %d %llu %63s", &pgid, &start, &dpid, &dstart, boot) != 5 ||
+		    pgid <= 0) {
+			log_warn("proc: '%s' is no process group record: removed", path);
+			unlink(path);
+			continue;
+		}
+		if (strcmp(boot, guard.boot_id) != 0) {
+			unlink(path); /* from before a reboot: nothing of it runs */
+			continue;
+		}
+		if (dpid != getpid() && pid_is(dpid, dstart)) {
+			log_warn("proc: process group %d belongs to numwatchd %d, which still runs with this "
+				 "state "
+				 "directory: left alone",
+				 pgid, dpid);
+			continue;
+		}
+		/* Members may fork while they are killed: again until none is left or the deadline passes. */
+		n = 0;
+		for (unsigned k; (k = kill_group_left(pgid, start)) > 0 &&
+				 uv_hrtime() - t0 < LEFTOVER_WAIT_MS * 1000000ULL;) {
+			struct timespec ts = {0, 50 * 1000000L};
+
+			n += k;
+			nanosleep(&ts, NULL);
+		}
+		if (n) {
+			groups++;
+			killed += n;
+		}
+		unlink(path);
+	}
+	closedir(d);
+	if (killed)
+		log_warn(
+		    "proc: killed %u processes in %u process groups that a previous numwatchd left running",
+		    killed, groups);
+}
+
+int proc_init(const char *state_dir)
+{
+	char path[64];
+	pid_t pgrp;
+	char state;
+	int rc;
+
+	if ((size_t)snprintf(guard.dir, sizeof(guard.dir), "%s/procs", state_dir) >= sizeof(guard.dir)) {
+		guard.dir[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(guard.dir, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		log_error("cannot create '%s': %s", guard.dir, strerror(errno));
+		guard.dir[0] = '\0';
+		return rc;
+	}
+	snprintf(path, sizeof(path), "/proc/sys/kernel/random/boot_id");
+	if (read_small(path, guard.boot_id, sizeof(guard.boot_id)) < 0)
+		snprintf(guard.boot_id, sizeof(guard.boot_id), "unknown");
+	guard.boot_id[strcspn(guard.boot_id, "\n")] = '\0';
+	if (!pid_stat(getpid(), &pgrp, &guard.self_start, &state))
+		guard.self_start = 0;
+	kill_leftovers();
+	rc = reaper_start();
+	if (rc < 0)
+		log_error("proc: cannot start the reaper: %s", strerror(-rc));
+	return rc;
+}
 
 static void tailbuf_add(struct tailbuf *t, const char *p, size_t n)
 {
@@ -165,6 +561,17 @@ static void on_child_exit(uv_process_t *h, int64_t status, int sig)
 	p->term_signal = sig;
 	/* Leave no stragglers of the group behind. */
 	signal_group(p, SIGKILL);
+	if (p->guarded) {
+		p->guarded = false;
+		if (p->live_prev)
+			p->live_prev->live_next = p->live_next;
+		else
+			guard.live = p->live_next;
+		if (p->live_next)
+			p->live_next->live_prev = p->live_prev;
+		reaper_send(-(int32_t)p->process.pid);
+		record_del(p->process.pid);
+	}
 	uv_timer_stop(&p->grace);
 	uv_timer_start(&p->drain, on_drain, DRAIN_MS, 0);
 	maybe_finish(p);
@@ -244,11 +651,15 @@ static void init_timer(struct proc *p, uv_timer_t *t)
 
 int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 {
+	static bool atfork_set;
 	uv_process_options_t po = {0};
 	uv_stdio_container_t stdio[3];
 	struct proc *p;
 	int rc;
 
+	/* The death signal follows the thread that forks: only the main thread lives as long as the daemon. */
+	if ((pid_t)syscall(SYS_gettid) != getpid())
+		return UV_EINVAL;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -303,7 +714,13 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 	p->process.data = p;
 	p->started_ms = uv_now(loop);
 
+	if (!atfork_set) {
+		if (pthread_atfork(NULL, NULL, on_fork_child) == 0)
+			atfork_set = true;
+	}
+	spawn_parent = getpid();
 	rc = uv_spawn(loop, &p->process, &po);
+	spawn_parent = 0;
 	if (rc) {
 		/* libuv requires the process handle to be closed even on failure. */
 		p->open_handles++;
@@ -319,6 +736,13 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 		return rc;
 	}
 	p->open_handles++; /* the process handle */
+	p->guarded = true;
+	p->live_next = guard.live;
+	if (guard.live)
+		guard.live->live_prev = p;
+	guard.live = p;
+	reaper_send(p->process.pid);
+	record_add(p->process.pid);
 	uv_read_start((uv_stream_t *)&p->out, on_alloc, on_read);
 	uv_read_start((uv_stream_t *)&p->err, on_alloc, on_read);
 	if (opts->timeout_ms)

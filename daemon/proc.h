@@ -3,7 +3,8 @@
  * through here. Each child gets its own process group and session, stdin from
  * /dev/null unless a pipe is asked for, an explicit environment, capped
  * capture of its output and a deadline; at the deadline (or proc_kill) the
- * whole group gets SIGTERM, then SIGKILL after a grace period.
+ * whole group gets SIGTERM, then SIGKILL after a grace period. Children die
+ * with the daemon, SIGKILL of the daemon included (proc_init).
  */
 #ifndef NW_PROC_H
 #define NW_PROC_H
@@ -50,7 +51,20 @@ struct proc_opts {
 	void *data;
 };
 
-/* Starts a child. On success *out is the handle, owned by the module until on_done returns. */
+/*
+ * Once at start-up, before any child and before the loop runs: kills what a
+ * previous daemon with this state directory left running (process groups
+ * recorded in state_dir/procs whose guards died with it), then forks the
+ * reaper, which SIGKILLs every child's process group when this daemon exits,
+ * however it exits. Without it, children still die with the daemon's loop
+ * thread (PR_SET_PDEATHSIG) but their own children do not.
+ */
+int proc_init(const char *state_dir);
+
+/*
+ * Starts a child. On success *out is the handle, owned by the module until on_done returns.
+ * Only on the main thread (the loop's): a child's death signal follows the thread that forked it.
+ */
 int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out);
 
 /* Writes to the child's stdin (copied; partial writes are queued by libuv). */

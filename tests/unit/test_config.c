@@ -665,14 +665,32 @@ static void test_cannot_open(void **state)
 	assert_int_equal(cfg.nslots, 0);
 	config_release(&cfg);
 
-	/* A directory opens but cannot be read. */
+	/* A directory is refused before it is read. */
 	assert_non_null(mkdtemp(dir));
 	r = config_load(&cfg, dir, err, sizeof(err));
 	rmdir(dir);
 	assert_int_equal(r, -EISDIR);
-	snprintf(want, sizeof(want), "cannot read '%s': Is a directory", dir);
+	snprintf(want, sizeof(want), "cannot open '%s': Is a directory", dir);
 	assert_string_equal(err, want);
 	assert_null(cfg.repo_url);
+}
+
+/* Regular files only: a FIFO without a writer would block the load for ever, a device never end. */
+static void test_not_regular(void **state)
+{
+	char dir[] = "/tmp/nw_test_config_fifo_XXXXXX", fifo[64], want[300], err[256];
+	struct config cfg;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(fifo, sizeof(fifo), "%s/numwatch.conf", dir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(config_load(&cfg, fifo, err, sizeof(err)), -EINVAL);
+	unlink(fifo);
+	rmdir(dir);
+	snprintf(want, sizeof(want), "cannot open '%s': a FIFO, not a regular file", fifo);
+	assert_string_equal(err, want);
+	assert_int_equal(config_load(&cfg, "/dev/zero", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "cannot open '/dev/zero': a device, not a regular file");
 }
 
 static void test_unreadable_file(void **state)
@@ -1042,6 +1060,7 @@ int main(void)
 	    cmocka_unit_test(test_missing_required),
 	    cmocka_unit_test(test_duplicate_key),
 	    cmocka_unit_test(test_cannot_open),
+	    cmocka_unit_test(test_not_regular),
 	    cmocka_unit_test(test_unreadable_file),
 	    cmocka_unit_test(test_long_line),
 	    cmocka_unit_test(test_syntax_errors),

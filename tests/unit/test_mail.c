@@ -4,6 +4,7 @@
  * limit and the retry backoff. Also the [mail] section of the configuration.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "caps.h"
 #include "config.h"
 #include "mail.h"
 
@@ -791,7 +794,39 @@ static void test_config_mail(void **state)
 			 -ENOENT);
 	assert_non_null(
 	    strstr(err, ":8: cannot read password_file '/nonexistent/pw': No such file or directory"));
+
+	/* The first line of a regular file of at most MAIL_PASSWORD_FILE_MAX bytes, nothing else. */
+	fd = open(pwpath, O_WRONLY | O_TRUNC);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "pw\r\nrest\n", 10), 10);
+	close(fd);
+	snprintf(text, sizeof(text), BASE "[mail]\npassword_file = %s\n", pwpath);
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), 0);
+	assert_string_equal(cfg.mail_password, "pw");
+	config_release(&cfg);
+	{
+		char big[MAIL_PASSWORD_FILE_MAX + 1];
+
+		memset(big, 'x', sizeof(big));
+		big[2] = '\n';
+		fd = open(pwpath, O_WRONLY | O_TRUNC);
+		assert_int_equal(write(fd, big, sizeof(big)), (ssize_t)sizeof(big));
+		close(fd);
+	}
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), -EFBIG);
+	assert_non_null(strstr(err, ":8: password_file '"));
+	assert_non_null(strstr(err, "' is larger than 4096 bytes: not a password file"));
 	unlink(pwpath);
+	/* /dev/zero once allocated until it failed; a FIFO without a writer blocked the load for ever. */
+	assert_int_equal(load(BASE "[mail]\npassword_file = /dev/zero\n", &cfg, err, sizeof(err)), -EINVAL);
+	assert_non_null(
+	    strstr(err, ":8: cannot read password_file '/dev/zero': a device, not a regular file"));
+	assert_int_equal(mkfifo(pwpath, 0600), 0);
+	assert_int_equal(load(text, &cfg, err, sizeof(err)), -EINVAL);
+	unlink(pwpath);
+	assert_non_null(strstr(err, "': a FIFO, not a regular file"));
+	assert_int_equal(load(BASE "[mail]\npassword_file = /tmp\n", &cfg, err, sizeof(err)), -EISDIR);
+	assert_non_null(strstr(err, ":8: cannot read password_file '/tmp': Is a directory"));
 }
 
 int main(void)
