@@ -3,7 +3,7 @@
 # where it is fixed. fake.fwd passes every trial while its error ratio grows
 # 1.3x a commit from commit 2 (never 2x, [verdict] drift_factor, from one
 # commit to the next): measured from the nearest clean commit the creep was
-# never caught. Measured from the oldest of the last clean commits (sql/050),
+# never caught. Measured from the oldest of the last clean commits (sql/045),
 # commit 4 (2.2x commit 1) is a regression of precision, new there; commit 5
 # (the same ratios) still shows it; commit 6 goes back to the old ratios: improved,
 # the regression fixed there; commit 7 is clean.

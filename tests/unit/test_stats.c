@@ -457,7 +457,7 @@ static void det_drift(void **state)
 	assert_int_equal(decide(s, 30, true, &ev), VERDICT_CLEAN);
 	assert_true(ev.drift_used && !ev.drift.drift);
 
-	/* As the daemon judges: from the clean state (sql/050's reference), not from the baseline. */
+	/* As the daemon judges: from the clean state (sql/045's reference), not from the baseline. */
 	{
 		struct stats_verdict_input in = {
 		    .deterministic = true, .seeds = s, .nseeds = 30, .drift_from_clean = true};
