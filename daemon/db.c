@@ -84,6 +84,9 @@ struct db {
 	unsigned timeout_ms; /* statement_timeout */
 	bool setup_due;      /* statement_timeout is to be set before the next query */
 	bool fail_queue;     /* a pool's member: a lost connection fails the whole queue */
+	/* NUMWATCH_DB_REFUSE_EVERY (db_open): one entry in N offered is refused. */
+	unsigned refuse_every;
+	uint64_t draw;
 	/* A pool: queries go to its members; the pool itself has no connection. */
 	struct db **members;
 	unsigned nmembers, next_member;
@@ -674,7 +677,7 @@ static struct db *least_busy(struct db *pool)
 }
 
 /* Whether 'db' takes a new entry: 0, or db_query's error. */
-static int can_take(const struct db *db)
+static int can_take(struct db *db)
 {
 	if (db->state == DB_CLOSING)
 		return -ESHUTDOWN;
@@ -682,6 +685,14 @@ static int can_take(const struct db *db)
 		return -EROFS;
 	if (db->queued >= NW_DB_QUEUE_MAX)
 		return -ENOBUFS;
+	if (db->refuse_every) {
+		/* Drawn (xorshift64), not every Nth: a fixed period would refuse the same step of a cycle forever. */
+		db->draw ^= db->draw << 13;
+		db->draw ^= db->draw >> 7;
+		db->draw ^= db->draw << 17;
+		if (db->draw % db->refuse_every == 0)
+			return -ENOBUFS;
+	}
 	return 0;
 }
 
@@ -802,9 +813,21 @@ static struct db *db_new(uv_loop_t *loop, const char *conninfo, const char *name
 int db_open(uv_loop_t *loop, const char *conninfo, const char *name, unsigned timeout_ms, struct db **out)
 {
 	struct db *db = db_new(loop, conninfo, name, timeout_ms);
+	const char *every = getenv("NUMWATCH_DB_REFUSE_EVERY");
 
 	if (!db)
 		return -ENOMEM;
+	/*
+	 * For tests (db_refusals): one query or transaction in N, drawn, is
+	 * refused as a full queue would be, so that each caller's refusal path runs, which a
+	 * real full queue or -ENOMEM reaches too rarely to test.
+	 */
+	if (every && atoi(every) > 0) {
+		db->refuse_every = (unsigned)atoi(every);
+		db->draw = 0x9e3779b97f4a7c15ull;
+		log_warn("db %s: NUMWATCH_DB_REFUSE_EVERY: refusing one query in %u (a test setting)", name,
+			 db->refuse_every);
+	}
 	connect_start(db);
 	*out = db;
 	return 0;

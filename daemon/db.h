@@ -52,8 +52,10 @@ void db_set_timeout(struct db *db, unsigned timeout_ms);
  * Queues a query. 'sql' is borrowed and must outlive the query (use string
  * literals); 'params' are copied (a NULL entry is SQL NULL). 'cb' may be NULL.
  * Returns 0, or a negative error and then 'cb' is never called: -ENOMEM,
- * -ENOBUFS (NW_DB_QUEUE_MAX queries wait already), -ENOTCONN (a pool with no
- * connection), -EROFS (db_refuse), -ESHUTDOWN (db_close).
+ * -ENOBUFS (NW_DB_QUEUE_MAX queries wait already; or, on a db_open connection
+ * with NUMWATCH_DB_REFUSE_EVERY=N in the environment, one query in N: a
+ * test setting), -ENOTCONN (a pool with no connection), -EROFS (db_refuse),
+ * -ESHUTDOWN (db_close).
  */
 int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data);
 
