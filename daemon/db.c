@@ -399,7 +399,15 @@ static void connect_start(struct db *db)
 	/* The socket may change between attempts: always start with a fresh poll handle. */
 	stop_poll(db);
 	db->state = DB_CONNECTING;
-	db->conn = PQconnectStart(db->conninfo);
+	{
+		/* Named in pg_stat_activity unless the connection string names it. */
+		char app[48];
+		const char *keys[] = {"dbname", "fallback_application_name", NULL};
+		const char *values[] = {db->conninfo, app, NULL};
+
+		snprintf(app, sizeof(app), "numwatchd %s", db->name);
+		db->conn = PQconnectStartParams(keys, values, 1);
+	}
 	if (!db->conn) {
 		connection_lost(db, "out of memory");
 		return;
@@ -782,7 +790,8 @@ void db_set_timeout(struct db *db, unsigned timeout_ms)
 {
 	for (unsigned i = 0; i < db->nmembers; i++)
 		db_set_timeout(db->members[i], timeout_ms);
-	if (db->timeout_ms == timeout_ms)
+	/* A pool has no connection of its own. */
+	if (db->nmembers || db->timeout_ms == timeout_ms)
 		return;
 	db->timeout_ms = timeout_ms;
 	db->setup_due = true;

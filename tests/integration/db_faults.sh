@@ -106,6 +106,11 @@ d = json.load(open(sys.argv[1], encoding="utf-8"))
 assert d["status"] == 503 and "statement timeout" in d["error"], d
 PY
 echo "GET /api/v1/commits behind a lock: 503 after ${took}s ([http] query_timeout = 3s)"
+# The reload set each connection's timeout, and opened none (a pool has no connection of its own).
+conns=$(pg_psql "SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_stat_activity
+	WHERE application_name LIKE 'numwatchd %'")
+[[ $conns == "numwatchd http0,numwatchd http1,numwatchd http2,numwatchd http3,numwatchd main" ]] ||
+	fail "numwatchd's connections after the reload: $conns (expected main and http0 to http3)"
 claim_timed_out() { log_lines "jobs: claim failed: " | grep -q "statement timeout"; }
 nw_wait 90 "a claim given up after [daemon] query_timeout" claim_timed_out
 release
