@@ -636,7 +636,8 @@ static void start_next(struct db *db)
 
 	if (db->state != DB_READY)
 		return;
-	if (db->setup_due) {
+	/* Not inside a transaction: its rollback would undo the setting. */
+	if (db->setup_due && !(q && q->txn && q->step != TXN_BEGIN && q->step != TXN_RESOLVE)) {
 		char ms[16];
 		const char *params[1] = {ms};
 
