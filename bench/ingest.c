@@ -69,7 +69,7 @@ static double ingest_store(const char *conninfo, long long commit_id, int check_
 	struct proto_trial t = {0};
 	double start;
 
-	db_open(loop, conninfo, "bench", &db);
+	db_open(loop, conninfo, "bench", 300 * 1000, &db);
 	store_init(loop, db, "bench", &run.store);
 	run.target = rows;
 	uv_timer_init(loop, &run.check);

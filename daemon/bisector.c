@@ -758,7 +758,11 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 			    ids + len, cap - len, "%s%lld", i ? "," : "", jint(commit, "id", 0));
 			ids[len++] = '}';
 			ids[len] = '\0';
-			db_query(b->d->db, hurry_builds_sql, 1, (const char *const[]){ids}, on_query, NULL);
+			/* Not queued (a full queue): the next step asks again. */
+			if (db_query(b->d->db, hurry_builds_sql, 1, (const char *const[]){ids}, on_query,
+				     NULL) < 0)
+				log_warn("bisect %lld: cannot queue the builds of its range yet",
+					 jint(c.doc, "id", 0));
 			free(ids);
 		}
 		goto out;
@@ -779,13 +783,19 @@ static void next_bisection(struct bisector *b)
 {
 	char id[24];
 	const char *params[1] = {id};
+	int rc;
 
 	if (b->next >= b->nids || b->stopped) {
 		step_done(b);
 		return;
 	}
 	snprintf(id, sizeof(id), "%lld", b->ids[b->next++]);
-	db_query(b->d->db, load_sql, 1, params, on_loaded, b);
+	rc = db_query(b->d->db, load_sql, 1, params, on_loaded, b);
+	/* The step ends here (busy cleared): the next tick tries again. */
+	if (rc < 0) {
+		log_warn("bisect %s: cannot load it: %s", id, strerror(-rc));
+		step_done(b);
+	}
 }
 
 static void on_running(PGresult *res, const char *error, void *data)
@@ -815,13 +825,15 @@ static void on_queued(PGresult *res, const char *error, void *data)
 		for (int i = 0; i < PQntuples(res); i++)
 			log_info("bisect %s: queued for a new regression", PQgetvalue(res, i, 0));
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
-	db_query(b->d->db, running_sql, 1, params, on_running, b);
+	if (db_query(b->d->db, running_sql, 1, params, on_running, b) < 0)
+		on_running(NULL, "cannot queue the query", b);
 }
 
 static void step(struct bisector *b)
 {
 	char repo[16];
 	const char *params[1] = {repo};
+	int rc;
 
 	if (b->busy) {
 		b->again = true;
@@ -833,9 +845,14 @@ static void step(struct bisector *b)
 	snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
 	/* [bisect] automatic = false: only bisections started by hand run. */
 	if (!b->d->cfg.bisect_automatic)
-		db_query(b->d->db, running_sql, 1, params, on_running, b);
+		rc = db_query(b->d->db, running_sql, 1, params, on_running, b);
 	else
-		db_query(b->d->db, queue_sql, 1, params, on_queued, b);
+		rc = db_query(b->d->db, queue_sql, 1, params, on_queued, b);
+	/* Not busy any more: the next tick tries again. */
+	if (rc < 0) {
+		log_warn("bisect: cannot look for bisections to step: %s", strerror(-rc));
+		step_done(b);
+	}
 }
 
 static void on_tick(uv_timer_t *t)

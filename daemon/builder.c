@@ -155,26 +155,20 @@ static void on_stored(PGresult *res, const char *error, void *data)
 	char repo[16];
 	const char *params[1] = {repo};
 
-	/* COMMIT of a transaction that failed earlier answers ROLLBACK. */
-	if (!error && strcmp(PQcmdStatus(res), "COMMIT") != 0)
-		error = "transaction rolled back";
 	if (error) {
+		/* Nothing of it was stored (one transaction): the job goes back and the commit is built again. */
 		log_error("build %.12s: storing the result failed: %s", b->job.sha, error);
 		jobs_release(b->d, b->job.id);
 	} else {
 		nwd_kick(b->d);
 		if (strcmp(b->status, "ok") == 0) {
 			snprintf(repo, sizeof(repo), "%d", b->d->repo_id);
-			db_query(b->d->db, "SELECT identity_warning($1)", 1, params, on_identity_checked, b);
+			if (db_query(b->d->db, "SELECT identity_warning($1)", 1, params, on_identity_checked,
+				     b) < 0)
+				on_identity_checked(NULL, "cannot queue the query", b);
 		}
 	}
 	cleanup(b);
-}
-
-static void on_query_error(PGresult *res, const char *error, void *data)
-{
-	if (error)
-		log_warn("build: %s", error);
 }
 
 static const char build_sql[] =
@@ -280,7 +274,10 @@ static void store_local(struct builder *b)
 		on_local_stored(NULL, "cannot queue the query", b);
 }
 
-/* Stores the build, its checks and trials jobs (or build_failed verdicts) in one transaction. */
+/*
+ * Stores the build, its checks and trials jobs (or build_failed verdicts) and
+ * the job's end in one transaction: the job is never done without them.
+ */
 static void store(struct builder *b, const char *checks_json)
 {
 	char commit[24], started[24], duration[24], repo[16];
@@ -306,6 +303,7 @@ static void store(struct builder *b, const char *checks_json)
 	const char *fparams[2] = {commit, repo};
 	bool ok = strcmp(b->status, "ok") == 0;
 	uint64_t ms = uv_now(b->d->loop) - b->started_ms;
+	struct db_txn *t;
 
 	if (b->lease_lost) {
 		log_warn(
@@ -325,11 +323,11 @@ static void store(struct builder *b, const char *checks_json)
 	nwd_count_build(b->d, b->status, (double)ms / 1000.0);
 	log_info("build %.12s: %s in %.1f s%s%s", b->job.sha, b->status, (double)ms / 1000.0,
 		 ok ? ", runner " : "", ok ? b->hash : "");
-	db_query(b->d->db, "BEGIN", 0, NULL, on_query_error, NULL);
-	db_query(b->d->db, build_sql, 13, bparams, on_query_error, NULL);
-	db_query(b->d->db, host_build_sql, 7, hparams, on_query_error, NULL);
+	t = db_txn_new();
+	db_txn_add(t, build_sql, 13, bparams);
+	db_txn_add(t, host_build_sql, 7, hparams);
 	if (ok)
-		db_query(b->d->db, checks_sql, 4, cparams, on_query_error, NULL);
+		db_txn_add(t, checks_sql, 4, cparams);
 	if (ok && b->d->cfg.sanitizer_tools && *b->d->cfg.sanitizer_tools && has_slot(&b->d->cfg, true)) {
 		char per[16], every[16], commits[16];
 		const char *sparams[6] = {commit, b->d->cfg.sanitizer_tools, per, every, repo, commits};
@@ -337,12 +335,13 @@ static void store(struct builder *b, const char *checks_json)
 		snprintf(per, sizeof(per), "%u", b->d->cfg.trials_per_commit);
 		snprintf(every, sizeof(every), "%u", b->d->cfg.sanitizer_every);
 		snprintf(commits, sizeof(commits), "%u", b->d->cfg.sanitizer_commits);
-		db_query(b->d->db, sanitize_sql, 6, sparams, on_query_error, NULL);
+		db_txn_add(t, sanitize_sql, 6, sparams);
 	}
 	if (!ok)
-		db_query(b->d->db, failed_stats_sql, 2, fparams, on_query_error, NULL);
-	jobs_finish(b->d, b->job.id, false, NULL);
-	db_query(b->d->db, "COMMIT", 0, NULL, on_stored, b);
+		db_txn_add(t, failed_stats_sql, 2, fparams);
+	jobs_finish_in(t, b->job.id);
+	if (db_txn_run(b->d->db, t, on_stored, b) < 0)
+		on_stored(NULL, "cannot queue the transaction", b);
 }
 
 /* Appends a line to the build's log (it is stored with the build). */
@@ -929,8 +928,9 @@ void builder_forget(struct nwd *d, long long commit_id)
 	if (d->read_only)
 		return;
 	snprintf(commit, sizeof(commit), "%lld", commit_id);
-	db_query(d->db, "DELETE FROM host_builds WHERE commit_id = $1 AND host = $2", 2, params, on_forgotten,
-		 NULL);
+	if (db_query(d->db, "DELETE FROM host_builds WHERE commit_id = $1 AND host = $2", 2, params,
+		     on_forgotten, NULL) < 0)
+		on_forgotten(NULL, "cannot queue the query", NULL);
 	if (d->builder)
 		builder_kick(d->builder);
 }

@@ -48,6 +48,13 @@
 #define NW_HTTP_TOKEN_MAX 256
 /* Regressions that GET /api/v1/checks/{name} lists (the newest; GET /regressions?check= pages them all). */
 #define NW_API_CHECK_REGRESSIONS 100
+/*
+ * Queries waiting on one PostgreSQL connection (db.c): past this db_query
+ * answers -ENOBUFS, so that an outage cannot grow the queue without bound.
+ */
+#define NW_DB_QUEUE_MAX 4096
+/* Times a transaction is started again after its connection dropped under it. */
+#define NW_DB_TXN_TRIES 5
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
 /*

@@ -117,6 +117,7 @@ static const struct option options[] = {
     STR("daemon", "database", OPT_STRING, database, OPT_EMPTY_OK, "dbname=numwatch"),
     STR("daemon", "node_name", OPT_STRING, node_name, 0, NULL),
     NUM("daemon", "lease", OPT_DURATION, lease_s, 10, 7 * 24 * 3600, 300),
+    NUM("daemon", "query_timeout", OPT_DURATION, query_timeout_s, 1, 24 * 3600, 300),
 
     STR("repository", "name", OPT_STRING, repo_name, 0, NULL),
     STR("repository", "url", OPT_ARG, repo_url, OPT_REQUIRED, NULL),
@@ -152,6 +153,7 @@ static const struct option options[] = {
 
     STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
     NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
+    NUM("http", "query_timeout", OPT_DURATION, http_query_timeout_s, 1, 3600, 15),
     STR("http", "web_root", OPT_PATH, web_root, 0, NW_WEB_ROOT),
     STR("http", "public_url", OPT_URL, public_url, 0, NULL),
 

@@ -44,10 +44,11 @@ struct config_env {
 
 struct config {
 	/* [daemon] */
-	char *state_dir;  /* worktrees, build directories and the git mirror live here */
-	char *database;   /* libpq connection string */
-	char *node_name;  /* owner name for job leases; default: the host name */
-	unsigned lease_s; /* a claimed job's lease; another daemon takes it over after this */
+	char *state_dir;          /* worktrees, build directories and the git mirror live here */
+	char *database;           /* libpq connection string */
+	char *node_name;          /* owner name for job leases; default: the host name */
+	unsigned lease_s;         /* a claimed job's lease; another daemon takes it over after this */
+	unsigned query_timeout_s; /* statement_timeout of the scheduler's connection */
 
 	/* [repository] */
 	char *repo_name;          /* short name shown on the dashboard */
@@ -95,8 +96,9 @@ struct config {
 	/* [http] */
 	char *http_address; /* listen address, e.g. "127.0.0.1" */
 	unsigned http_port;
-	char *web_root;   /* directory holding the dashboard's static files */
-	char *public_url; /* base of the links the daemon prints; default http://address:port */
+	unsigned http_query_timeout_s; /* statement_timeout of the API's read connections */
+	char *web_root;                /* directory holding the dashboard's static files */
+	char *public_url;              /* base of the links the daemon prints; default http://address:port */
 
 	/* [mail] (mail.c composes, mailer.c sends) */
 	char *mail_smtp_url;      /* smtp:// or smtps:// URL; empty: mail is appended to mail_mbox */

@@ -1,9 +1,12 @@
 /*
  * db: a PostgreSQL connection driven by the libuv loop (libpq's asynchronous
- * API on a uv_poll_t). Queries are queued and run one at a time in order, so a
- * caller may queue "BEGIN", statements and "COMMIT" back to back to make a
- * transaction (not on a pool of connections: see db_open_pool). A lost connection fails the query in flight, keeps the queue,
- * and reconnects with backoff. Queries are always parameterised.
+ * API on a uv_poll_t). Queries are queued and run one at a time in order. A
+ * lost connection fails the query in flight, keeps the queue, and reconnects
+ * with backoff; a transaction (db_txn) is one entry of the queue, run again
+ * from its start on the next connection when the connection drops under it.
+ * Every connection has a statement_timeout, and a query whose answer does not
+ * come within it (plus a grace) drops the connection. Queries are always
+ * parameterised.
  */
 #ifndef NW_DB_H
 #define NW_DB_H
@@ -22,21 +25,65 @@ struct db;
  */
 typedef void (*db_cb)(PGresult *res, const char *error, void *data);
 
-/* Opens a connection (asynchronously); 'name' labels its log lines. */
-int db_open(uv_loop_t *loop, const char *conninfo, const char *name, struct db **out);
 /*
- * Opens a pool of 'n' connections behind one handle, for independent reads:
- * each query goes to the connected member with the fewest queries queued or
- * running, so queries on a pool run concurrently and in no particular order
- * (never queue a transaction on a pool). db_close closes every member.
+ * Opens a connection (asynchronously); 'name' labels its log lines. Each
+ * statement may run 'timeout_ms' (its statement_timeout; see db_set_timeout).
  */
-int db_open_pool(uv_loop_t *loop, const char *conninfo, const char *name, unsigned n, struct db **out);
+int db_open(uv_loop_t *loop, const char *conninfo, const char *name, unsigned timeout_ms, struct db **out);
+/*
+ * Opens a pool of 'n' connections behind one handle, for independent reads
+ * that someone waits for: each query goes to the connected member with the
+ * fewest queries queued or running, so queries on a pool run concurrently and
+ * in no particular order (no transaction on a pool). A pool does not wait out
+ * an outage: a query finding no member connected or connecting is refused
+ * (-ENOTCONN), and a member that loses its connection fails its whole queue.
+ * db_close closes every member.
+ */
+int db_open_pool(uv_loop_t *loop, const char *conninfo, const char *name, unsigned n, unsigned timeout_ms,
+		 struct db **out);
+/*
+ * Sets the statement_timeout of the connection (each member of a pool), from
+ * the next query on; a query's answer is awaited that long plus a grace, then
+ * the connection is dropped (the server or the network is gone).
+ */
+void db_set_timeout(struct db *db, unsigned timeout_ms);
 
 /*
  * Queues a query. 'sql' is borrowed and must outlive the query (use string
  * literals); 'params' are copied (a NULL entry is SQL NULL). 'cb' may be NULL.
+ * Returns 0, or a negative error and then 'cb' is never called: -ENOMEM,
+ * -ENOBUFS (NW_DB_QUEUE_MAX queries wait already; or, on a db_open connection
+ * with NUMWATCH_DB_REFUSE_EVERY=N in the environment, one query in N: a
+ * test setting), -ENOTCONN (a pool with no connection), -EROFS (db_refuse),
+ * -ESHUTDOWN (db_close).
  */
 int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data);
+
+/*
+ * A transaction: statements that commit together or not at all. They are
+ * sent one after the other between BEGIN and COMMIT on one connection, with
+ * nothing else in between. When the connection drops before COMMIT, the
+ * transaction runs again from its start on the next connection (at most
+ * NW_DB_TXN_TRIES times); when it drops during COMMIT, the next connection
+ * asks the server whether it committed (pg_xact_status) before deciding.
+ * A statement that fails rolls the transaction back and fails it.
+ */
+struct db_txn;
+
+/* A new, empty transaction (NULL when out of memory: db_txn_run(NULL) fails with -ENOMEM). */
+struct db_txn *db_txn_new(void);
+/*
+ * Adds a statement, as db_query takes it (no callback: the transaction answers
+ * once). A failure (out of memory) is kept and answered by db_txn_run.
+ */
+void db_txn_add(struct db_txn *t, const char *sql, int nparams, const char *const *params);
+/*
+ * Queues the transaction; takes ownership of 't' whatever it returns. 'cb'
+ * hears once: error NULL when it committed ('res' may then be NULL), else
+ * the error and, where a statement failed, its result. Returns 0, or a
+ * negative error (as db_query's) and then 'cb' is never called.
+ */
+int db_txn_run(struct db *db, struct db_txn *t, db_cb cb, void *data);
 
 /*
  * From now on the connection takes no query (db_query answers -EROFS): the

@@ -175,7 +175,8 @@ static void on_schema(PGresult *res, const char *error, void *data)
 	{
 		const char *params[2] = {f->d->cfg.node_name, why};
 
-		db_query(f->d->db_http, refused_sql, 2, params, on_refused_noted, NULL);
+		if (db_query(f->d->db_http, refused_sql, 2, params, on_refused_noted, NULL) < 0)
+			on_refused_noted(NULL, "cannot queue the query", NULL);
 	}
 	done(f);
 }

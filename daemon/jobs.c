@@ -152,22 +152,35 @@ void jobs_renew(struct nwd *d, long long job_id, jobs_renew_cb cb, void *data)
 		     "UPDATE jobs SET lease_until = now() + $2 * interval '1 second'"
 		     " WHERE id = $1 AND owner = $3 AND state = 'running'",
 		     3, params, on_renewed, r) < 0)
-		free(r);
+		on_renewed(NULL, "cannot queue the renewal", r);
 }
+
+static const char finish_sql[] = "UPDATE jobs SET state = $2, error = $3, finished_at = now(), owner = NULL, "
+				 "lease_until = NULL WHERE id = $1";
 
 void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error)
 {
 	char id[24];
 	const char *params[3] = {id, failed ? "failed" : "done", error};
+	int rc;
 
 	if (d->read_only)
 		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
-	db_query(
-	    d->db,
-	    "UPDATE jobs SET state = $2, error = $3, finished_at = now(), owner = NULL, lease_until = NULL"
-	    " WHERE id = $1",
-	    3, params, log_error_cb, "finishing a job");
+	rc = db_query(d->db, finish_sql, 3, params, log_error_cb, "finishing a job");
+	/* Its lease runs out, and the job is claimed again (its results are stored idempotently). */
+	if (rc < 0)
+		log_warn("jobs: cannot finish job %lld (%s): it runs again once its lease is out", job_id,
+			 strerror(-rc));
+}
+
+void jobs_finish_in(struct db_txn *t, long long job_id)
+{
+	char id[24];
+	const char *params[3] = {id, "done", NULL};
+
+	snprintf(id, sizeof(id), "%lld", job_id);
+	db_txn_add(t, finish_sql, 3, params);
 }
 
 void jobs_release(struct nwd *d, long long job_id)
@@ -178,10 +191,12 @@ void jobs_release(struct nwd *d, long long job_id)
 	if (d->read_only)
 		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
-	db_query(d->db,
-		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
-		 " WHERE id = $1 AND owner = $2 AND state = 'running'",
-		 2, params, log_error_cb, "releasing a job");
+	if (db_query(d->db,
+		     "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
+		     " WHERE id = $1 AND owner = $2 AND state = 'running'",
+		     2, params, log_error_cb, "releasing a job") < 0)
+		log_warn("jobs: cannot give job %lld back: it is claimed again once its lease is out",
+			 job_id);
 }
 
 void jobs_strike(struct nwd *d, long long job_id, int strikes)
@@ -193,8 +208,9 @@ void jobs_strike(struct nwd *d, long long job_id, int strikes)
 		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
 	snprintf(n, sizeof(n), "%d", strikes);
-	db_query(d->db, "UPDATE jobs SET strikes = $2 WHERE id = $1", 2, params, log_error_cb,
-		 "recording a strike");
+	if (db_query(d->db, "UPDATE jobs SET strikes = $2 WHERE id = $1", 2, params, log_error_cb,
+		     "recording a strike") < 0)
+		log_warn("jobs: cannot record strike %d of job %lld", strikes, job_id);
 }
 
 void jobs_requeue_own(struct nwd *d)
@@ -203,8 +219,11 @@ void jobs_requeue_own(struct nwd *d)
 
 	if (d->read_only)
 		return;
-	db_query(d->db,
-		 "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
-		 " WHERE state = 'running' AND owner = $1",
-		 1, params, log_error_cb, "requeueing this node's jobs");
+	/* At start-up the queue is empty: this fails only out of memory, and the leases then run out. */
+	if (db_query(d->db,
+		     "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
+		     " WHERE state = 'running' AND owner = $1",
+		     1, params, log_error_cb, "requeueing this node's jobs") < 0)
+		log_warn("jobs: cannot give back the jobs this node held: they are claimed again once their "
+			 "leases are out");
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 struct nwd;
+struct db_txn;
 
 struct job {
 	long long id;
@@ -52,6 +53,8 @@ void jobs_claim(struct nwd *d, const char *kinds, long long prefer_commit, bool 
 void jobs_renew(struct nwd *d, long long job_id, jobs_renew_cb cb, void *data);
 /* Marks a job done (or failed, with 'error'). This and the calls below write nothing once the daemon refuses to write. */
 void jobs_finish(struct nwd *d, long long job_id, bool failed, const char *error);
+/* Adds "the job is done" to a transaction (db.h), which then commits it with the job's results. */
+void jobs_finish_in(struct db_txn *t, long long job_id);
 /* Gives a job back to the queue (on drain), untouched. */
 void jobs_release(struct nwd *d, long long job_id);
 /* Records one more infrastructure fault against a job. */

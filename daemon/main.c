@@ -228,6 +228,8 @@ static void reload_done(uv_work_t *w, int status)
 		config_release(&d->cfg);
 		d->cfg = reload.next;
 		log_info("reload: configuration reloaded from '%s'", d->config_path);
+		db_set_timeout(d->db, d->cfg.query_timeout_s * 1000);
+		db_set_timeout(d->db_http, d->cfg.http_query_timeout_s * 1000);
 		if (d->poller)
 			poller_poll_now(d->poller);
 	}
@@ -393,8 +395,9 @@ int main(int argc, char **argv)
 
 	d->loop = uv_default_loop();
 	d->started_ms = uv_now(d->loop);
-	if (db_open(d->loop, d->cfg.database, "main", &d->db) < 0 ||
-	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL, &d->db_http) < 0 ||
+	if (db_open(d->loop, d->cfg.database, "main", d->cfg.query_timeout_s * 1000, &d->db) < 0 ||
+	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL,
+			 d->cfg.http_query_timeout_s * 1000, &d->db_http) < 0 ||
 	    store_init(d->loop, d->db, d->cfg.node_name, &d->store) < 0) {
 		log_error("out of memory");
 		return 1;

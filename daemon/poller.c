@@ -289,8 +289,11 @@ static void on_timer(uv_timer_t *t)
 	poll_start(t->data);
 }
 
+/* The health page's polled_at and poll_error: the next poll writes them again. */
 static void on_error_stored(PGresult *res, const char *error, void *data)
 {
+	if (error)
+		log_warn("repo: cannot record the poll: %s", error);
 }
 
 static void poll_done(struct poller *p, const char *error)
@@ -315,8 +318,9 @@ static void poll_done(struct poller *p, const char *error)
 		p->polls++;
 	}
 	snprintf(repo, sizeof(repo), "%d", p->d->repo_id);
-	db_query(p->d->db, "UPDATE repositories SET polled_at = now(), poll_error = $2 WHERE id = $1", 2,
-		 params, on_error_stored, NULL);
+	if (db_query(p->d->db, "UPDATE repositories SET polled_at = now(), poll_error = $2 WHERE id = $1", 2,
+		     params, on_error_stored, NULL) < 0)
+		on_error_stored(NULL, "cannot queue the query", NULL);
 	if (!p->stopped)
 		uv_timer_start(&p->timer, on_timer, (uint64_t)interval * 1000, 0);
 }

@@ -1009,7 +1009,9 @@ static void write_probe(struct slot *s, bool infra_failed)
 			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
 				 s->job.dtype, failed, ran);
 		store_flush(s->d->store);
-		db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s);
+		/* Not queued: tried again as a probe whose rows are not all stored yet. */
+		if (db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s) < 0)
+			on_probe_written(NULL, "cannot queue the query", s);
 	}
 	free(seeds);
 }
@@ -1125,10 +1127,11 @@ static void on_claimed(struct job *job, void *data)
 	snprintf(commit, sizeof(commit), "%lld", job->commit_id);
 	snprintf(check, sizeof(check), "%d", job->check_id);
 	params[2] = s->job.dtype;
-	db_query(s->d->db,
-		 "SELECT seed, attempt, outcome, ratio, coalesce(sanitizer, '') FROM trials"
-		 " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3 ORDER BY seed, attempt",
-		 3, params, on_loaded, s);
+	if (db_query(s->d->db,
+		     "SELECT seed, attempt, outcome, ratio, coalesce(sanitizer, '') FROM trials"
+		     " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3 ORDER BY seed, attempt",
+		     3, params, on_loaded, s) < 0)
+		on_loaded(NULL, "cannot queue the query", s);
 }
 
 static void claim(struct slot *s)

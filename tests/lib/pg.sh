@@ -6,6 +6,9 @@
 #                             exports NW_DATABASE (a libpq conninfo), NW_PGHOST,
 #                             NW_PGPORT, NW_PGUSER and NW_PG_DIR
 #   pg_psql "SQL" [ARGS...]   runs SQL with psql -XAtq, stops at the first error
+#   pg_restart [fast|immediate]
+#                             restarts the server on the same port (pg_ctl restart
+#                             -m MODE, default fast): every connection drops
 #   pg_stop                   stops the cluster and deletes its directory
 #   nw_atexit CMD [ARGS...]   runs CMD when the test exits, before the cluster
 #                             stops (last registered, first run)
@@ -98,6 +101,14 @@ pg_psql() {
 	shift
 	PGCONNECT_TIMEOUT=10 timeout "$NW_PG_PSQL_TIMEOUT" \
 		psql -XAtq -v ON_ERROR_STOP=1 -d "$NW_DATABASE" "$@" -c "$sql"
+}
+
+pg_restart() {
+	[[ -n $_nw_pg_dir ]] || {
+		echo "pg_restart: no cluster (call pg_start first)" >&2
+		return 1
+	}
+	"$_nw_pgcluster" restart "$_nw_pg_dir" "${1:-fast}" 2>/dev/null
 }
 
 pg_stop() {
