@@ -17,57 +17,16 @@
 #include "nwd.h"
 #include "outcome.h"
 #include "poller.h"
+#include "queries.h"
 #include "slot.h"
 #include "store.h"
 
 #define API "/api/v1"
 
-static const char commits_sql[] =
-    "SELECT json_build_object("
-    " 'repository', (SELECT name FROM repositories WHERE id = $1),"
-    " 'total', (SELECT count(*) FROM commits WHERE repo_id = $1 AND reachable),"
-    " 'limit', $2::int, 'offset', $3::int,"
-    " 'checks', (SELECT coalesce(json_agg(json_build_object('check', name, 'dtypes', dtypes,"
-    "   'deterministic', deterministic) ORDER BY name), '[]') FROM checks WHERE repo_id = $1),"
-    " 'commits', coalesce((SELECT json_agg(x ORDER BY x.position DESC) FROM ("
-    "   SELECT c.sha, c.title, c.author, c.email, c.committed_at, c.position, b.status AS build,"
-    "    commit_verdict(c.id) AS verdict,"
-    "    (SELECT coalesce(json_object_agg(k.name || '/' || s.dtype, s.verdict), '{}')"
-    "     FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id) AS verdicts,"
-    "    api_commit_regressions(c.id) AS regressions, api_commit_details(c.id) AS details"
-    "   FROM commits c LEFT JOIN builds b ON b.commit_id = c.id"
-    "   WHERE c.repo_id = $1 AND c.reachable ORDER BY c.position DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
+#define commits_sql nwq_api_commits /* sql/queries/api_commits.sql */
 
 /* Cached (see cached_ask): the snapshot it read under comes first. */
-static const char commit_sql[] =
-    "WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
-    "LIMIT 2)"
-    " SELECT pg_current_snapshot()::text, (SELECT count(*) FROM c), (SELECT json_build_object("
-    "  'sha', c.sha, 'parent', c.parent_sha, 'title', c.title, 'author', c.author, 'email', c.email,"
-    "  'committed_at', c.committed_at, 'position', c.position, 'reachable', c.reachable,"
-    "  'verdict', commit_verdict(c.id),"
-    "  'build', (SELECT json_build_object('status', b.status, 'duration_ms', b.duration_ms,"
-    "    'runner_hash', b.runner_hash, 'host', b.host, 'started_at', b.started_at,"
-    "    'log', '/api/v1/commits/' || c.sha || '/build-log') FROM builds b WHERE b.commit_id = c.id),"
-    "  'checks', coalesce((SELECT json_agg(json_build_object('check', k.name, 'dtype', s.dtype,"
-    "    'deterministic', k.deterministic, 'trials', s.trials, 'failures', s.failures,"
-    "    'infra_errors', s.infra_errors, 'worst_ratio', s.worst_ratio, 'verdict', s.verdict,"
-    "    'evidence', s.evidence, 'regression', api_stats_regression(s.regression_id, s.regression_new),"
-    "    'changed_seeds', s.changed_seeds, 'failing_since', s.evidence ->> 'failing_since',"
-    "    'baseline', (SELECT bc.sha FROM commits bc WHERE bc.id = s.baseline_id),"
-    "    'failing_seeds', (SELECT coalesce(json_agg(json_build_object('seed', t.seed, 'attempt', t.attempt,"
-    "      'outcome', t.outcome, 'ratio', t.ratio, 'family', t.family, 'shape', t.shape,"
-    "      'case_digest', t.case_digest, 'error', t.error,"
-    "      'tensors', t.tensors, 'repro', repro_command(bu.repro, CASE WHEN t.slot LIKE 'gpu%'"
-    "       THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda') ELSE coalesce(bu.runner_host,"
-    "       'numwatch-runner-host') END, k.name, t.dtype, t.seed, 1))"
-    "      ORDER BY t.seed, t.attempt), '[]') FROM (SELECT * FROM trials t WHERE t.commit_id = c.id"
-    "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.seed = ANY (s.failing_seeds)"
-    "      AND t.outcome <> 'pass' ORDER BY t.seed, t.attempt LIMIT 100) t"
-    "      LEFT JOIN builds bu ON bu.commit_id = t.commit_id)"
-    "   ) ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id"
-    "   WHERE s.commit_id = c.id), '[]')"
-    " )::text FROM c ORDER BY c.reachable DESC LIMIT 1)";
+#define commit_sql nwq_api_commit /* sql/queries/api_commit.sql */
 
 static const char build_log_sql[] =
     "WITH c AS (SELECT * FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
@@ -75,98 +34,18 @@ static const char build_log_sql[] =
     " SELECT (SELECT count(*) FROM c),"
     " (SELECT b.log FROM c JOIN builds b ON b.commit_id = c.id ORDER BY c.reachable DESC LIMIT 1)";
 
-static const char health_sql[] =
-    "SELECT json_build_object("
-    " 'queue', (SELECT coalesce(json_object_agg(kind || '_' || state, n), '{}') FROM"
-    "   (SELECT kind, state, count(*) AS n FROM jobs WHERE state IN ('queued', 'running')"
-    "    GROUP BY kind, state) q),"
-    " 'commits', (SELECT count(*) FROM commits WHERE repo_id = $1),"
-    " 'polled_at', (SELECT polled_at FROM repositories WHERE id = $1),"
-    " 'poll_error', (SELECT poll_error FROM repositories WHERE id = $1),"
-    " 'identity_warning', identity_warning($1),"
-    /* Every daemon sharing the database (fleet_json(), sql/040). */
-    " 'daemons', fleet_json($1, $2))::text";
+#define health_sql nwq_api_health /* sql/queries/api_health.sql */
 
-static const char checks_sql[] =
-    "SELECT json_build_object('checks', coalesce(json_agg(json_build_object("
-    "  'check', k.name, 'op', k.op, 'pass', k.pass, 'dtypes', k.dtypes, 'families', k.families,"
-    "  'deterministic', k.deterministic,"
-    "  'muted', (SELECT coalesce(json_agg(json_build_object('dtype', m.dtype, 'until', m.until,"
-    "    'reason', m.reason)), '[]') FROM mutes m WHERE m.check_id = k.id AND m.until > now()),"
-    "  'latest', (SELECT coalesce(json_object_agg(s.dtype, s.verdict), '{}') FROM stats s"
-    "    WHERE s.check_id = k.id AND s.commit_id = (SELECT c.id FROM commits c JOIN stats s2"
-    "     ON s2.commit_id = c.id AND s2.check_id = k.id WHERE c.reachable ORDER BY c.position DESC LIMIT 1))"
-    " ) ORDER BY k.name), '[]'))::text FROM checks k WHERE k.repo_id = $1";
+#define checks_sql nwq_api_checks /* sql/queries/api_checks.sql */
 
 /* A check's history: per commit x dtype, its verdict and figures; regressions and culprits to mark. */
-static const char check_sql[] =
-    "WITH k AS (SELECT * FROM checks WHERE repo_id = $1 AND name = $2)"
-    " SELECT (SELECT count(*) FROM k), (SELECT json_build_object('check', k.name, 'op', k.op, 'pass', k.pass,"
-    "  'dtypes', k.dtypes, 'families', k.families, 'deterministic', k.deterministic,"
-    "  'total', (SELECT count(*) FROM commits c WHERE c.repo_id = $1 AND c.reachable),"
-    "  'limit', $4::int, 'offset', $5::int,"
-    "  'series', coalesce((SELECT json_agg(x ORDER BY x.position, x.dtype) FROM ("
-    "    SELECT c.sha, c.title, c.position, c.committed_at, s.dtype, s.verdict,"
-    "     s.regression_id AS regression, s.regression_new, s.trials, s.failures,"
-    "     s.worst_ratio, CASE WHEN s.trials > 0 THEN s.failures::float8 / s.trials END AS failure_rate,"
-    "     (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY t.ratio) FROM trials t WHERE t.commit_id = c.id"
-    "      AND t.check_id = k.id AND t.dtype = s.dtype AND t.attempt = 0) AS median_ratio"
-    "    FROM (SELECT * FROM commits WHERE repo_id = $1 AND reachable ORDER BY position DESC"
-    "     LIMIT $4 OFFSET $5) c JOIN stats s ON s.commit_id = c.id AND s.check_id = k.id"
-    "    WHERE $3 = '' OR s.dtype = $3) x), '[]'),"
-    "  'bisections', coalesce((SELECT json_agg(json_build_object('id', b.id, 'dtype', b.dtype,"
-    "    'bad', bd.sha, 'culprit', cu.sha, 'outcome', b.outcome, 'state', b.state, 'confidence', "
-    "b.confidence, 'regression', b.regression_id)"
-    "    ORDER BY b.id) FROM bisections b JOIN commits bd ON bd.id = b.bad_commit_id"
-    "    LEFT JOIN commits cu ON cu.id = b.culprit_id WHERE b.check_id = k.id), '[]'),"
-    "  'regressions', api_check_regressions(k.id, $3, $6)"
-    " )::text FROM k)";
+#define check_sql nwq_api_check /* sql/queries/api_check.sql */
 
-static const char trials_sql[] =
-    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%' ORDER BY reachable DESC "
-    "LIMIT 2)"
-    " SELECT (SELECT count(*) FROM c), (SELECT json_build_object('trials', coalesce(json_agg(x ORDER BY"
-    "  x.dtype, x.seed, x.attempt), '[]'))::text FROM (SELECT t.dtype, t.seed, t.attempt, t.outcome, t.ratio,"
-    "  t.family, t.shape, t.gen, t.case_digest, t.tensors, t.digest, t.digests_differ, t.kernel_us, t.error,"
-    "  t.slot, t.host,"
-    "  t.finished_at FROM trials t JOIN checks k ON k.id = t.check_id"
-    "  WHERE t.commit_id = (SELECT id FROM c LIMIT 1) AND k.name = $3 AND ($4 = '' OR t.dtype = $4)"
-    "  AND ($5 = '' OR t.seed = $5::bigint) AND ($6 = '' OR t.outcome = $6)"
-    "  ORDER BY t.dtype, t.seed, t.attempt LIMIT $7 OFFSET $8) x)";
+#define trials_sql nwq_api_trials /* sql/queries/api_trials.sql */
 
-static const char bisections_sql[] =
-    "SELECT json_build_object('total', (SELECT count(*) FROM bisections WHERE repo_id = $1),"
-    " 'limit', $2::int, 'offset', $3::int,"
-    " 'bisections', coalesce((SELECT json_agg(x ORDER BY x.id DESC) FROM ("
-    "  SELECT b.id, k.name AS check, b.dtype, g.sha AS good, bd.sha AS bad, b.state, b.outcome,"
-    "   cu.sha AS culprit, cu.title AS culprit_title, b.confidence, b.requested_by, b.created_at,"
-    "   b.finished_at, (SELECT count(*) FROM probes p WHERE p.bisection_id = b.id) AS probes,"
-    "   b.regression_id AS regression"
-    "  FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-    "  JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id"
-    "  WHERE b.repo_id = $1 ORDER BY b.id DESC LIMIT $2 OFFSET $3) x), '[]'))::text";
+#define bisections_sql nwq_api_bisections /* sql/queries/api_bisections.sql */
 
-static const char bisection_sql[] =
-    "WITH b AS (SELECT * FROM bisections WHERE repo_id = $1 AND id = $2::bigint)"
-    " SELECT (SELECT count(*) FROM b), (SELECT json_build_object('id', b.id, 'check', k.name, 'dtype', "
-    "b.dtype,"
-    "  'good', g.sha, 'bad', bd.sha, 'state', b.state, 'outcome', b.outcome, 'culprit', cu.sha,"
-    "  'culprit_title', cu.title, 'culprit_author', cu.author, 'confidence', b.confidence,"
-    "  'failing_seeds', b.failing_seeds, 'requested_by', b.requested_by, 'created_at', b.created_at,"
-    "  'finished_at', b.finished_at, 'posterior', b.posterior, 'log', b.log, 'regression', b.regression_id,"
-    "  'range', (SELECT coalesce(json_agg(json_build_object('sha', c.sha, 'title', c.title, 'author', "
-    "c.author,"
-    "    'position', c.position, 'build', bu.status, 'runner_hash', bu.runner_hash) ORDER BY c.position), "
-    "'[]')"
-    "    FROM commits c LEFT JOIN builds bu ON bu.commit_id = c.id WHERE c.repo_id = b.repo_id AND "
-    "c.reachable"
-    "    AND c.position > g.position AND c.position <= bd.position),"
-    "  'probes', (SELECT coalesce(json_agg(json_build_object('id', p.id, 'commit', pc.sha, 'round', p.round,"
-    "    'purpose', p.purpose, 'seeds', cardinality(p.seeds), 'trials', p.trials, 'failures', p.failures,"
-    "    'created_at', p.created_at, 'finished_at', p.finished_at) ORDER BY p.id), '[]')"
-    "    FROM probes p JOIN commits pc ON pc.id = p.commit_id WHERE p.bisection_id = b.id)"
-    " )::text FROM b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-    " JOIN commits bd ON bd.id = b.bad_commit_id LEFT JOIN commits cu ON cu.id = b.culprit_id)";
+#define bisection_sql nwq_api_bisection /* sql/queries/api_bisection.sql */
 
 /* Regressions: the list ($2 state, $3 check, $4 dtype, '' for any; $5 limit, $6 offset), and one. */
 static const char regressions_sql[] = "SELECT api_regressions($1, $2, $3, $4, $5, $6)::text";

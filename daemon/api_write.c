@@ -15,23 +15,14 @@
 #include "db.h"
 #include "http.h"
 #include "nwd.h"
+#include "queries.h"
 
 static const char auth_sql[] =
     "UPDATE tokens SET last_used = now()"
     " WHERE hash = sha256(convert_to($1, 'UTF8')) AND revoked_at IS NULL RETURNING name";
 
 /* Validates the range and queues the bisection; the bisector picks it up. */
-static const char bisect_sql[] =
-    "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $4 AND $5 = ANY (dtypes)),"
-    " g AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $2 || '%'),"
-    " b AS (SELECT id, position FROM commits WHERE repo_id = $1 AND reachable AND sha LIKE $3 || '%'),"
-    " ins AS (INSERT INTO bisections (repo_id, check_id, dtype, good_commit_id, bad_commit_id, requested_by,"
-    "  failing_seeds) SELECT $1, k.id, $5, g.id, b.id, $6, coalesce((SELECT s.failing_seeds FROM stats s"
-    "  WHERE s.commit_id = b.id AND s.check_id = k.id AND s.dtype = $5), '{}') FROM k, g, b"
-    "  WHERE (SELECT count(*) FROM g) = 1 AND (SELECT count(*) FROM b) = 1 AND g.position < b.position"
-    "  RETURNING id)"
-    " SELECT (SELECT count(*) FROM k), (SELECT count(*) FROM g), (SELECT count(*) FROM b), (SELECT id FROM "
-    "ins)";
+#define bisect_sql nwq_api_write_bisect /* sql/queries/api_write_bisect.sql */
 
 /*
  * A run by hand: the given number of seeds at one commit, ahead of background
@@ -39,33 +30,12 @@ static const char bisect_sql[] =
  * host takes a share: one job of 1000 seeds ran on one slot while the other
  * GPUs of the host idled. Returns the first part's id and the number of parts.
  */
-static const char run_sql[] =
-    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
-    " k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $3 AND $4 = ANY (dtypes)),"
-    " ins AS (INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, seeds)"
-    "  SELECT 'probe', c.id, k.id, $4, 50,"
-    "   ARRAY(SELECT generate_series(p * $6::int, least(p * $6::int + $6::int, $5::int) - 1)::bigint)"
-    "  FROM c, k, generate_series(0, ($5::int - 1) / $6::int) p WHERE (SELECT count(*) FROM c) = 1"
-    "  ORDER BY p RETURNING id)"
-    " SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM k), 1,"
-    "  (SELECT min(id) || ',\"parts\":' || count(*) FROM ins)";
+#define run_sql nwq_api_write_run /* sql/queries/api_write_run.sql */
 
 /* Re-run: rebuild a commit whose build failed, and queue its trials jobs again with their strikes cleared. */
-static const char rerun_sql[] =
-    "WITH c AS (SELECT id FROM commits WHERE repo_id = $1 AND sha LIKE $2 || '%'),"
-    " j AS (UPDATE jobs SET state = 'queued', strikes = 0, owner = NULL, lease_until = NULL, priority = 50,"
-    "  not_before = now(), error = NULL WHERE (SELECT count(*) FROM c) = 1 AND commit_id = (SELECT id FROM c)"
-    "  AND state IN ('done', 'failed') AND (kind = 'trials' OR (kind = 'build' AND NOT EXISTS"
-    "   (SELECT 1 FROM builds WHERE commit_id = jobs.commit_id AND status = 'ok'))) RETURNING id)"
-    " SELECT (SELECT count(*) FROM c), 1, 1, (SELECT count(*) FROM j)";
+#define rerun_sql nwq_api_write_rerun /* sql/queries/api_write_rerun.sql */
 
-static const char mute_sql[] =
-    "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"
-    " ins AS (INSERT INTO mutes (check_id, dtype, until, reason, created_by)"
-    "  SELECT k.id, $3, $4::timestamptz, $5, $6 FROM k"
-    "  ON CONFLICT (check_id, dtype) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason,"
-    "   created_by = EXCLUDED.created_by, created_at = now() RETURNING until)"
-    " SELECT (SELECT count(*) FROM k), 1, 1, (SELECT until FROM ins)";
+#define mute_sql nwq_api_write_mute /* sql/queries/api_write_mute.sql */
 
 static const char unmute_sql[] =
     "WITH k AS (SELECT id FROM checks WHERE repo_id = $1 AND name = $2),"

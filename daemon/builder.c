@@ -16,6 +16,7 @@
 #include "poller.h"
 #include "proc.h"
 #include "protocol.h"
+#include "queries.h"
 #include "slot.h"
 
 #define CLAIM_POLL_MS 1000
@@ -171,48 +172,15 @@ static void on_stored(PGresult *res, const char *error, void *data)
 	cleanup(b);
 }
 
-static const char build_sql[] =
-    "INSERT INTO builds (commit_id, status, log, runner_hash, started_at, duration_ms, host, tree, repro,"
-    "  runner_host, runner_cuda, host_hash, cuda_hash)"
-    " VALUES ($1, $2, $3, $4, to_timestamp($5), $6, $7, $8, $9, $10, $11, $12, $13)"
-    " ON CONFLICT (commit_id) DO UPDATE SET status = EXCLUDED.status, log = EXCLUDED.log,"
-    " runner_hash = EXCLUDED.runner_hash, started_at = EXCLUDED.started_at,"
-    " duration_ms = EXCLUDED.duration_ms, host = EXCLUDED.host, tree = EXCLUDED.tree,"
-    " repro = EXCLUDED.repro, runner_host = EXCLUDED.runner_host, runner_cuda = EXCLUDED.runner_cuda,"
-    " host_hash = EXCLUDED.host_hash, cuda_hash = EXCLUDED.cuda_hash";
+#define build_sql nwq_builder_build /* sql/queries/builder_build.sql */
 
 /* This host's build of the commit (host_build_record(), sql/040): which of its runners are the commit's. */
 static const char host_build_sql[] = "SELECT * FROM host_build_record($1, $2, $3, $4, $5, $6, $7)";
 
-static const char checks_sql[] =
-    "WITH input AS (SELECT * FROM json_to_recordset($2::json) AS t(name text, op text, pass text,"
-    "  dtypes text[], families text[], deterministic boolean, needs text)),"
-    " up AS (INSERT INTO checks (repo_id, name, op, pass, dtypes, families, deterministic, needs)"
-    "  SELECT $1, name, op, pass, dtypes, coalesce(families, '{}'), deterministic, needs FROM input"
-    "  ON CONFLICT (repo_id, name) DO UPDATE SET op = EXCLUDED.op, pass = EXCLUDED.pass,"
-    "   dtypes = EXCLUDED.dtypes, families = EXCLUDED.families, deterministic = EXCLUDED.deterministic,"
-    "   needs = EXCLUDED.needs"
-    "  RETURNING id, name, dtypes),"
-    /* What this commit declares: a check no earlier commit declared is introduced here. */
-    " declared AS (UPDATE builds SET checks = (SELECT array_agg(name ORDER BY name) FROM input)"
-    "  WHERE commit_id = $3)"
-    " INSERT INTO jobs (kind, commit_id, check_id, dtype)"
-    " SELECT 'trials', $3, up.id, d FROM up, unnest(up.dtypes) AS d"
-    " WHERE $4 = '' OR up.name LIKE ANY (SELECT replace(p, '*', '%') FROM regexp_split_to_table($4, '[ ,]+') "
-    "AS p"
-    "  WHERE p <> '')"
-    " ON CONFLICT DO NOTHING";
+#define checks_sql nwq_builder_checks /* sql/queries/builder_checks.sql */
 
 /* Every 'every'th seed of the plan again under each sanitizer tool, on GPU slots, behind the plan. */
-static const char sanitize_sql[] =
-    "INSERT INTO jobs (kind, commit_id, check_id, dtype, tool, seeds, priority)"
-    " SELECT 'sanitize', $1, k.id, d, t, ARRAY(SELECT generate_series(0, $3::int - 1, $4::int)::bigint), 150"
-    " FROM checks k, unnest(k.dtypes) AS d,"
-    "  (SELECT t FROM regexp_split_to_table($2, '[ ,]+') AS t WHERE t <> '') AS tools"
-    " WHERE k.repo_id = $5 AND EXISTS (SELECT 1 FROM jobs j WHERE j.kind = 'trials' AND j.commit_id = $1"
-    "  AND j.check_id = k.id AND j.dtype = d)"
-    "  AND (SELECT position FROM commits WHERE id = $1) % $6::int = 0"
-    " ON CONFLICT DO NOTHING";
+#define sanitize_sql nwq_builder_sanitize /* sql/queries/builder_sanitize.sql */
 
 static const char failed_stats_sql[] =
     "INSERT INTO stats (commit_id, check_id, dtype, trials, failures, infra_errors, verdict)"
