@@ -82,7 +82,7 @@ kill -0 "$NW_DAEMON_PID" || fail "numwatchd died when its connection was termina
 echo "--- 1. an API read blocked on the lock is terminated"
 curl -s -o "$work/body" -w '%{http_code}' --max-time 60 "http://127.0.0.1:$NW_PORT/api/v1/commits" >"$work/status" &
 api=$!
-nw_wait 30 "the API's read blocked on the lock, then terminated" terminate 'SELECT json_build_object( _repository_%'
+nw_wait 30 "the API's read blocked on the lock, then terminated" terminate 'SELECT json_build_object(_%repository_, (SELECT name FROM repositories%'
 wait "$api" || true
 [[ $(cat "$work/status") == 503 ]] || fail "GET /api/v1/commits: status $(cat "$work/status"), expected 503"
 python3 - "$work/body" <<'PY' || fail "GET /api/v1/commits: no JSON error saying why: $(od -c "$work/body" | head -5)"
