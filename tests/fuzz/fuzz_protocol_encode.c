@@ -1,11 +1,14 @@
 /*
- * fuzz_protocol_encode: the daemon's requests (proto_trial_request and the
- * fixed hello and bye lines), decoded again as a runner decodes them
- * (jansson, duplicate keys refused): each is one '\n'-terminated JSON
- * object whose fields are the values encoded, whatever bytes the check,
- * dtype and family names hold. Input: 8 bytes id, 8 bytes seed (its top
- * bit dropped: seeds are bigints), 4 bytes repeats, 1 flag byte (family null when even), then check, dtype and
- * family separated by NUL bytes.
+ * fuzz_protocol_encode: the daemon's requests (proto_trial_request, the
+ * hello and bye lines), decoded as a runner decodes them (jansson, duplicate
+ * keys refused): each is one '\n'-terminated JSON object whose fields are
+ * the values encoded, whatever bytes the check, dtype and family names
+ * hold. The other direction, the C SDK's answers decoded by the daemon, is
+ * fuzz_protocol_answer.c.
+ *
+ * Input: 8 bytes id, 8 bytes seed (its top bit dropped: seeds are
+ * PostgreSQL bigints), 4 bytes repeats, 1 flag byte (family null when
+ * even), then check, dtype and family separated by NUL bytes.
  */
 #include <errno.h>
 #include <jansson.h>

@@ -4,7 +4,8 @@
     tests/fuzz/make-corpus.py        rewrites the seeds it makes (files named seed-*)
 
 Files not named seed-* (crashes kept after a fix: crash-*, ...) are left alone. Sources:
-protocol lines from docs/protocol.md and tests/unit/test_protocol.c; configurations from
+protocol lines from docs/protocol.md and tests/unit/test_protocol.c (and trials like its examples,
+as the C SDK fills them); configurations from
 systemd/numwatch.conf.example and tests/unit/test_config.c; compute-sanitizer output from
 tests/unit/test_sanitizer.c; one HTTP request per API route of docs/api.md; mail headers as
 tests/unit/test_mail.c and mailer.c write them.
@@ -117,6 +118,42 @@ def protocol_requests():
     return out
 
 
+def sdk_answers():
+    """Finished trials as fuzz_protocol_answer.c's sdk_answer() reads them (big-endian fields)."""
+    chars = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+    def name(text):
+        return bytes([len(text) - 1]) + bytes(chars.index(c) for c in text)
+
+    def real(v):
+        return struct.pack(">d", v)
+
+    def tensor(nm, ratio, max_abs, max_rel, nonfinite=0, worst=(2, 1024), tail=True):
+        b = name(nm) + real(ratio) + real(max_abs) + real(max_rel) + real(float("nan")) + b"\0"
+        b += real(0.0031) + real(0.0028) + struct.pack(">6I", nonfinite, 0, 0, 0, 0, 0)
+        b += bytes([len(worst)]) + b"".join(struct.pack(">I", w) for w in worst) + bytes([tail])
+        return b
+
+    def trial(check, id_, family, shape, tensors, kernel_us, params=b"\0"):
+        b = bytes([check]) + struct.pack(">q", id_) + bytes([family, 1, len(shape)])
+        b += b"".join(struct.pack(">I", d) for d in shape) + bytes([len(tensors)]) + b"".join(tensors)
+        b += bytes.fromhex("9f2c41d07be3a8e1") + bytes.fromhex("c2b5d8e017a94f63") + b"\0"
+        return b + real(kernel_us) + params
+
+    return [
+        # docs/protocol.md's failing trial: softmax, family threshold, shape [3, 1025], dx at 4.72.
+        trial(0, 17, 2, (3, 1025), [tensor("dx", 4.72, 0.0131, 0.35)], 18.4),
+        trial(0, 1, 0, (8, 256), [tensor("y", 0.21, 0.0039, 0.0078, worst=(5, 17), tail=False)], 6.1),
+        trial(0, 2, 2, (3, 1025), [tensor("y", float("nan"), float("nan"), float("nan"), nonfinite=3)], 7.4),
+        trial(3, 5, 1, (2, 4, 128, 64), [tensor("dq", 0.5, 1e-3, 2e-3), tensor("dk", 0.25, 1e-3, 2e-3),
+                                         tensor("dv", 1.5, 1e-2, 3e-2)], 120.0,
+              params=bytes([2, 1]) + struct.pack(">q", 1) + bytes([0]) + name("padded")),
+        # An error answer: docs/protocol.md's undeclared dtype.
+        bytes([0]) + struct.pack(">q", 3) + bytes([0, 0, 0]) + b"dtype 'f64' is not declared by check 'softmax.fwd'",
+        bytes([1]) + struct.pack(">q", 9) + bytes([0, 4, 1]) + b"cudaErrorIllegalAddress: an illegal memory access",
+    ]
+
+
 def configs():
     out = [(ROOT / "systemd/numwatch.conf.example").read_bytes()]
     for s in c_literals(ROOT / "tests/unit/test_config.c"):
@@ -195,6 +232,7 @@ def mail_inputs():
 def main():
     write("protocol_decode", protocol_lines())
     write("protocol_encode", protocol_requests())
+    write("protocol_answer", sdk_answers())
     write("config", configs())
     write("sanitizer", sanitizer_outputs())
     write("http", http_requests())
