@@ -229,7 +229,34 @@ def mail_inputs():
     return out
 
 
+def dictionaries():
+    """libFuzzer dictionaries: the config file's sections and keys, the API's words."""
+    src = (ROOT / "daemon/config.c").read_text()
+    words = set()
+    for sec, key in re.findall(r'^\s+(?:STR|UINT|DUR|BOOL|REAL|ENV)\w*\("(\w+)", "(\w+)"', src, re.M):
+        words.update({f"[{sec}]", f"{key} = "})
+    words.update({"\n", " = ", "env = ", "0*4", "h", "ms", "s", "min", "yes", "no", "try", "true", "false",
+                  "smtps://", "/proc/self/fd/", "${", "$", "#", ";"})
+    http = {"GET ", "POST ", "DELETE ", "HEAD ", "PUT ", " HTTP/1.1\r\n", " HTTP/1.0\r\n", "\r\n", "\r\n\r\n",
+            "/api/v1", "/commits/", "/build-log", "/checks/", "/trials", "/bisections/", "/regressions/",
+            "/health", "/metrics", "/runs", "/rerun", "/mute", "?limit=", "&offset=", "dtype=", "state=",
+            "commit=", "check=", "seed=", "outcome=", "Authorization: Bearer ", "Content-Length: ",
+            "Transfer-Encoding: chunked\r\n", "Connection: close\r\n", "Expect: 100-continue\r\n",
+            "Host: x\r\n", "%00", "%ff", "%2e%2e/", "../", "50be9908", "softmax.fwd", "bf16",
+            '{"good":"', '"bad":"', '"check":"', '"dtype":"', '"trials":', '"until":"'}
+
+    def quote(w):
+        return '"' + "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else f"\\x{ord(c):02x}" for c in w) + '"'
+
+    for name, ws in (("config", words), ("http", http)):
+        (ROOT / f"tests/fuzz/{name}.dict").write_text(
+            f"# libFuzzer dictionary for fuzz_{name} (written by make-corpus.py)\n"
+            + "".join(f"{quote(w)}\n" for w in sorted(ws)))
+        print(f"{name}.dict: {len(ws)} words")
+
+
 def main():
+    dictionaries()
     write("protocol_decode", protocol_lines())
     write("protocol_encode", protocol_requests())
     write("protocol_answer", sdk_answers())

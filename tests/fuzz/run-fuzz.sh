@@ -34,10 +34,15 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 symbolizer=$(command -v llvm-symbolizer || command -v llvm-symbolizer-14 || true)
 [[ -z $symbolizer ]] || export ASAN_SYMBOLIZER_PATH=$symbolizer
 
+# tests/fuzz/NAME.dict, where there is one: words that get the fuzzer past whole-token comparisons.
+dict=$(dirname "$(dirname "$seeds")")/$(basename "$seeds").dict
+dict_arg=()
+[[ ! -f $dict ]] || dict_arg=(-dict="$dict")
+
 rc=0
 # -timeout: one input taking 25 s is a hang; -rss_limit_mb: 2 GiB is an out-of-memory.
 "$target" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -print_final_stats=1 \
-	-artifact_prefix="$work/" "$@" "$work/corpus" "$seeds" || rc=$?
+	-artifact_prefix="$work/" "${dict_arg[@]}" "$@" "$work/corpus" "$seeds" || rc=$?
 
 if ((rc != 0)); then
 	mapfile -t found < <(find "$work" -maxdepth 1 -type f \( -name 'crash-*' -o -name 'leak-*' \
@@ -49,4 +54,4 @@ if ((rc != 0)); then
 	done
 	exit 1
 fi
-echo "run-fuzz: $(basename "$target"): no crash in ${seconds}s; corpus $(find "$work/corpus" -type f | wc -l) inputs found + $(find "$seeds" -type f | wc -l) seeds"
+echo "run-fuzz: $(basename "$target"): no crash (limit ${seconds}s); $(find "$work/corpus" -type f | wc -l) inputs found so far in $work/corpus, $(find "$seeds" -type f | wc -l) seeds"
