@@ -236,7 +236,7 @@ def dictionaries():
     for sec, key in re.findall(r'^\s+(?:STR|UINT|DUR|BOOL|REAL|ENV)\w*\("(\w+)", "(\w+)"', src, re.M):
         words.update({f"[{sec}]", f"{key} = "})
     words.update({"\n", " = ", "env = ", "0*4", "h", "ms", "s", "min", "yes", "no", "try", "true", "false",
-                  "smtps://", "/proc/self/fd/", "${", "$", "#", ";"})
+                  "smtps://", "${", "$", "#", ";"})
     http = {"GET ", "POST ", "DELETE ", "HEAD ", "PUT ", " HTTP/1.1\r\n", " HTTP/1.0\r\n", "\r\n", "\r\n\r\n",
             "/api/v1", "/commits/", "/build-log", "/checks/", "/trials", "/bisections/", "/regressions/",
             "/health", "/metrics", "/runs", "/rerun", "/mute", "?limit=", "&offset=", "dtype=", "state=",
