@@ -1027,7 +1027,11 @@ int mail_format(const struct mail_message *m, char **out, size_t *outlen)
 	buf_reset(&v);
 	add_clean(&v, m->subject ? m->subject : "", LINE_HARD);
 	if (!v.err) {
-		if (needs_encoding(v.p))
+		/*
+		 * Folding breaks only before a space; text that could make a line
+		 * past LINE_HARD that way is encoded, in words that fold anywhere.
+		 */
+		if (needs_encoding(v.p) || strlen("Subject: ") + v.len > LINE_HARD)
 			add_header_encoded(&b, "Subject", v.p);
 		else
 			add_header_folded(&b, "Subject", v.p);

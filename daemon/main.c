@@ -101,12 +101,6 @@ static void on_drain_check(uv_timer_t *t)
 	}
 }
 
-void nwd_service_stopped(struct nwd *d)
-{
-	if (d->running_services > 0)
-		d->running_services--;
-}
-
 /* Stops every service: no new claim; what runs finishes (drain) or is dropped (refusal). */
 static void stop_services(struct nwd *d)
 {

@@ -137,6 +137,12 @@ void nwd_count_build(struct nwd *d, const char *status, double seconds)
 	m->build_seconds += seconds;
 }
 
+void nwd_service_stopped(struct nwd *d)
+{
+	if (d->running_services > 0)
+		d->running_services--;
+}
+
 void nwd_kick_bisector(struct nwd *d)
 {
 	if (d->bisector)

@@ -475,6 +475,36 @@ static void test_subject_encoding(void **state)
 	free(msg);
 }
 
+/*
+ * A subject with a run of text too long to fold at a space (found by
+ * tests/fuzz/fuzz_mail.c): written plain, "Subject: " and 995 bytes made a
+ * 1004-byte line, past RFC 5322's 998. It is encoded instead, in words that
+ * fold, and decodes to itself.
+ */
+static void test_subject_unbreakable(void **state)
+{
+	const char *to[] = {"jane@example.com"};
+	char subject[996], *msg, *decoded;
+
+	memset(subject, 'x', sizeof(subject) - 1);
+	subject[sizeof(subject) - 1] = '\0';
+	msg = format(subject, NULL, "body\n", to, 1, NULL);
+	assert_lines(msg, 998);
+	decoded = decode_subject(msg);
+	assert_string_equal(decoded, subject);
+	free(decoded);
+	free(msg);
+
+	/* Spaces do not help when they all come before one long word. */
+	memset(subject, ' ', 600);
+	msg = format(subject, NULL, "body\n", to, 1, NULL);
+	assert_lines(msg, 998);
+	decoded = decode_subject(msg);
+	assert_string_equal(decoded, subject);
+	free(decoded);
+	free(msg);
+}
+
 static void test_outside_text_cleaned(void **state)
 {
 	struct mail_culprit c = culprit_facts();
@@ -839,6 +869,7 @@ int main(void)
 	    cmocka_unit_test(test_culprit_runner_repro),
 	    cmocka_unit_test(test_followup_threading),
 	    cmocka_unit_test(test_subject_encoding),
+	    cmocka_unit_test(test_subject_unbreakable),
 	    cmocka_unit_test(test_outside_text_cleaned),
 	    cmocka_unit_test(test_body_lines),
 	    cmocka_unit_test(test_mbox_escaping),
