@@ -58,6 +58,10 @@
 
 /* Trials buffered before a flush is forced (the store writes in batches). */
 #define NW_STORE_BATCH_MAX 2048
+/* Bytes of COPY data buffered before a flush is forced (a trial's tensors may be long). */
+#define NW_STORE_BATCH_BYTES (8 * 1024 * 1024)
+/* The store's own connections to PostgreSQL: batches are written on several at once. */
+#define NW_STORE_CONNECTIONS 2
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
 

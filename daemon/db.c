@@ -13,6 +13,8 @@
 #define RECONNECT_MAX_MS 30000
 /* A connection attempt that has not finished by then is abandoned. */
 #define CONNECT_TIMEOUT_MS 10000
+/* COPY data is handed to libpq in pieces of at most this many bytes. */
+#define DB_COPY_CHUNK (256 * 1024)
 
 struct db_query {
 	struct db_query *next;
@@ -21,6 +23,11 @@ struct db_query {
 	char **params;
 	db_cb cb;
 	void *data;
+	/* db_copy(): the COPY's data (borrowed), how much of it libpq has taken, and whether its end was sent. */
+	bool is_copy;
+	const char *copy;
+	size_t copy_len, copy_sent;
+	bool copy_started, copy_ended;
 };
 
 enum db_state { DB_CONNECTING, DB_READY, DB_BUSY, DB_DOWN, DB_CLOSING };
@@ -173,6 +180,10 @@ static void connection_lost(struct db *db, const char *why)
 }
 
 static void on_poll(uv_poll_t *h, int status, int events);
+static int watch(struct db *db, int events);
+static void flush(struct db *db);
+static bool copy_pending(const struct db *db);
+static int copy_step(struct db *db);
 
 static int watch(struct db *db, int events)
 {
@@ -273,6 +284,12 @@ static void read_results(struct db *db)
 			start_next(db);
 			return;
 		}
+		if (PQresultStatus(r) == PGRES_COPY_IN) {
+			PQclear(r);
+			if (copy_step(db) < 0 || copy_pending(db))
+				return; /* lost, or waiting until the socket takes more */
+			continue;
+		}
 		/* Keep the last result; an error result takes precedence over later ones. */
 		if (db->last && PQresultStatus(db->last) == PGRES_FATAL_ERROR) {
 			PQclear(r);
@@ -281,7 +298,61 @@ static void read_results(struct db *db)
 			db->last = r;
 		}
 	}
-	watch(db, UV_READABLE);
+	/* Readable, and writable while a COPY's end is still in libpq's buffer. */
+	flush(db);
+}
+
+/* Whether the query in flight is in COPY FROM STDIN and libpq has not taken all its data and end yet. */
+static bool copy_pending(const struct db *db)
+{
+	const struct db_query *q = db->head;
+
+	return q && q->copy_started && !q->copy_ended;
+}
+
+/*
+ * The query in flight is in COPY FROM STDIN: hands libpq its data and its end,
+ * as much as the socket takes (a non-blocking connection refuses more while
+ * its buffer is full: the rest goes when the socket is writable again).
+ * Returns -1 when the connection was lost (connection_lost() has run).
+ */
+static int copy_step(struct db *db)
+{
+	struct db_query *q = db->head;
+	int rc;
+
+	while (q && !q->copy_ended) {
+		size_t n = q->copy_len - q->copy_sent;
+
+		q->copy_started = true;
+		if (n > DB_COPY_CHUNK)
+			n = DB_COPY_CHUNK;
+		if (!q->is_copy) /* a COPY sent with db_query: nobody gave it data */
+			rc = PQputCopyEnd(db->conn, "no COPY data was given for this statement");
+		else if (n > 0)
+			rc = PQputCopyData(db->conn, q->copy + q->copy_sent, (int)n);
+		else
+			rc = PQputCopyEnd(db->conn, NULL);
+		if (rc < 0) {
+			connection_lost(db, PQerrorMessage(db->conn));
+			return -1;
+		}
+		if (rc == 0) {
+			watch(db, UV_READABLE | UV_WRITABLE);
+			return 0;
+		}
+		if (q->is_copy && n > 0)
+			q->copy_sent += n;
+		else
+			q->copy_ended = true;
+	}
+	rc = PQflush(db->conn);
+	if (rc < 0) {
+		connection_lost(db, PQerrorMessage(db->conn));
+		return -1;
+	}
+	watch(db, rc > 0 ? UV_READABLE | UV_WRITABLE : UV_READABLE);
+	return 0;
 }
 
 static void flush(struct db *db)
@@ -309,7 +380,10 @@ static void on_poll(uv_poll_t *h, int status, int events)
 		return;
 	}
 	if (db->state == DB_BUSY) {
-		if (events & UV_WRITABLE) {
+		if ((events & UV_WRITABLE) && copy_pending(db)) {
+			if (copy_step(db) < 0)
+				return;
+		} else if (events & UV_WRITABLE) {
 			flush(db);
 			if (db->state != DB_BUSY)
 				return;
@@ -331,8 +405,9 @@ static void start_next(struct db *db)
 
 	if (db->state != DB_READY || !q)
 		return;
-	if (!PQsendQueryParams(db->conn, q->sql, q->nparams, NULL, (const char *const *)q->params, NULL, NULL,
-			       0)) {
+	if (q->is_copy ? !PQsendQuery(db->conn, q->sql)
+		       : !PQsendQueryParams(db->conn, q->sql, q->nparams, NULL,
+					    (const char *const *)q->params, NULL, NULL, 0)) {
 		connection_lost(db, PQerrorMessage(db->conn));
 		return;
 	}
@@ -389,6 +464,35 @@ int db_query(struct db *db, const char *sql, int nparams, const char *const *par
 			}
 		}
 	}
+	if (db->tail)
+		db->tail->next = q;
+	else
+		db->head = q;
+	db->tail = q;
+	db->queued++;
+	start_next(db);
+	return 0;
+}
+
+int db_copy(struct db *db, const char *sql, const char *data, size_t len, db_cb cb, void *cbdata)
+{
+	struct db_query *q;
+
+	if (db->state == DB_CLOSING)
+		return -ESHUTDOWN;
+	if (db->refused)
+		return -EROFS;
+	if (db->nmembers)
+		return db_copy(least_busy(db), sql, data, len, cb, cbdata);
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->sql = sql;
+	q->cb = cb;
+	q->data = cbdata;
+	q->is_copy = true;
+	q->copy = data;
+	q->copy_len = data ? len : 0;
 	if (db->tail)
 		db->tail->next = q;
 	else

@@ -21,8 +21,7 @@
 /* Longest field path quoted in a message ("checks[255].families[31]"). */
 #define FIELD_PATH_MAX 96
 
-/* Length of the valid UTF-8 sequence at 's' (as PostgreSQL judges it), or 0. */
-static size_t utf8_valid_len(const unsigned char *s)
+size_t proto_utf8_len(const unsigned char *s)
 {
 	unsigned char lo = 0x80, hi = 0xBF;
 	size_t n, i;
@@ -66,7 +65,7 @@ static void sanitize_message(char *msg)
 	size_t n;
 
 	while (*s) {
-		n = utf8_valid_len(s);
+		n = proto_utf8_len(s);
 		if (n == 0 || (n == 1 && (*s < 0x20 || *s == 0x7f))) {
 			*s++ = '?';
 			continue;

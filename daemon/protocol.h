@@ -94,6 +94,14 @@ int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto
 		      size_t errlen);
 int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
 
+/*
+ * Length of the valid UTF-8 sequence at 's' (as PostgreSQL and jansson judge
+ * it: no overlong forms, no surrogates, nothing past U+10FFFF), or 0 when the
+ * bytes there are not one. Reads at most as far as the first byte announces,
+ * stopping at a NUL (which is never a continuation byte).
+ */
+size_t proto_utf8_len(const unsigned char *s);
+
 void proto_hello_release(struct proto_hello *h);
 void proto_trial_release(struct proto_trial *t);
 

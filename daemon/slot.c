@@ -715,14 +715,14 @@ static void on_judged(void *data, enum judge_result r, unsigned more)
 	job_done(s);
 }
 
-/* The plan is complete: the judge decides against the state just before this commit. */
-static void write_verdict(struct slot *s, bool infra_failed)
+/* The plan's trials are stored: the judge decides against the state just before this commit. */
+static void judge_now(void *data)
 {
+	struct slot *s = data;
+	bool infra_failed = s->infra_failed;
 	double worst = NAN;
 	int rc;
 
-	s->infra_failed = infra_failed;
-	store_flush(s->d->store);
 	free(s->judged);
 	s->judged = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->judged));
 	if (!s->judged) {
@@ -747,6 +747,15 @@ static void write_verdict(struct slot *s, bool infra_failed)
 	}
 }
 
+/* The plan is complete: once its trials are stored, the judge decides. */
+static void write_verdict(struct slot *s, bool infra_failed)
+{
+	s->infra_failed = infra_failed;
+	/* The store writes on its own connections: the verdict waits for them, not for a retry. */
+	if (store_flush_then(s->d->store, judge_now, s) < 0)
+		judge_now(s);
+}
+
 /* A probe's result feeds its bisection: done once every listed seed has a stored result. */
 static const char probe_done_sql[] =
     "WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
@@ -762,14 +771,16 @@ static void on_probe_written(PGresult *res, const char *error, void *data)
 	job_written(data, !error && strcmp(PQgetvalue(res, 0, 0), "1") == 0, error);
 }
 
-static void write_probe(struct slot *s, bool infra_failed)
+/* The probe's trials are stored: its end, and its counts for the bisection. */
+static void probe_now(void *data)
 {
+	struct slot *s = data;
+	bool infra_failed = s->infra_failed;
 	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
 	char *seeds = malloc(cap);
 	char id[24], commit[24], check[16], trials[16], failures[16];
 	unsigned ran = 0, failed = 0;
 
-	s->infra_failed = infra_failed;
 	if (!seeds) {
 		log_error("slot %s: out of memory writing a probe", s->cfg.name);
 		jobs_release(s->d, s->job.id);
@@ -798,10 +809,16 @@ static void write_probe(struct slot *s, bool infra_failed)
 		if (s->finish_tries == 0)
 			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
 				 s->job.dtype, failed, ran);
-		store_flush(s->d->store);
 		db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s);
 	}
 	free(seeds);
+}
+
+static void write_probe(struct slot *s, bool infra_failed)
+{
+	s->infra_failed = infra_failed;
+	if (store_flush_then(s->d->store, probe_now, s) < 0)
+		probe_now(s);
 }
 
 static void finish_job(struct slot *s, bool infra_failed)
