@@ -21,7 +21,7 @@
 
 /* A batch's first try: straight into trials (fails whole on a row already stored). */
 static const char copy_sql[] = "COPY trials (" STORE_COLUMNS ") FROM STDIN";
-/* Its later tries: through the staging table, inserting only the rows not stored yet (sql/050). */
+/* Its later tries: through the staging table, inserting only the rows not stored yet (sql/050_trial_path.sql). */
 static const char stage_sql[] =
     "SELECT trial_stage_begin(); COPY pg_temp.trial_stage FROM STDIN; SELECT trial_stage_insert()";
 

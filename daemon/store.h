@@ -6,7 +6,7 @@
  * verdicts on the daemon's write connection never queue behind a batch.
  * Idempotent through the trials table's unique key: a batch that meets rows
  * already stored fails whole and goes again through a staging table that
- * inserts only the new ones (sql/050). A batch that fails is kept and
+ * inserts only the new ones (sql/050_trial_path.sql). A batch that fails is kept and
  * retried; nothing is dropped.
  */
 #ifndef NW_STORE_H
