@@ -93,6 +93,22 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
 		      size_t errlen);
 int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
+/*
+ * The reference decoder of trial answers (jansson): proto_parse_trial leaves
+ * to it every line its own decoder does not take (anything unusual, and every
+ * line it must refuse), and decodes the others exactly as this one would.
+ * Exposed, with proto_parse_trial's own decoder, for the test that compares
+ * the two.
+ */
+int proto_parse_trial_ref(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+			  size_t errlen);
+/*
+ * proto_parse_trial's own decoder (no allocation but the tensors' encoding):
+ * 1 when it decoded the line ('out' filled, as the reference decoder would),
+ * 0 when it leaves the line to the reference decoder ('out' holds nothing to
+ * release).
+ */
+int proto_parse_trial_fast(const char *line, size_t len, long expect_id, struct proto_trial *out);
 
 /*
  * Length of the valid UTF-8 sequence at 's' (as PostgreSQL and jansson judge

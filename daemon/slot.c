@@ -87,6 +87,9 @@ struct slot {
 	/* The job's lease ran out and another daemon claimed it: it is no longer this slot's to finish. */
 	bool lease_lost;
 	unsigned cur; /* index into seeds of the trial in flight */
+	/* pick_seed(): every seed before these has run once / needs no rerun; a first run failed. */
+	unsigned next_first, next_rerun;
+	bool first_failed;
 	int cur_attempt;
 
 	unsigned crash_streak;
@@ -169,6 +172,7 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	if (rec->v.first == OUTCOME_NONE) {
 		rec->v.first = outcome;
 		rec->first_ratio = result ? result->ratio : NAN;
+		s->first_failed = s->first_failed || outcome_is_failure(outcome);
 		if (s->job.stop_on_failure && s->job.bisection_id && outcome_is_failure(outcome))
 			stop_siblings(s);
 	} else if (rec->v.second == OUTCOME_NONE) {
@@ -491,20 +495,24 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	/* A search probe ends at its first failure, or a sibling part's: one says what it came to learn. */
 	if (s->job.stop_on_failure && s->sibling_failed)
 		return false;
-	for (unsigned i = 0; s->job.stop_on_failure && i < s->nseeds; i++)
-		if (outcome_is_failure(s->seeds[i].v.first))
-			return false;
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		if (s->seeds[i].v.first == OUTCOME_NONE) {
-			*index = i;
-			return true;
-		}
+	if (s->job.stop_on_failure && s->first_failed)
+		return false;
+	/*
+	 * Cursors, not scans from the start, at every trial: a seed's first run
+	 * is never undone, and once every seed ran once, a rerun is only ever
+	 * done (a plan that grows adds seeds after both cursors).
+	 */
+	while (s->next_first < s->nseeds && s->seeds[s->next_first].v.first != OUTCOME_NONE)
+		s->next_first++;
+	if (s->next_first < s->nseeds) {
+		*index = s->next_first;
+		return true;
 	}
-	for (unsigned i = 0; s->plan && i < s->nseeds; i++) {
-		if (verdict_seed_needs_rerun(&s->seeds[i].v)) {
-			*index = i;
-			return true;
-		}
+	while (s->plan && s->next_rerun < s->nseeds && !verdict_seed_needs_rerun(&s->seeds[s->next_rerun].v))
+		s->next_rerun++;
+	if (s->plan && s->next_rerun < s->nseeds) {
+		*index = s->next_rerun;
+		return true;
 	}
 	return false;
 }
@@ -875,6 +883,7 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		if (rec->v.first == OUTCOME_NONE) {
 			rec->v.first = o;
 			rec->first_ratio = db_get_double(res, i, 3, NAN);
+			s->first_failed = s->first_failed || outcome_is_failure(o);
 		} else if (rec->v.second == OUTCOME_NONE) {
 			rec->v.second = o;
 		}
@@ -914,6 +923,8 @@ static void on_claimed(struct job *job, void *data)
 	s->job = *job;
 	s->has_job = true;
 	s->plan = job->seeds == NULL;
+	s->next_first = s->next_rerun = 0;
+	s->first_failed = false;
 	s->nseeds = s->plan ? s->d->cfg.trials_per_commit : job->nseeds;
 	s->seeds = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->seeds));
 	if (!s->seeds) {
