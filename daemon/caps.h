@@ -46,6 +46,8 @@
 #define NW_API_CHECK_REGRESSIONS 100
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
+/* Connections for the judge's reads (a pool): verdicts of several jobs are read at once. */
+#define NW_JUDGE_DB_POOL 2
 /*
  * API response cache (api.c), keyed by request path: entries, bytes in all
  * (larger answers are not cached), and how old an answer may be when served,

@@ -76,6 +76,7 @@ static void finish_exit(void)
 		http_stop(d->http);
 	d->http = NULL;
 	db_close(d->db);
+	db_close(d->db_judge);
 	store_close(d->store);
 	uv_stop(d->loop);
 }
@@ -344,6 +345,7 @@ int main(int argc, char **argv)
 	d->started_ms = uv_now(d->loop);
 	if (db_open(d->loop, d->cfg.database, "main", &d->db) < 0 ||
 	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL, &d->db_http) < 0 ||
+	    db_open_pool(d->loop, d->cfg.database, "judge", NW_JUDGE_DB_POOL, &d->db_judge) < 0 ||
 	    store_init(d->loop, d->cfg.database, d->cfg.node_name, &d->store) < 0) {
 		log_error("out of memory");
 		return 1;
