@@ -952,20 +952,30 @@ static bool fast_digits(struct fast *f)
 	return f->p > start;
 }
 
-/* A JSON number (RFC 8259's grammar), read as jansson reads it: integer unless it has a fraction or exponent. */
-static bool fast_number(struct fast *f, struct fast_num *num)
+/*
+ * A JSON number (RFC 8259's grammar), read as jansson reads it: an integer
+ * unless it has a fraction or an exponent; an integer that does not fit, or
+ * a real that overflows, is jansson's to refuse. With 'need_value' false
+ * (only checking), a number that plainly fits is not converted.
+ */
+static bool fast_number(struct fast *f, struct fast_num *num, bool need_value)
 {
-	const char *start = f->p;
+	const char *start = f->p, *int_start;
+	size_t int_len;
+	long exp = 0;
+	bool exp_neg = false;
 	char tmp[48];
 	size_t len;
 
 	num->is_int = true;
 	if (f->p < f->end && *f->p == '-')
 		f->p++;
+	int_start = f->p;
 	if (f->p < f->end && *f->p == '0')
 		f->p++;
 	else if (!fast_digits(f))
 		return false;
+	int_len = (size_t)(f->p - int_start);
 	if (f->p < f->end && *f->p == '.') {
 		num->is_int = false;
 		f->p++;
@@ -976,10 +986,18 @@ static bool fast_number(struct fast *f, struct fast_num *num)
 		num->is_int = false;
 		f->p++;
 		if (f->p < f->end && (*f->p == '+' || *f->p == '-'))
-			f->p++;
-		if (!fast_digits(f))
+			exp_neg = *f->p++ == '-';
+		if (f->p >= f->end || *f->p < '0' || *f->p > '9')
 			return false;
+		while (f->p < f->end && *f->p >= '0' && *f->p <= '9') {
+			if (exp < 100000)
+				exp = exp * 10 + (*f->p - '0');
+			f->p++;
+		}
 	}
+	/* Below 10^301 a real is finite; 18 digits fit a long long. */
+	if (!need_value && (num->is_int ? int_len <= 18 : (long)int_len + (exp_neg ? -exp : exp) <= 300))
+		return true;
 	len = (size_t)(f->p - start);
 	if (len >= sizeof(tmp))
 		return false;
@@ -1118,7 +1136,7 @@ static bool fast_value(struct fast *f, int depth)
 			buf_adds(f->out, "null");
 		return true;
 	default:
-		if (!fast_number(f, &num))
+		if (!fast_number(f, &num, f->out != NULL))
 			return false;
 		if (f->out && num.is_int) {
 			char tmp[32];
@@ -1181,7 +1199,7 @@ static bool fast_num_of(const struct fast_member *m, struct fast_num *num)
 {
 	struct fast f = {m->v, m->vend, NULL};
 
-	return fast_number(&f, num) && f.p == f.end;
+	return fast_number(&f, num, true) && f.p == f.end;
 }
 
 /* get_integer(): absent or null when optional leaves *out; else an integer in [min, max]. */
@@ -1275,7 +1293,7 @@ static bool fast_get_index_list(const struct fast_member *m, size_t max, long *d
 		struct fast_num num;
 
 		fast_ws(&f);
-		if (count == max || !fast_number(&f, &num) || !num.is_int || num.i < 0)
+		if (count == max || !fast_number(&f, &num, true) || !num.is_int || num.i < 0)
 			return false;
 		if (dims)
 			dims[count] = (long)num.i;

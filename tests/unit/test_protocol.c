@@ -1011,7 +1011,8 @@ static const char *const fast_bases[] = {
     " { \"op\" : \"trial\" , \"id\" : 17 , \"verdict\" : \"fail\" , \"ratio\" : null , \"fatal\" : false ,"
     " \"case\" : { \"family\" : null , \"shape\" : [ ] , \"gen\" : 0 , \"x\" : [ [ ] , { } , -0 , 1E2 ] } ,"
     " \"tensors\" : [ ] , \"digest\" : null , \"kernel_us\" : -0.0 , \"extra\" : [ true , false , null ,"
-    " 12345678901234567 , 1e-400 , 0.1e+1 , \"/ ~\" ] }\r\n",
+    " 12345678901234567 , 1e-400 , 0.1e+1 , \"/ ~\" , 9223372036854775807 , -9223372036854775808 ,"
+    " 1e300 , 123e298 , 0.5e301 ] }\r\n",
     "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":null,\"case\":null}",
 };
 
