@@ -998,6 +998,15 @@ static bool fast_number(struct fast *f, struct fast_num *num, bool need_value)
 	/* Below 10^301 a real is finite; 18 digits fit a long long. */
 	if (!need_value && (num->is_int ? int_len <= 18 : (long)int_len + (exp_neg ? -exp : exp) <= 300))
 		return true;
+	if (num->is_int && int_len <= 18) {
+		long long v = 0;
+
+		for (const char *c = int_start; c < int_start + int_len; c++)
+			v = v * 10 + (*c - '0');
+		num->i = *start == '-' ? -v : v;
+		num->d = (double)num->i;
+		return true;
+	}
 	len = (size_t)(f->p - start);
 	if (len >= sizeof(tmp))
 		return false;
@@ -1011,6 +1020,43 @@ static bool fast_number(struct fast *f, struct fast_num *num, bool need_value)
 	}
 	num->d = strtod(tmp, NULL);
 	return !isinf(num->d); /* jansson refuses an overflow, takes an underflow */
+}
+
+/*
+ * Whether the number token [s, end) is already what dump_value() writes for
+ * it, so that it is copied as it is: an integer of at most 18 digits but
+ * "-0", or a real in fixed notation that "%.15g" writes the same (at most 15
+ * significant digits, no trailing zero in its fraction, its first
+ * significant digit from 10^-4 to 10^14).
+ */
+static bool fast_canonical(const char *s, const char *end)
+{
+	const char *c = s, *dot, *first = NULL, *last = NULL;
+	int exp10;
+
+	if (c < end && *c == '-')
+		c++;
+	dot = memchr(c, '.', (size_t)(end - c));
+	if (memchr(c, 'e', (size_t)(end - c)) || memchr(c, 'E', (size_t)(end - c)))
+		return false;
+	if (!dot)
+		return end - c <= 18 && !(*s == '-' && *c == '0');
+	if (end[-1] == '0' || dot + 1 == end)
+		return false;
+	for (const char *d = c; d < end; d++) {
+		if (*d == '.' || (*d == '0' && !first))
+			continue;
+		if (!first)
+			first = d;
+		last = d;
+	}
+	if (!first)
+		return false; /* 0.0 is written "0.0", but -0.0 "-0.0": left to the formatter */
+	/* Significant digits from the first non-zero one to the last, the point not counted. */
+	if ((last - first + 1) - (first < dot && last > dot) > 15)
+		return false;
+	exp10 = first < dot ? (int)(dot - first) - 1 : -(int)(first - dot);
+	return exp10 >= -4 && exp10 < 15;
 }
 
 static void fast_put_string(struct fast *f, const char *s, size_t n)
@@ -1136,14 +1182,27 @@ static bool fast_value(struct fast *f, int depth)
 			buf_adds(f->out, "null");
 		return true;
 	default:
-		if (!fast_number(f, &num, f->out != NULL))
+		s = f->p;
+		if (!fast_number(f, &num, false))
 			return false;
-		if (f->out && num.is_int) {
+		if (!f->out)
+			return true;
+		if (fast_canonical(s, f->p)) {
+			buf_add(f->out, s, (size_t)(f->p - s));
+			return true;
+		}
+		{
+			struct fast g = {s, f->p, NULL};
+
+			if (!fast_number(&g, &num, true))
+				return false;
+		}
+		if (num.is_int) {
 			char tmp[32];
 
 			snprintf(tmp, sizeof(tmp), "%lld", num.i);
 			buf_adds(f->out, tmp);
-		} else if (f->out) {
+		} else {
 			buf_add_real(f->out, num.d);
 		}
 		return true;
@@ -1223,12 +1282,20 @@ static bool fast_get_number(const struct fast_member *m, double *out)
 	if (!m)
 		return true;
 	if (fast_is_null(m)) {
-		*out = NAN;
+		if (out)
+			*out = NAN;
 		return true;
+	}
+	/* Only checked (out NULL): a number without a sign is finite and 0 or more already. */
+	if (!out && *m->v != '-') {
+		struct fast f = {m->v, m->vend, NULL};
+
+		return fast_number(&f, &num, false) && f.p == f.end;
 	}
 	if (!fast_num_of(m, &num) || !isfinite(num.d) || num.d < 0)
 		return false;
-	*out = num.d;
+	if (out)
+		*out = num.d;
 	return true;
 }
 
@@ -1315,7 +1382,6 @@ static bool fast_tensor(const struct fast_member *e, struct proto_tensor *t)
 	struct fast_member m[FAST_KEYS_MAX];
 	int n = fast_members(e->v, e->vend, m);
 	const struct fast_member *ratio;
-	double unused;
 	unsigned dims;
 	bool flag;
 
@@ -1331,9 +1397,9 @@ static bool fast_tensor(const struct fast_member *e, struct proto_tensor *t)
 			return false;
 		*fields[i] = (long)v;
 	}
-	return fast_get_number(fast_get(m, n, "max_abs"), &unused) &&
-	       fast_get_number(fast_get(m, n, "max_rel"), &unused) &&
-	       fast_get_number(fast_get(m, n, "max_ulp"), &unused) &&
+	return fast_get_number(fast_get(m, n, "max_abs"), NULL) &&
+	       fast_get_number(fast_get(m, n, "max_rel"), NULL) &&
+	       fast_get_number(fast_get(m, n, "max_ulp"), NULL) &&
 	       fast_get_index_list(fast_get(m, n, "worst"), NW_PROTO_SHAPE_MAX, NULL, &dims) &&
 	       fast_get_bool(fast_get(m, n, "tail"), &flag);
 }
@@ -1438,7 +1504,9 @@ int proto_parse_trial_fast(const char *line, size_t len, long expect_id, struct 
 			f.p++;
 	}
 	f = (struct fast){v->v, v->vend, &enc};
-	if (!fast_value(&f, 0) || enc.oom) {
+	enc.data = malloc((size_t)(v->vend - v->v) + 64);
+	enc.cap = enc.data ? (size_t)(v->vend - v->v) + 64 : 0;
+	if (!fast_value(&f, 0) || enc.oom || !enc.data) {
 		free(enc.data);
 		return 0;
 	}

@@ -1049,6 +1049,51 @@ static void compare_decoders(const char *line, size_t len)
 	proto_trial_release(&b);
 }
 
+/*
+ * Numbers are stored as the reference decoder re-encodes them (shortest
+ * "%.Ng" that reads back, ".0" on a real without one); the fast decoder
+ * copies a number that is already written so. Random numbers of every shape
+ * (signs, leading and trailing zeros, 1 to 20 digits, the point anywhere,
+ * exponents) must come out alike.
+ */
+static void test_fast_numbers(void **state)
+{
+	unsigned long long x = 88172645463325252ULL;
+	char token[64], line[256];
+	unsigned n;
+
+	(void)state;
+	for (unsigned k = 0; k < 200000; k++) {
+		size_t len = 0;
+		unsigned digits, point;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		digits = 1 + (unsigned)(x % 20);
+		point = (unsigned)((x >> 8) % (digits + 2)); /* digits + 1: none */
+		if ((x >> 16) & 1)
+			token[len++] = '-';
+		for (unsigned i = 0; i < digits; i++) {
+			unsigned d = (unsigned)((x >> (20 + 2 * (i % 20))) % 10);
+
+			/* Many zeros: leading, trailing and inner ones are the hard cases. */
+			if (((x >> (i % 40)) & 3) == 0)
+				d = 0;
+			if (i == point && i > 0)
+				token[len++] = '.';
+			token[len++] = (char)('0' + d);
+		}
+		if (((x >> 60) & 3) == 0)
+			len += (size_t)snprintf(token + len, sizeof(token) - len, "e%s%u",
+						(x >> 62) & 1 ? "-" : "", (unsigned)((x >> 40) % 40));
+		token[len] = '\0';
+		n = (unsigned)snprintf(line, sizeof(line),
+				       "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0,"
+				       "\"tensors\":[{\"name\":\"a\",\"ratio\":0,\"x\":%s}]}",
+				       token);
+		compare_decoders(line, n);
+	}
+}
+
 static void test_fast_matches_reference(void **state)
 {
 	static const char bytes[] = "\"\\{}[],:0123456789-+.eE ntfrux\t\n\x01\x7f\x80\xc3\xa9";
@@ -1115,6 +1160,7 @@ int main(void)
 	    cmocka_unit_test(test_message_is_clean_text),
 	    cmocka_unit_test(test_small_error_buffer),
 	    cmocka_unit_test(test_fast_matches_reference),
+	    cmocka_unit_test(test_fast_numbers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
