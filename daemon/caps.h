@@ -47,7 +47,7 @@
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
 /* Connections for the judge's reads (a pool): verdicts of several jobs are read at once. */
-#define NW_JUDGE_DB_POOL 2
+#define NW_JUDGE_DB_POOL 4
 /*
  * API response cache (api.c), keyed by request path: entries, bytes in all
  * (larger answers are not cached), and how old an answer may be when served,
