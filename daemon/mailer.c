@@ -74,8 +74,9 @@ static void step(struct mailer *m);
 /*
  * Bisections whose mail should be queued and is not ($1: repository, $2: at
  * most this many; $3: whether open regressions get bisections by themselves).
- * A culprit commit gets one mail, whatever number of checks it broke: its
- * first bisection's, listing the others (culprit_sql), sent once no other
+ * A culprit commit gets one mail, whatever number of checks it broke: the
+ * bisection of its first check by name (then dtype) has it, listing the
+ * others (culprit_sql), sent once no other
  * regression that may yet be blamed on the same commit (bisecting, or open
  * and about to be, its range holding it) is still being looked at, or after
  * six hours of waiting for one.
@@ -85,8 +86,14 @@ static const char sweep_sql[] =
     " WHERE b.repo_id = $1 AND b.outcome = 'culprit'"
     /* A culprit found long ago (mail just turned on, say) is not worth a mail now. */
     "  AND coalesce(b.finished_at, b.updated_at) > now() - interval '7 days'"
-    "  AND b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.culprit_id = b.culprit_id"
-    "   AND b2.outcome = 'culprit')"
+    /*
+     * By check, not by which bisection came first: that follows the order the
+     * verdicts happened to be stored in, and one history must give one mail
+     * however its work was spread over slots and daemons.
+     */
+    "  AND b.id = (SELECT b2.id FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
+    "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' ORDER BY k2.name, b2.dtype, b2.id "
+    "LIMIT 1)"
     "  AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')"
     "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
     "                  AND u.until > now())"
@@ -145,7 +152,7 @@ static const char culprit_sql[] =
     "  CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'"
     "    THEN (b.posterior ->> 'culprit_rate')::float8 END,"
     "  (SELECT string_agg(k2.name || ' ' || b2.dtype || ' (bisection ' || b2.id || ')', E'\\n' ORDER BY "
-    "b2.id)"
+    "k2.name, b2.dtype, b2.id)"
     "   FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
     "   WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id,"
     "  bu.repro, CASE WHEN t.slot LIKE 'gpu%' THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda')"
@@ -166,9 +173,11 @@ static const char culprit_sql[] =
     "     DESC NULLS LAST,"
     "     CASE WHEN jsonb_typeof(e -> 'ratio') = 'number' THEN (e ->> 'ratio')::float8 END DESC NULLS LAST"
     "   LIMIT 1) w ON true"
-    /* The culprit commit's mail is its first bisection's. */
-    " WHERE b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.outcome = 'culprit'"
-    "   AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1))"
+    /* The culprit commit's mail is its first check's bisection's (sweep_sql). */
+    " WHERE b.id = (SELECT b2.id FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id"
+    "   WHERE b2.outcome = 'culprit'"
+    "   AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1)"
+    "   ORDER BY k2.name, b2.dtype, b2.id LIMIT 1)"
     "  AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')"
     "                  AND u.until > now())";
 
@@ -403,7 +412,7 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	c.seeds = col(res, 24);
 	c.rate = col_double(res, 25);
 	c.also = col(res, 26);
-	/* The culprit commit's mail is its first bisection's, whichever asked. */
+	/* The culprit commit's mail is its first check's bisection's, whichever asked. */
 	e->bisection_id = db_get_ll(res, 0, 27, e->bisection_id);
 	c.bisection_id = e->bisection_id;
 	c.repro_template = col(res, 28);
