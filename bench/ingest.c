@@ -1,7 +1,7 @@
 /*
  * bench/ingest: trial results per second through the daemon's storage path
- * (store.c: batched INSERT ... FROM json_to_recordset, idempotent) against a
- * plain COPY of the same rows into the same table. Run by bench/ingest.sh,
+ * (store.c: batched COPY, idempotent through the unique key) against a plain
+ * COPY of the same rows into the same table. Run by bench/ingest.sh,
  * which starts a private PostgreSQL; NW_DATABASE names it.
  *
  * usage: ingest [ROWS]
@@ -64,19 +64,17 @@ static void on_check(uv_timer_t *t)
 static double ingest_store(const char *conninfo, long long commit_id, int check_id, unsigned rows)
 {
 	uv_loop_t *loop = uv_default_loop();
-	struct db *db;
 	struct run run = {0};
 	struct proto_trial t = {0};
 	double start;
 
-	db_open(loop, conninfo, "bench", 300 * 1000, &db);
-	store_init(loop, db, "bench", &run.store);
+	store_init(loop, conninfo, "bench", 300 * 1000, &run.store);
 	run.target = rows;
 	uv_timer_init(loop, &run.check);
 	run.check.data = &run;
 	uv_timer_start(&run.check, on_check, 1, 1);
-	/* Let the connection come up before the clock starts. */
-	while (!db_connected(db))
+	/* Let the connections come up before the clock starts. */
+	while (!store_connected(run.store))
 		uv_run(loop, UV_RUN_ONCE);
 	t.verdict = OUTCOME_PASS;
 	snprintf(t.family, sizeof(t.family), "threshold");
@@ -108,7 +106,6 @@ static double ingest_store(const char *conninfo, long long commit_id, int check_
 	uv_run(loop, UV_RUN_DEFAULT);
 	uv_close((uv_handle_t *)&run.check, NULL);
 	store_free(run.store);
-	db_close(db);
 	uv_run(loop, UV_RUN_DEFAULT);
 	return rows / (run.done_at - start);
 }

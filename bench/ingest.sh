@@ -23,7 +23,7 @@ section=$(mktemp)
 	echo
 	echo "| path | rows/s |"
 	echo "| --- | ---: |"
-	echo "| numwatchd store (batched json_to_recordset, ON CONFLICT DO NOTHING) | $store_rows_per_s |"
+	echo "| numwatchd store (batched COPY on its 2 connections; rows already stored through a staging table, ON CONFLICT DO NOTHING) | $store_rows_per_s |"
 	echo "| plain COPY of the same rows | $copy_rows_per_s |"
 	echo "| ratio | $ratio |"
 } >"$section"

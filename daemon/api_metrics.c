@@ -177,6 +177,20 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	    "# TYPE numwatch_store_pending_batches gauge\nnumwatch_store_pending_batches %u\n",
 	    store_pending(p->d->store));
 	add(&t,
+	    "# HELP numwatch_store_rows_written_total Trial rows written by the store.\n"
+	    "# TYPE numwatch_store_rows_written_total counter\nnumwatch_store_rows_written_total %llu\n"
+	    "# HELP numwatch_store_batches_total Batches the store wrote.\n"
+	    "# TYPE numwatch_store_batches_total counter\nnumwatch_store_batches_total %llu\n",
+	    store_written(p->d->store), store_batches(p->d->store));
+	add(&t,
+	    "# HELP numwatch_db_queries_total Statements completed on the daemon's write connections (the store's too).\n"
+	    "# TYPE numwatch_db_queries_total counter\nnumwatch_db_queries_total %llu\n",
+	    (unsigned long long)db_writes());
+	add(&t,
+	    "# HELP numwatch_loop_idle_seconds_total Time the daemon's event loop waited for events.\n"
+	    "# TYPE numwatch_loop_idle_seconds_total counter\nnumwatch_loop_idle_seconds_total %.6f\n",
+	    (double)uv_metrics_idle_time(p->d->loop) / 1e9);
+	add(&t,
 	    "# HELP numwatch_db_backlog Queries queued or running on the daemon's write connection.\n"
 	    "# TYPE numwatch_db_backlog gauge\nnumwatch_db_backlog %u\n",
 	    db_backlog(p->d->db));

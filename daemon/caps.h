@@ -57,6 +57,8 @@
 #define NW_DB_TXN_TRIES 5
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
+/* Connections for the judge's reads (a pool): verdicts of several jobs are read at once. */
+#define NW_JUDGE_DB_POOL 4
 /*
  * API response cache (api.c), keyed by request path: entries, bytes in all
  * (larger answers are not cached), and how old an answer may be when served,
@@ -69,6 +71,10 @@
 
 /* Trials buffered before a flush is forced (the store writes in batches). */
 #define NW_STORE_BATCH_MAX 2048
+/* Bytes of COPY data buffered before a flush is forced (a trial's tensors may be long). */
+#define NW_STORE_BATCH_BYTES (8 * 1024 * 1024)
+/* The store's own connections to PostgreSQL: batches are written on several at once. */
+#define NW_STORE_CONNECTIONS 2
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
 /*

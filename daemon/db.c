@@ -24,6 +24,8 @@
 #define RESOLVE_POLLS 100
 /* Error texts kept from libpq (its messages are a few lines). */
 #define ERROR_MAX 512
+/* COPY data is handed to libpq in pieces of at most this many bytes. */
+#define DB_COPY_CHUNK (256 * 1024)
 
 struct db_stmt {
 	const char *sql; /* borrowed */
@@ -55,6 +57,11 @@ struct db_query {
 	PGresult *failed; /* the statement that failed, answered after the ROLLBACK */
 	db_cb cb;
 	void *data;
+	/* db_copy(): the COPY's data (borrowed), how much of it libpq has taken, and whether its end was sent. */
+	bool is_copy;
+	const char *copy;
+	size_t copy_len, copy_sent;
+	bool copy_started, copy_ended;
 };
 
 /* A transaction being put together: its queue entry, with room to grow. */
@@ -97,6 +104,9 @@ static uint64_t writes_completed;
 
 static void start_next(struct db *db);
 static void connect_start(struct db *db);
+static bool copy_pending(const struct db *db);
+static int copy_step(struct db *db);
+static void flush(struct db *db);
 
 long long db_get_ll(PGresult *res, int row, int col, long long fallback)
 {
@@ -463,6 +473,8 @@ static int send_head(struct db *db, struct db_query *q)
 		}
 		}
 	}
+	if (q->is_copy)
+		return PQsendQuery(db->conn, st->sql);
 	return PQsendQueryParams(db->conn, st->sql, st->nparams, NULL, (const char *const *)st->params, NULL,
 				 NULL, 0);
 }
@@ -571,6 +583,12 @@ static void read_results(struct db *db)
 			start_next(db);
 			return;
 		}
+		if (PQresultStatus(r) == PGRES_COPY_IN) {
+			PQclear(r);
+			if (copy_step(db) < 0 || copy_pending(db))
+				return; /* lost, or waiting until the socket takes more */
+			continue;
+		}
 		/* Keep the last result; an error result takes precedence over later ones. */
 		if (db->last && PQresultStatus(db->last) == PGRES_FATAL_ERROR) {
 			PQclear(r);
@@ -579,7 +597,61 @@ static void read_results(struct db *db)
 			db->last = r;
 		}
 	}
-	watch(db, UV_READABLE);
+	/* Readable, and writable while a COPY's end is still in libpq's buffer. */
+	flush(db);
+}
+
+/* Whether the query in flight is in COPY FROM STDIN and libpq has not taken all its data and end yet. */
+static bool copy_pending(const struct db *db)
+{
+	const struct db_query *q = db->head;
+
+	return q && q->copy_started && !q->copy_ended;
+}
+
+/*
+ * The query in flight is in COPY FROM STDIN: hands libpq its data and its end,
+ * as much as the socket takes (a non-blocking connection refuses more while
+ * its buffer is full: the rest goes when the socket is writable again).
+ * Returns -1 when the connection was lost (connection_lost() has run).
+ */
+static int copy_step(struct db *db)
+{
+	struct db_query *q = db->head;
+	int rc;
+
+	while (q && !q->copy_ended) {
+		size_t n = q->copy_len - q->copy_sent;
+
+		q->copy_started = true;
+		if (n > DB_COPY_CHUNK)
+			n = DB_COPY_CHUNK;
+		if (!q->is_copy) /* a COPY sent with db_query: nobody gave it data */
+			rc = PQputCopyEnd(db->conn, "no COPY data was given for this statement");
+		else if (n > 0)
+			rc = PQputCopyData(db->conn, q->copy + q->copy_sent, (int)n);
+		else
+			rc = PQputCopyEnd(db->conn, NULL);
+		if (rc < 0) {
+			connection_lost(db, PQerrorMessage(db->conn));
+			return -1;
+		}
+		if (rc == 0) {
+			watch(db, UV_READABLE | UV_WRITABLE);
+			return 0;
+		}
+		if (q->is_copy && n > 0)
+			q->copy_sent += n;
+		else
+			q->copy_ended = true;
+	}
+	rc = PQflush(db->conn);
+	if (rc < 0) {
+		connection_lost(db, PQerrorMessage(db->conn));
+		return -1;
+	}
+	watch(db, rc > 0 ? UV_READABLE | UV_WRITABLE : UV_READABLE);
+	return 0;
 }
 
 static void flush(struct db *db)
@@ -607,7 +679,10 @@ static void on_poll(uv_poll_t *h, int status, int events)
 		return;
 	}
 	if (db->state == DB_BUSY || db->state == DB_SETUP) {
-		if (events & UV_WRITABLE) {
+		if ((events & UV_WRITABLE) && copy_pending(db)) {
+			if (copy_step(db) < 0)
+				return;
+		} else if (events & UV_WRITABLE) {
 			flush(db);
 			if (db->state != DB_BUSY && db->state != DB_SETUP)
 				return;
@@ -784,6 +859,32 @@ int db_txn_run(struct db *db, struct db_txn *t, db_cb cb, void *data)
 	t->q.cb = cb;
 	t->q.data = data;
 	enqueue(db, &t->q);
+	return 0;
+}
+
+int db_copy(struct db *db, const char *sql, const char *data, size_t len, db_cb cb, void *cbdata)
+{
+	struct db_query *q;
+	int rc = can_take(db);
+
+	if (rc < 0)
+		return rc;
+	if (db->nmembers) {
+		struct db *m = least_busy(db);
+
+		return m ? db_copy(m, sql, data, len, cb, cbdata) : -ENOTCONN;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q || stmt_init(&q->one, sql, 0, NULL) < 0) {
+		free(q);
+		return -ENOMEM;
+	}
+	q->cb = cb;
+	q->data = cbdata;
+	q->is_copy = true;
+	q->copy = data;
+	q->copy_len = data ? len : 0;
+	enqueue(db, q);
 	return 0;
 }
 

@@ -86,6 +86,17 @@ void db_txn_add(struct db_txn *t, const char *sql, int nparams, const char *cons
 int db_txn_run(struct db *db, struct db_txn *t, db_cb cb, void *data);
 
 /*
+ * Queues a COPY ... FROM STDIN. 'sql' (borrowed, a literal) is sent with the
+ * simple query protocol and holds one COPY FROM STDIN, possibly between other
+ * statements (no parameters; they all run in one implicit transaction, so an
+ * error rolls back every one of them); 'data' (COPY's text format, 'len'
+ * bytes) is sent for the COPY. 'data' is borrowed: it must stay valid until
+ * 'cb' has run. 'cb' hears once, as for db_query: the last statement's
+ * result, or the first error.
+ */
+int db_copy(struct db *db, const char *sql, const char *data, size_t len, db_cb cb, void *cbdata);
+
+/*
  * From now on the connection takes no query (db_query answers -EROFS): the
  * daemon refuses to write. The query in flight finishes; the queued ones
  * fail at once with 'why' (their callbacks run before this returns).

@@ -340,7 +340,13 @@ int judge_verdict(struct nwd *d, const struct job *job, const struct stats_seed 
 	snprintf(commit, sizeof(commit), "%lld", job->commit_id);
 	snprintf(check, sizeof(check), "%d", job->check_id);
 	snprintf(n, sizeof(n), "%u", planned);
-	rc = db_query(d->db, "SELECT * FROM judge_input($1, $2, $3, $4)", 4, params, on_input, j);
+	/*
+	 * On the judge's own connections, so that jobs ending together are read
+	 * at once and the claims and verdicts on the write connection never wait
+	 * behind a read. judge_record() checks that the baseline read is still
+	 * the baseline before it writes anything.
+	 */
+	rc = db_query(d->db_judge, "SELECT * FROM judge_input($1, $2, $3, $4)", 4, params, on_input, j);
 	if (rc < 0)
 		free(j);
 	return rc;

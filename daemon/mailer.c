@@ -75,8 +75,9 @@ static void step(struct mailer *m);
 /*
  * Bisections whose mail should be queued and is not ($1: repository, $2: at
  * most this many; $3: whether open regressions get bisections by themselves).
- * A culprit commit gets one mail, whatever number of checks it broke: its
- * first bisection's, listing the others (culprit_sql), sent once no other
+ * A culprit commit gets one mail, whatever number of checks it broke: the
+ * bisection of its first check by name (then dtype) has it, listing the
+ * others (culprit_sql), sent once no other
  * regression that may yet be blamed on the same commit (bisecting, or open
  * and about to be, its range holding it) is still being looked at, or after
  * six hours of waiting for one.
@@ -274,7 +275,7 @@ static void gathered_culprit(struct enqueue *e, PGresult *res)
 	c.seeds = col(res, 24);
 	c.rate = col_double(res, 25);
 	c.also = col(res, 26);
-	/* The culprit commit's mail is its first bisection's, whichever asked. */
+	/* The culprit commit's mail is its first check's bisection's, whichever asked. */
 	e->bisection_id = db_get_ll(res, 0, 27, e->bisection_id);
 	c.bisection_id = e->bisection_id;
 	c.repro_template = col(res, 28);

@@ -78,6 +78,8 @@ static void finish_exit(void)
 		http_stop(d->http);
 	d->http = NULL;
 	db_close(d->db);
+	db_close(d->db_judge);
+	store_close(d->store);
 	uv_stop(d->loop);
 }
 
@@ -224,6 +226,7 @@ static void reload_done(uv_work_t *w, int status)
 		log_info("reload: configuration reloaded from '%s'", d->config_path);
 		db_set_timeout(d->db, d->cfg.query_timeout_s * 1000);
 		db_set_timeout(d->db_http, d->cfg.http_query_timeout_s * 1000);
+		db_set_timeout(d->db_judge, d->cfg.query_timeout_s * 1000);
 		if (d->poller)
 			poller_poll_now(d->poller);
 	}
@@ -388,11 +391,16 @@ int main(int argc, char **argv)
 	}
 
 	d->loop = uv_default_loop();
+	/* The loop's idle time goes to /metrics: how busy the daemon's one thread is. */
+	uv_loop_configure(d->loop, UV_METRICS_IDLE_TIME);
 	d->started_ms = uv_now(d->loop);
 	if (db_open(d->loop, d->cfg.database, "main", d->cfg.query_timeout_s * 1000, &d->db) < 0 ||
 	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL,
 			 d->cfg.http_query_timeout_s * 1000, &d->db_http) < 0 ||
-	    store_init(d->loop, d->db, d->cfg.node_name, &d->store) < 0) {
+	    db_open_pool(d->loop, d->cfg.database, "judge", NW_JUDGE_DB_POOL, d->cfg.query_timeout_s * 1000,
+			 &d->db_judge) < 0 ||
+	    store_init(d->loop, d->cfg.database, d->cfg.node_name, d->cfg.query_timeout_s * 1000, &d->store) <
+		0) {
 		log_error("out of memory");
 		return 1;
 	}

@@ -39,6 +39,8 @@ struct nwd {
 	int repo_id;
 	struct db *db;      /* scheduler and store writes */
 	struct db *db_http; /* dashboard and API reads */
+	/* The judge's reads (judge_input), several at once beside the writes: a verdict per job. */
+	struct db *db_judge;
 	struct store *store;
 	struct poller *poller;
 	struct builder *builder;

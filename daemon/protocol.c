@@ -21,8 +21,7 @@
 /* Longest field path quoted in a message ("checks[255].families[31]"). */
 #define FIELD_PATH_MAX 96
 
-/* Length of the valid UTF-8 sequence at 's' (as PostgreSQL judges it), or 0. */
-static size_t utf8_valid_len(const unsigned char *s)
+size_t proto_utf8_len(const unsigned char *s)
 {
 	unsigned char lo = 0x80, hi = 0xBF;
 	size_t n, i;
@@ -66,7 +65,7 @@ static void sanitize_message(char *msg)
 	size_t n;
 
 	while (*s) {
-		n = utf8_valid_len(s);
+		n = proto_utf8_len(s);
 		if (n == 0 || (n == 1 && (*s < 0x20 || *s == 0x7f))) {
 			*s++ = '?';
 			continue;
@@ -156,10 +155,29 @@ char *proto_bye_request(void)
  * jansson's integers are signed, and the key order "op" first is part of what
  * a simple runner may rely on.
  */
+/* Whether 's' is written in JSON as itself between quotes (printable ASCII, no '"' or '\\'). */
+static bool plain_json_string(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e || *s == '"' || *s == '\\')
+			return false;
+	return true;
+}
+
 char *proto_trial_request(long id, const char *check, const char *dtype, unsigned long long seed,
 			  unsigned repeats, const char *family)
 {
 	char *qcheck = NULL, *qdtype = NULL, *qfamily = NULL, *line = NULL;
+
+	/* Every trial sends one: names need no quoting (they are checked names), so no jansson. */
+	if (!family && plain_json_string(check) && plain_json_string(dtype)) {
+		if (asprintf(&line,
+			     "{\"op\":\"trial\",\"id\":%ld,\"check\":\"%s\",\"dtype\":\"%s\",\"seed\":%llu,"
+			     "\"repeats\":%u,\"family\":null}\n",
+			     id, check, dtype, seed, repeats) < 0)
+			return NULL;
+		return line;
+	}
 
 	qcheck = json_quote(check);
 	qdtype = json_quote(dtype);
@@ -902,8 +920,8 @@ static int parse_verdict(json_t *root, struct proto_trial *out, char *err, size_
 	return 0;
 }
 
-int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
-		      size_t errlen)
+int proto_parse_trial_ref(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+			  size_t errlen)
 {
 	long long id = 0, differ = 0;
 	json_t *root = NULL, *tensors, *item;
@@ -971,6 +989,662 @@ out:
 		out->kernel_us = NAN;
 	}
 	return r;
+}
+
+/* ---- the trial answer without jansson ----
+ *
+ * Every trial's answer is decoded on the daemon's one thread, and jansson
+ * (a tree of allocated objects, then the tensors re-encoded through it) was
+ * most of the daemon's cost per trial (docs/benchmarks.md, "Daemon ceiling").
+ * This decoder takes the common answer without allocating: JSON whose strings
+ * are plain printable ASCII without escapes, and fields that pass every rule.
+ * Anything else, a line that breaks a rule included, goes to the reference
+ * decoder (jansson), which decides and says why: so this one never refuses a
+ * line, and what it accepts it decodes exactly as the reference decoder does
+ * (tests/unit/test_protocol.c compares the two on mutated answers).
+ */
+
+/* Deeper nesting, or more keys in one object, is left to the reference decoder. */
+#define FAST_DEPTH_MAX 16
+#define FAST_KEYS_MAX  64
+
+struct fast {
+	const char *p, *end;
+	struct buf *out; /* the compact re-encoding, when wanted */
+};
+
+struct fast_num {
+	bool is_int;
+	long long i;
+	double d;
+};
+
+/* A member of an object: its key and the span of its value. */
+struct fast_member {
+	const char *key, *v, *vend;
+	size_t klen;
+};
+
+static void fast_ws(struct fast *f)
+{
+	while (f->p < f->end && (*f->p == ' ' || *f->p == '\t' || *f->p == '\n' || *f->p == '\r'))
+		f->p++;
+}
+
+static bool fast_lit(struct fast *f, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	if ((size_t)(f->end - f->p) < n || memcmp(f->p, lit, n) != 0)
+		return false;
+	f->p += n;
+	return true;
+}
+
+/* A string of printable ASCII without escapes: its bytes are [*s, *s + *n). */
+static bool fast_string(struct fast *f, const char **s, size_t *n)
+{
+	const char *start;
+
+	if (f->p >= f->end || *f->p != '"')
+		return false;
+	start = ++f->p;
+	while (f->p < f->end) {
+		unsigned char c = (unsigned char)*f->p;
+
+		if (c == '"') {
+			*s = start;
+			*n = (size_t)(f->p - start);
+			f->p++;
+			return true;
+		}
+		if (c < 0x20 || c > 0x7e || c == '\\')
+			return false;
+		f->p++;
+	}
+	return false;
+}
+
+static bool fast_digits(struct fast *f)
+{
+	const char *start = f->p;
+
+	while (f->p < f->end && *f->p >= '0' && *f->p <= '9')
+		f->p++;
+	return f->p > start;
+}
+
+/*
+ * A JSON number (RFC 8259's grammar), read as jansson reads it: an integer
+ * unless it has a fraction or an exponent; an integer that does not fit, or
+ * a real that overflows, is jansson's to refuse. With 'need_value' false
+ * (only checking), a number that plainly fits is not converted.
+ */
+static bool fast_number(struct fast *f, struct fast_num *num, bool need_value)
+{
+	const char *start = f->p, *int_start;
+	size_t int_len;
+	long exp = 0;
+	bool exp_neg = false;
+	char tmp[48];
+	size_t len;
+
+	num->is_int = true;
+	if (f->p < f->end && *f->p == '-')
+		f->p++;
+	int_start = f->p;
+	if (f->p < f->end && *f->p == '0')
+		f->p++;
+	else if (!fast_digits(f))
+		return false;
+	int_len = (size_t)(f->p - int_start);
+	if (f->p < f->end && *f->p == '.') {
+		num->is_int = false;
+		f->p++;
+		if (!fast_digits(f))
+			return false;
+	}
+	if (f->p < f->end && (*f->p == 'e' || *f->p == 'E')) {
+		num->is_int = false;
+		f->p++;
+		if (f->p < f->end && (*f->p == '+' || *f->p == '-'))
+			exp_neg = *f->p++ == '-';
+		if (f->p >= f->end || *f->p < '0' || *f->p > '9')
+			return false;
+		while (f->p < f->end && *f->p >= '0' && *f->p <= '9') {
+			if (exp < 100000)
+				exp = exp * 10 + (*f->p - '0');
+			f->p++;
+		}
+	}
+	/* Below 10^301 a real is finite; 18 digits fit a long long. */
+	if (!need_value && (num->is_int ? int_len <= 18 : (long)int_len + (exp_neg ? -exp : exp) <= 300))
+		return true;
+	if (num->is_int && int_len <= 18) {
+		long long v = 0;
+
+		for (const char *c = int_start; c < int_start + int_len; c++)
+			v = v * 10 + (*c - '0');
+		num->i = *start == '-' ? -v : v;
+		num->d = (double)num->i;
+		return true;
+	}
+	len = (size_t)(f->p - start);
+	if (len >= sizeof(tmp))
+		return false;
+	memcpy(tmp, start, len);
+	tmp[len] = '\0';
+	errno = 0;
+	if (num->is_int) {
+		num->i = strtoll(tmp, NULL, 10);
+		num->d = (double)num->i;
+		return errno == 0; /* jansson refuses an integer that does not fit */
+	}
+	num->d = strtod(tmp, NULL);
+	return !isinf(num->d); /* jansson refuses an overflow, takes an underflow */
+}
+
+/*
+ * Whether the number token [s, end) is already what dump_value() writes for
+ * it, so that it is copied as it is: an integer of at most 18 digits but
+ * "-0", or a real in fixed notation that "%.15g" writes the same (at most 15
+ * significant digits, no trailing zero in its fraction, its first
+ * significant digit from 10^-4 to 10^14).
+ */
+static bool fast_canonical(const char *s, const char *end)
+{
+	const char *c = s, *dot, *first = NULL, *last = NULL;
+	int exp10;
+
+	if (c < end && *c == '-')
+		c++;
+	dot = memchr(c, '.', (size_t)(end - c));
+	if (memchr(c, 'e', (size_t)(end - c)) || memchr(c, 'E', (size_t)(end - c)))
+		return false;
+	if (!dot)
+		return end - c <= 18 && !(*s == '-' && *c == '0');
+	if (end[-1] == '0' || dot + 1 == end)
+		return false;
+	for (const char *d = c; d < end; d++) {
+		if (*d == '.' || (*d == '0' && !first))
+			continue;
+		if (!first)
+			first = d;
+		last = d;
+	}
+	if (!first)
+		return false; /* 0.0 is written "0.0", but -0.0 "-0.0": left to the formatter */
+	/* Significant digits from the first non-zero one to the last, the point not counted. */
+	if ((last - first + 1) - (first < dot && last > dot) > 15)
+		return false;
+	exp10 = first < dot ? (int)(dot - first) - 1 : -(int)(first - dot);
+	return exp10 >= -4 && exp10 < 15;
+}
+
+static void fast_put_string(struct fast *f, const char *s, size_t n)
+{
+	/* Plain printable ASCII without '"' or '\': what jansson writes for it is the same bytes, quoted. */
+	buf_add(f->out, "\"", 1);
+	buf_add(f->out, s, n);
+	buf_add(f->out, "\"", 1);
+}
+
+/* Any JSON value: checked as jansson would (duplicate keys refused), re-encoded as dump_value() would. */
+static bool fast_value(struct fast *f, int depth)
+{
+	struct fast_num num;
+	const char *s;
+	size_t n;
+
+	if (depth > FAST_DEPTH_MAX || f->p >= f->end)
+		return false;
+	switch (*f->p) {
+	case '{': {
+		const char *keys[FAST_KEYS_MAX];
+		size_t lens[FAST_KEYS_MAX];
+		unsigned nkeys = 0;
+
+		f->p++;
+		if (f->out)
+			buf_add(f->out, "{", 1);
+		fast_ws(f);
+		if (f->p < f->end && *f->p == '}') {
+			f->p++;
+			if (f->out)
+				buf_add(f->out, "}", 1);
+			return true;
+		}
+		for (;;) {
+			fast_ws(f);
+			if (nkeys == FAST_KEYS_MAX || !fast_string(f, &s, &n))
+				return false;
+			for (unsigned i = 0; i < nkeys; i++)
+				if (lens[i] == n && memcmp(keys[i], s, n) == 0)
+					return false;
+			keys[nkeys] = s;
+			lens[nkeys++] = n;
+			if (f->out) {
+				if (nkeys > 1)
+					buf_add(f->out, ",", 1);
+				fast_put_string(f, s, n);
+				buf_add(f->out, ":", 1);
+			}
+			fast_ws(f);
+			if (f->p >= f->end || *f->p++ != ':')
+				return false;
+			fast_ws(f);
+			if (!fast_value(f, depth + 1))
+				return false;
+			fast_ws(f);
+			if (f->p < f->end && *f->p == ',') {
+				f->p++;
+				continue;
+			}
+			if (f->p < f->end && *f->p == '}') {
+				f->p++;
+				if (f->out)
+					buf_add(f->out, "}", 1);
+				return true;
+			}
+			return false;
+		}
+	}
+	case '[':
+		f->p++;
+		if (f->out)
+			buf_add(f->out, "[", 1);
+		fast_ws(f);
+		if (f->p < f->end && *f->p == ']') {
+			f->p++;
+			if (f->out)
+				buf_add(f->out, "]", 1);
+			return true;
+		}
+		for (bool first = true;; first = false) {
+			fast_ws(f);
+			if (f->out && !first)
+				buf_add(f->out, ",", 1);
+			if (!fast_value(f, depth + 1))
+				return false;
+			fast_ws(f);
+			if (f->p < f->end && *f->p == ',') {
+				f->p++;
+				continue;
+			}
+			if (f->p < f->end && *f->p == ']') {
+				f->p++;
+				if (f->out)
+					buf_add(f->out, "]", 1);
+				return true;
+			}
+			return false;
+		}
+	case '"':
+		if (!fast_string(f, &s, &n))
+			return false;
+		if (f->out)
+			fast_put_string(f, s, n);
+		return true;
+	case 't':
+		if (!fast_lit(f, "true"))
+			return false;
+		if (f->out)
+			buf_adds(f->out, "true");
+		return true;
+	case 'f':
+		if (!fast_lit(f, "false"))
+			return false;
+		if (f->out)
+			buf_adds(f->out, "false");
+		return true;
+	case 'n':
+		if (!fast_lit(f, "null"))
+			return false;
+		if (f->out)
+			buf_adds(f->out, "null");
+		return true;
+	default:
+		s = f->p;
+		if (!fast_number(f, &num, false))
+			return false;
+		if (!f->out)
+			return true;
+		if (fast_canonical(s, f->p)) {
+			buf_add(f->out, s, (size_t)(f->p - s));
+			return true;
+		}
+		{
+			struct fast g = {s, f->p, NULL};
+
+			if (!fast_number(&g, &num, true))
+				return false;
+		}
+		if (num.is_int) {
+			char tmp[32];
+
+			snprintf(tmp, sizeof(tmp), "%lld", num.i);
+			buf_adds(f->out, tmp);
+		} else {
+			buf_add_real(f->out, num.d);
+		}
+		return true;
+	}
+}
+
+/* The members of the object at [p, end), checked already by fast_value(); -1 when not an object. */
+static int fast_members(const char *p, const char *end, struct fast_member *m)
+{
+	struct fast f = {p, end, NULL};
+	int n = 0;
+
+	if (f.p >= f.end || *f.p != '{')
+		return -1;
+	f.p++;
+	fast_ws(&f);
+	if (f.p < f.end && *f.p == '}')
+		return 0;
+	for (;;) {
+		fast_ws(&f);
+		if (n == FAST_KEYS_MAX || !fast_string(&f, &m[n].key, &m[n].klen))
+			return -1;
+		fast_ws(&f);
+		f.p++; /* ':' */
+		fast_ws(&f);
+		m[n].v = f.p;
+		if (!fast_value(&f, 1))
+			return -1;
+		m[n++].vend = f.p;
+		fast_ws(&f);
+		if (*f.p++ == '}')
+			return n;
+	}
+}
+
+static const struct fast_member *fast_get(const struct fast_member *m, int n, const char *key)
+{
+	size_t len = strlen(key);
+
+	for (int i = 0; i < n; i++)
+		if (m[i].klen == len && memcmp(m[i].key, key, len) == 0)
+			return &m[i];
+	return NULL;
+}
+
+static bool fast_is_null(const struct fast_member *m)
+{
+	return m->vend - m->v == 4 && memcmp(m->v, "null", 4) == 0;
+}
+
+/* A member that is a whole number (as the value it was checked to be). */
+static bool fast_num_of(const struct fast_member *m, struct fast_num *num)
+{
+	struct fast f = {m->v, m->vend, NULL};
+
+	return fast_number(&f, num, true) && f.p == f.end;
+}
+
+/* get_integer(): absent or null when optional leaves *out; else an integer in [min, max]. */
+static bool fast_get_integer(const struct fast_member *m, long long min, long long max, long long *out)
+{
+	struct fast_num num;
+
+	if (!m || fast_is_null(m))
+		return true;
+	if (!fast_num_of(m, &num) || !num.is_int || num.i < min || num.i > max)
+		return false;
+	*out = num.i;
+	return true;
+}
+
+/* get_number(): absent leaves *out, null is NAN; else a finite number, 0 or more. */
+static bool fast_get_number(const struct fast_member *m, double *out)
+{
+	struct fast_num num;
+
+	if (!m)
+		return true;
+	if (fast_is_null(m)) {
+		if (out)
+			*out = NAN;
+		return true;
+	}
+	/* Only checked (out NULL): a number without a sign is finite and 0 or more already. */
+	if (!out && *m->v != '-') {
+		struct fast f = {m->v, m->vend, NULL};
+
+		return fast_number(&f, &num, false) && f.p == f.end;
+	}
+	if (!fast_num_of(m, &num) || !isfinite(num.d) || num.d < 0)
+		return false;
+	if (out)
+		*out = num.d;
+	return true;
+}
+
+/* get_bool(): absent or null leaves *out. */
+static bool fast_get_bool(const struct fast_member *m, bool *out)
+{
+	if (!m || fast_is_null(m))
+		return true;
+	if (m->vend - m->v == 4 && memcmp(m->v, "true", 4) == 0)
+		*out = true;
+	else if (m->vend - m->v == 5 && memcmp(m->v, "false", 5) == 0)
+		*out = false;
+	else
+		return false;
+	return true;
+}
+
+/* get_string(): absent or null when optional leaves dst; else a string of the kind, copied. */
+static bool fast_get_string(const struct fast_member *m, bool required, enum str_kind kind, char *dst,
+			    size_t dstlen)
+{
+	struct fast f;
+	const char *s;
+	size_t n;
+
+	if (!m)
+		return !required;
+	if (fast_is_null(m))
+		return !required;
+	f = (struct fast){m->v, m->vend, NULL};
+	if (!fast_string(&f, &s, &n) || n == 0 || n >= dstlen)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		/* Control characters cannot be here (fast_string); a token takes any other byte. */
+		if ((kind == STR_NAME && !name_char_ok(c)) || (kind == STR_ASCII && c == ' ') ||
+		    (kind != STR_NAME && kind != STR_TOKEN && kind != STR_ASCII))
+			return false;
+	}
+	memcpy(dst, s, n);
+	dst[n] = '\0';
+	return true;
+}
+
+/* get_index_list(): absent or null is none; else at most 'max' integers, 0 or more. */
+static bool fast_get_index_list(const struct fast_member *m, size_t max, long *dims, unsigned *n)
+{
+	struct fast f;
+	unsigned count = 0;
+
+	*n = 0;
+	if (!m || fast_is_null(m))
+		return true;
+	f = (struct fast){m->v, m->vend, NULL};
+	if (*f.p++ != '[')
+		return false;
+	fast_ws(&f);
+	if (*f.p == ']')
+		return true;
+	for (;;) {
+		struct fast_num num;
+
+		fast_ws(&f);
+		if (count == max || !fast_number(&f, &num, true) || !num.is_int || num.i < 0)
+			return false;
+		if (dims)
+			dims[count] = (long)num.i;
+		count++;
+		fast_ws(&f);
+		if (*f.p == ']')
+			break;
+		f.p++; /* ',' */
+	}
+	*n = count;
+	return true;
+}
+
+static bool fast_tensor(const struct fast_member *e, struct proto_tensor *t)
+{
+	static const char *const counters[] = {"nonfinite", "ref_nonfinite", "unwritten", "canary",
+					       "excluded"};
+	long *const fields[] = {&t->nonfinite, &t->ref_nonfinite, &t->unwritten, &t->canary, &t->excluded};
+	struct fast_member m[FAST_KEYS_MAX];
+	int n = fast_members(e->v, e->vend, m);
+	const struct fast_member *ratio;
+	unsigned dims;
+	bool flag;
+
+	if (n < 0 || !fast_get_string(fast_get(m, n, "name"), true, STR_TOKEN, t->name, sizeof(t->name)))
+		return false;
+	ratio = fast_get(m, n, "ratio");
+	if (!ratio || !fast_get_number(ratio, &t->ratio))
+		return false;
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+		long long v = 0;
+
+		if (!fast_get_integer(fast_get(m, n, counters[i]), 0, LONG_MAX, &v))
+			return false;
+		*fields[i] = (long)v;
+	}
+	return fast_get_number(fast_get(m, n, "max_abs"), NULL) &&
+	       fast_get_number(fast_get(m, n, "max_rel"), NULL) &&
+	       fast_get_number(fast_get(m, n, "max_ulp"), NULL) &&
+	       fast_get_index_list(fast_get(m, n, "worst"), NW_PROTO_SHAPE_MAX, NULL, &dims) &&
+	       fast_get_bool(fast_get(m, n, "tail"), &flag);
+}
+
+int proto_parse_trial_fast(const char *line, size_t len, long expect_id, struct proto_trial *out)
+{
+	struct fast f = {line, line + len, NULL};
+	struct fast_member m[FAST_KEYS_MAX], cm[FAST_KEYS_MAX];
+	const struct fast_member *v;
+	struct fast_num num;
+	struct buf enc = {0};
+	long long gen = -1, differ = 0;
+	bool fatal = false;
+	int n, cn;
+
+	if (len > NW_PROTO_LINE_MAX)
+		return 0;
+	fast_ws(&f);
+	v = NULL;
+	if (f.p >= f.end || *f.p != '{')
+		return 0;
+	{
+		const char *start = f.p;
+
+		if (!fast_value(&f, 0))
+			return 0;
+		fast_ws(&f);
+		if (f.p != f.end)
+			return 0;
+		n = fast_members(start, f.p, m);
+	}
+	if (n < 0)
+		return 0;
+	/* An "error" member (an error answer, "unknown op") is the reference decoder's. */
+	if (fast_get(m, n, "error"))
+		return 0;
+	v = fast_get(m, n, "op");
+	if (!v || v->vend - v->v != 7 || memcmp(v->v, "\"trial\"", 7) != 0)
+		return 0;
+	v = fast_get(m, n, "id");
+	if (!v || !fast_num_of(v, &num) || !num.is_int || num.i != expect_id)
+		return 0;
+	memset(out, 0, sizeof(*out));
+	out->gen = -1;
+	out->ratio = NAN;
+	out->kernel_us = NAN;
+	out->id = (long)num.i;
+	v = fast_get(m, n, "verdict");
+	if (v && v->vend - v->v == 6 && memcmp(v->v, "\"pass\"", 6) == 0)
+		out->verdict = OUTCOME_PASS;
+	else if (v && v->vend - v->v == 6 && memcmp(v->v, "\"fail\"", 6) == 0)
+		out->verdict = OUTCOME_FAIL;
+	else
+		return 0;
+	if (!fast_get_bool(fast_get(m, n, "fatal"), &fatal) || fatal)
+		return 0;
+	v = fast_get(m, n, "ratio");
+	if (!v || !fast_get_number(v, &out->ratio))
+		return 0;
+	v = fast_get(m, n, "case");
+	if (v && !fast_is_null(v)) {
+		cn = fast_members(v->v, v->vend, cm);
+		if (cn < 0 ||
+		    !fast_get_string(fast_get(cm, cn, "family"), false, STR_NAME, out->family,
+				     sizeof(out->family)) ||
+		    !fast_get_index_list(fast_get(cm, cn, "shape"), NW_PROTO_SHAPE_MAX, out->shape,
+					 &out->ndim) ||
+		    !fast_get_integer(fast_get(cm, cn, "gen"), 0, INT_MAX, &gen) ||
+		    !fast_get_string(fast_get(cm, cn, "digest"), false, STR_ASCII, out->case_digest,
+				     sizeof(out->case_digest)))
+			return 0;
+		out->gen = (int)gen;
+	}
+	if (!fast_get_string(fast_get(m, n, "digest"), false, STR_TOKEN, out->digest, sizeof(out->digest)) ||
+	    !fast_get_integer(fast_get(m, n, "digests_differ"), 0, INT_MAX, &differ) ||
+	    !fast_get_number(fast_get(m, n, "kernel_us"), &out->kernel_us))
+		return 0;
+	out->digests_differ = (long)differ;
+	v = fast_get(m, n, "tensors");
+	if (!v || fast_is_null(v)) {
+		out->tensors_json = strdup("[]");
+		return out->tensors_json ? 1 : 0;
+	}
+	/* The array's elements, each a tensor; the whole array re-encoded for storage. */
+	f = (struct fast){v->v, v->vend, NULL};
+	if (*f.p++ != '[')
+		return 0;
+	fast_ws(&f);
+	while (*f.p != ']') {
+		struct fast_member e;
+
+		fast_ws(&f);
+		e.v = f.p;
+		if (out->ntensors == NW_PROTO_TENSORS_MAX || !fast_value(&f, 1))
+			return 0;
+		e.vend = f.p;
+		if (!fast_tensor(&e, &out->tensors[out->ntensors]))
+			return 0;
+		out->ntensors++;
+		fast_ws(&f);
+		if (*f.p == ',')
+			f.p++;
+	}
+	f = (struct fast){v->v, v->vend, &enc};
+	enc.data = malloc((size_t)(v->vend - v->v) + 64);
+	enc.cap = enc.data ? (size_t)(v->vend - v->v) + 64 : 0;
+	if (!fast_value(&f, 0) || enc.oom || !enc.data) {
+		free(enc.data);
+		return 0;
+	}
+	out->tensors_json = enc.data;
+	return 1;
+}
+
+int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+		      size_t errlen)
+{
+	if (line && proto_parse_trial_fast(line, len, expect_id, out)) {
+		if (errlen)
+			err[0] = '\0';
+		return 0;
+	}
+	return proto_parse_trial_ref(line, len, expect_id, out, err, errlen);
 }
 
 int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen)

@@ -114,6 +114,30 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 int proto_parse_trial(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
 		      size_t errlen);
 int proto_parse_bye(const char *line, size_t len, char *err, size_t errlen);
+/*
+ * The reference decoder of trial answers (jansson): proto_parse_trial leaves
+ * to it every line its own decoder does not take (anything unusual, and every
+ * line it must refuse), and decodes the others exactly as this one would.
+ * Exposed, with proto_parse_trial's own decoder, for the test that compares
+ * the two.
+ */
+int proto_parse_trial_ref(const char *line, size_t len, long expect_id, struct proto_trial *out, char *err,
+			  size_t errlen);
+/*
+ * proto_parse_trial's own decoder (no allocation but the tensors' encoding):
+ * 1 when it decoded the line ('out' filled, as the reference decoder would),
+ * 0 when it leaves the line to the reference decoder ('out' holds nothing to
+ * release).
+ */
+int proto_parse_trial_fast(const char *line, size_t len, long expect_id, struct proto_trial *out);
+
+/*
+ * Length of the valid UTF-8 sequence at 's' (as PostgreSQL and jansson judge
+ * it: no overlong forms, no surrogates, nothing past U+10FFFF), or 0 when the
+ * bytes there are not one. Reads at most as far as the first byte announces,
+ * stopping at a NUL (which is never a continuation byte).
+ */
+size_t proto_utf8_len(const unsigned char *s);
 
 void proto_hello_release(struct proto_hello *h);
 void proto_trial_release(struct proto_trial *t);

@@ -105,6 +105,9 @@ struct slot {
 	/* The job's lease ran out and another daemon claimed it: it is no longer this slot's to finish. */
 	bool lease_lost;
 	unsigned cur; /* index into seeds of the trial in flight */
+	/* pick_seed(): every seed before these has run once / needs no rerun; a first run failed. */
+	unsigned next_first, next_rerun;
+	bool first_failed;
 	int cur_attempt;
 
 	unsigned crash_streak;
@@ -222,6 +225,7 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	if (rec->v.first == OUTCOME_NONE) {
 		rec->v.first = outcome;
 		rec->first_ratio = result ? result->ratio : NAN;
+		s->first_failed = s->first_failed || outcome_is_failure(outcome);
 		if (s->job.stop_on_failure && s->job.bisection_id && outcome_is_failure(outcome))
 			stop_siblings(s);
 	} else if (rec->v.second == OUTCOME_NONE) {
@@ -670,20 +674,24 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	/* A search probe ends at its first failure, or a sibling part's: one says what it came to learn. */
 	if (s->job.stop_on_failure && s->sibling_failed)
 		return false;
-	for (unsigned i = 0; s->job.stop_on_failure && i < s->nseeds; i++)
-		if (outcome_is_failure(s->seeds[i].v.first))
-			return false;
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		if (s->seeds[i].v.first == OUTCOME_NONE) {
-			*index = i;
-			return true;
-		}
+	if (s->job.stop_on_failure && s->first_failed)
+		return false;
+	/*
+	 * Cursors, not scans from the start, at every trial: a seed's first run
+	 * is never undone, and once every seed ran once, a rerun is only ever
+	 * done (a plan that grows adds seeds after both cursors).
+	 */
+	while (s->next_first < s->nseeds && s->seeds[s->next_first].v.first != OUTCOME_NONE)
+		s->next_first++;
+	if (s->next_first < s->nseeds) {
+		*index = s->next_first;
+		return true;
 	}
-	for (unsigned i = 0; s->plan && i < s->nseeds; i++) {
-		if (verdict_seed_needs_rerun(&s->seeds[i].v)) {
-			*index = i;
-			return true;
-		}
+	while (s->plan && s->next_rerun < s->nseeds && !verdict_seed_needs_rerun(&s->seeds[s->next_rerun].v))
+		s->next_rerun++;
+	if (s->plan && s->next_rerun < s->nseeds) {
+		*index = s->next_rerun;
+		return true;
 	}
 	return false;
 }
@@ -925,14 +933,14 @@ static void on_judged(void *data, enum judge_result r, unsigned more)
 	job_done(s);
 }
 
-/* The plan is complete: the judge decides against the state just before this commit. */
-static void write_verdict(struct slot *s, bool infra_failed)
+/* The plan's trials are stored: the judge decides against the state just before this commit. */
+static void judge_now(void *data)
 {
+	struct slot *s = data;
+	bool infra_failed = s->infra_failed;
 	double worst = NAN;
 	int rc;
 
-	s->infra_failed = infra_failed;
-	store_flush(s->d->store);
 	free(s->judged);
 	s->judged = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->judged));
 	if (!s->judged) {
@@ -957,6 +965,15 @@ static void write_verdict(struct slot *s, bool infra_failed)
 	}
 }
 
+/* The plan is complete: once its trials are stored, the judge decides. */
+static void write_verdict(struct slot *s, bool infra_failed)
+{
+	s->infra_failed = infra_failed;
+	/* The store writes on its own connections: the verdict waits for them, not for a retry. */
+	if (store_flush_then(s->d->store, judge_now, s) < 0)
+		judge_now(s);
+}
+
 /* A probe's result feeds its bisection: done once every listed seed has a stored result. */
 static const char probe_done_sql[] =
     "WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
@@ -972,14 +989,16 @@ static void on_probe_written(PGresult *res, const char *error, void *data)
 	job_written(data, !error && strcmp(PQgetvalue(res, 0, 0), "1") == 0, error);
 }
 
-static void write_probe(struct slot *s, bool infra_failed)
+/* The probe's trials are stored: its end, and its counts for the bisection. */
+static void probe_now(void *data)
 {
+	struct slot *s = data;
+	bool infra_failed = s->infra_failed;
 	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
 	char *seeds = malloc(cap);
 	char id[24], commit[24], check[16], trials[16], failures[16];
 	unsigned ran = 0, failed = 0;
 
-	s->infra_failed = infra_failed;
 	if (!seeds) {
 		log_error("slot %s: out of memory writing a probe", s->cfg.name);
 		jobs_release(s->d, s->job.id);
@@ -1008,12 +1027,18 @@ static void write_probe(struct slot *s, bool infra_failed)
 		if (s->finish_tries == 0)
 			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
 				 s->job.dtype, failed, ran);
-		store_flush(s->d->store);
 		/* Not queued: tried again as a probe whose rows are not all stored yet. */
 		if (db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s) < 0)
 			on_probe_written(NULL, "cannot queue the query", s);
 	}
 	free(seeds);
+}
+
+static void write_probe(struct slot *s, bool infra_failed)
+{
+	s->infra_failed = infra_failed;
+	if (store_flush_then(s->d->store, probe_now, s) < 0)
+		probe_now(s);
 }
 
 static void finish_job(struct slot *s, bool infra_failed)
@@ -1070,6 +1095,7 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 		if (rec->v.first == OUTCOME_NONE) {
 			rec->v.first = o;
 			rec->first_ratio = db_get_double(res, i, 3, NAN);
+			s->first_failed = s->first_failed || outcome_is_failure(o);
 		} else if (rec->v.second == OUTCOME_NONE) {
 			rec->v.second = o;
 		}
@@ -1109,6 +1135,8 @@ static void on_claimed(struct job *job, void *data)
 	s->job = *job;
 	s->has_job = true;
 	s->plan = job->seeds == NULL;
+	s->next_first = s->next_rerun = 0;
+	s->first_failed = false;
 	s->nseeds = s->plan ? s->d->cfg.trials_per_commit : job->nseeds;
 	s->seeds = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->seeds));
 	if (!s->seeds) {

@@ -7,7 +7,7 @@ SELECT k.name, b.dtype, b.confidence, array_to_string(b.failing_seeds, ', '),
 	CASE WHEN jsonb_typeof(b.posterior -> 'culprit_rate') = 'number'
 	THEN (b.posterior ->> 'culprit_rate')::float8 END,
 	(SELECT string_agg(k2.name || ' ' || b2.dtype || ' (bisection ' || b2.id || ')', E'\n' ORDER BY
-b2.id)
+k2.name, b2.dtype, b2.id)
 	FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id
 	WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' AND b2.id <> b.id), b.id,
 	bu.repro, CASE WHEN t.slot LIKE 'gpu%' THEN coalesce(bu.runner_cuda, 'numwatch-runner-cuda')
@@ -28,8 +28,10 @@ LEFT JOIN LATERAL (SELECT e FROM jsonb_array_elements(
 	DESC NULLS LAST,
 	CASE WHEN jsonb_typeof(e -> 'ratio') = 'number' THEN (e ->> 'ratio')::float8 END DESC NULLS LAST
 	LIMIT 1) w ON true
--- The culprit commit's mail is its first bisection's.
-WHERE b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.outcome = 'culprit'
-	AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1))
+-- The culprit commit's mail is its first check's bisection's (mail_sweep.sql).
+WHERE b.id = (SELECT b2.id FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id
+	WHERE b2.outcome = 'culprit'
+	AND b2.culprit_id = (SELECT b3.culprit_id FROM bisections b3 WHERE b3.id = $1)
+	ORDER BY k2.name, b2.dtype, b2.id LIMIT 1)
 	AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')
 	AND u.until > now())

@@ -2,8 +2,10 @@ SELECT 'culprit', b.id, NULL::bigint FROM bisections b JOIN commits cu ON cu.id 
 WHERE b.repo_id = $1 AND b.outcome = 'culprit'
 -- A culprit found long ago (mail just turned on, say) is not worth a mail now.
 	AND coalesce(b.finished_at, b.updated_at) > now() - interval '7 days'
-	AND b.id = (SELECT min(b2.id) FROM bisections b2 WHERE b2.culprit_id = b.culprit_id
-	AND b2.outcome = 'culprit')
+-- By check, not by which bisection came first: that follows the order the verdicts happened to be
+-- stored in, and one history must give one mail however its work was spread over slots and daemons.
+	AND b.id = (SELECT b2.id FROM bisections b2 JOIN checks k2 ON k2.id = b2.check_id
+	WHERE b2.culprit_id = b.culprit_id AND b2.outcome = 'culprit' ORDER BY k2.name, b2.dtype, b2.id LIMIT 1)
 	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')
 	AND NOT EXISTS (SELECT 1 FROM mutes u WHERE u.check_id = b.check_id AND u.dtype IN (b.dtype, '*')
 	AND u.until > now())

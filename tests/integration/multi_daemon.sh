@@ -92,7 +92,9 @@ for x in d.values():
     assert x["version"] and x["schema_version"] >= 40 and x["last_seen"], x
 assert d["a"]["self"] and not d["b"]["self"]
 ' || fail "the health page does not list both daemons as expected: $(NW_PORT=$port_a nw_api /api/v1/health)"
-NW_PORT=$port_a nw_api /metrics | grep -q '^numwatch_daemon_up{node="b",version="[^"]*",state="running"} 1$' ||
+# Read whole first: grep -q quits at its match, and curl, still writing, would fail the pipeline.
+metrics=$(NW_PORT=$port_a nw_api /metrics)
+grep -q '^numwatch_daemon_up{node="b",version="[^"]*",state="running"} 1$' <<<"$metrics" ||
 	fail "/metrics does not show daemon b up"
 echo "ok: the health page and /metrics list both daemons"
 

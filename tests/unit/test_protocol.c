@@ -134,6 +134,10 @@ static void test_requests(void **state)
 	assert_string_equal(s, "{\"op\":\"trial\",\"id\":3,\"check\":\"odd\\\"name\\\\\",\"dtype\":\"f32\","
 			       "\"seed\":18446744073709551615,\"repeats\":2,\"family\":\"tail\"}\n");
 	free(s);
+	s = proto_trial_request(4, "tab\tname", "f\"32", 7, 2, NULL);
+	assert_string_equal(s, "{\"op\":\"trial\",\"id\":4,\"check\":\"tab\\tname\",\"dtype\":\"f\\\"32\","
+			       "\"seed\":7,\"repeats\":2,\"family\":null}\n");
+	free(s);
 	/* A string that is not UTF-8 cannot be sent. */
 	assert_null(proto_trial_request(3, "bad\xff", "f32", 0, 1, NULL));
 }
@@ -1067,6 +1071,157 @@ static void test_small_error_buffer(void **state)
 			 -ENOTSUP);
 }
 
+/*
+ * proto_parse_trial decodes the common answer itself and leaves the rest to
+ * the reference decoder (jansson): both must give the same result for every
+ * line, and the fast one must take the usual answers. Each base line, then
+ * each line with one byte replaced, inserted or removed at every position.
+ */
+static const char *const fast_bases[] = {
+    trial_example,
+    /* The instant runner's answer (bench/instant-runner.c). */
+    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"case\":{\"family\":\"aligned\",\"shape\":[3,1025],"
+    "\"gen\":1,\"digest\":\"f519f86ee2385b72\"},\"ratio\":0.42,\"tensors\":[{\"name\":\"y\",\"ratio\":0.42,"
+    "\"max_abs\":0.000131,\"max_rel\":0.0035,\"max_ulp\":null,\"nonfinite\":0,\"ref_nonfinite\":0,"
+    "\"unwritten\":0,\"canary\":0,\"excluded\":0,\"worst\":[2,1024],\"tail\":true}],"
+    "\"digest\":\"9f2c41d07be3a8e1\",\"digests_differ\":0,\"kernel_us\":18.4}",
+    /* The C runners' (kernels/sdk): unknown fields, a nested case.params, worst null. */
+    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"case\":{\"family\":\"masked_rows\",\"shape\":[1,1,71,"
+    "25,32],"
+    "\"gen\":1,\"digest\":\"7b96650b3609505f\",\"params\":{\"causal\":1}},\"ratio\":0.0696489,\"tensors\":["
+    "{\"name\":\"dq\",\"ratio\":0.0641567,\"max_abs\":0.00347897,\"max_rel\":0.00379722,\"max_ulp\":null,"
+    "\"nonfinite\":0,\"ref_nonfinite\":0,\"unwritten\":0,\"canary\":0,\"excluded\":0,\"worst\":[0,0,52,15],"
+    "\"tail\":false,\"mismatch\":0,\"plain_max_abs\":0.00598057,\"budget\":0.0542262},{\"name\":\"dv\","
+    "\"ratio\":0,\"worst\":null,\"tail\":false,\"budget\":1.17549e-38}],\"digest\":\"20c50bb98b6a985c\","
+    "\"digests_differ\":2,\"kernel_us\":0.701}",
+    /* Nulls, -0, big and small numbers, a scalar's shape, whitespace everywhere. */
+    " { \"op\" : \"trial\" , \"id\" : 17 , \"verdict\" : \"fail\" , \"ratio\" : null , \"fatal\" : false ,"
+    " \"case\" : { \"family\" : null , \"shape\" : [ ] , \"gen\" : 0 , \"x\" : [ [ ] , { } , -0 , 1E2 ] } ,"
+    " \"tensors\" : [ ] , \"digest\" : null , \"kernel_us\" : -0.0 , \"extra\" : [ true , false , null ,"
+    " 12345678901234567 , 1e-400 , 0.1e+1 , \"/ ~\" , 9223372036854775807 , -9223372036854775808 ,"
+    " 1e300 , 123e298 , 0.5e301 ] }\r\n",
+    "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":1,\"tensors\":null,\"case\":null}",
+};
+
+static void compare_decoders(const char *line, size_t len)
+{
+	struct proto_trial a, b;
+	char ea[512], eb[512];
+	int ra = proto_parse_trial(line, len, 17, &a, ea, sizeof(ea));
+	int rb = proto_parse_trial_ref(line, len, 17, &b, eb, sizeof(eb));
+
+	if (ra != rb || strcmp(ea, eb) != 0)
+		fail_msg("line '%.*s': %d '%s' against the reference's %d '%s'", (int)len, line, ra, ea, rb,
+			 eb);
+	if ((a.tensors_json == NULL) != (b.tensors_json == NULL) ||
+	    (a.tensors_json && strcmp(a.tensors_json, b.tensors_json) != 0))
+		fail_msg("line '%.*s': tensors '%s' against the reference's '%s'", (int)len, line,
+			 a.tensors_json ? a.tensors_json : "(null)",
+			 b.tensors_json ? b.tensors_json : "(null)");
+	proto_trial_release(&a);
+	proto_trial_release(&b);
+	/* Decoded again to compare every field, bit for bit (NANs included). */
+	ra = proto_parse_trial(line, len, 17, &a, ea, sizeof(ea));
+	rb = proto_parse_trial_ref(line, len, 17, &b, eb, sizeof(eb));
+	{
+		char *ta = a.tensors_json, *tb = b.tensors_json;
+
+		a.tensors_json = b.tensors_json = NULL;
+		if (memcmp(&a, &b, sizeof(a)) != 0)
+			fail_msg("line '%.*s': decoded differently from the reference", (int)len, line);
+		a.tensors_json = ta;
+		b.tensors_json = tb;
+	}
+	proto_trial_release(&a);
+	proto_trial_release(&b);
+}
+
+/*
+ * Numbers are stored as the reference decoder re-encodes them (shortest
+ * "%.Ng" that reads back, ".0" on a real without one); the fast decoder
+ * copies a number that is already written so. Random numbers of every shape
+ * (signs, leading and trailing zeros, 1 to 20 digits, the point anywhere,
+ * exponents) must come out alike.
+ */
+static void test_fast_numbers(void **state)
+{
+	unsigned long long x = 88172645463325252ULL;
+	char token[64], line[256];
+	unsigned n;
+
+	(void)state;
+	for (unsigned k = 0; k < 200000; k++) {
+		size_t len = 0;
+		unsigned digits, point;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		digits = 1 + (unsigned)(x % 20);
+		point = (unsigned)((x >> 8) % (digits + 2)); /* digits + 1: none */
+		if ((x >> 16) & 1)
+			token[len++] = '-';
+		for (unsigned i = 0; i < digits; i++) {
+			unsigned d = (unsigned)((x >> (20 + 2 * (i % 20))) % 10);
+
+			/* Many zeros: leading, trailing and inner ones are the hard cases. */
+			if (((x >> (i % 40)) & 3) == 0)
+				d = 0;
+			if (i == point && i > 0)
+				token[len++] = '.';
+			token[len++] = (char)('0' + d);
+		}
+		if (((x >> 60) & 3) == 0)
+			len += (size_t)snprintf(token + len, sizeof(token) - len, "e%s%u",
+						(x >> 62) & 1 ? "-" : "", (unsigned)((x >> 40) % 40));
+		token[len] = '\0';
+		n = (unsigned)snprintf(line, sizeof(line),
+				       "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0,"
+				       "\"tensors\":[{\"name\":\"a\",\"ratio\":0,\"x\":%s}]}",
+				       token);
+		compare_decoders(line, n);
+	}
+}
+
+static void test_fast_matches_reference(void **state)
+{
+	static const char bytes[] = "\"\\{}[],:0123456789-+.eE ntfrux\t\n\x01\x7f\x80\xc3\xa9";
+	char line[2048];
+	unsigned lines = 0;
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(fast_bases) / sizeof(fast_bases[0]); k++) {
+		const char *base = fast_bases[k];
+		size_t len = strlen(base);
+		struct proto_trial t;
+
+		/* Every base line is the fast decoder's. */
+		if (proto_parse_trial_fast(base, len, 17, &t) != 1)
+			fail_msg("the fast decoder left base line %zu to the reference", k);
+		proto_trial_release(&t);
+		assert_true(len + 2 < sizeof(line));
+		compare_decoders(base, len);
+		for (size_t i = 0; i < len; i++) {
+			for (size_t j = 0; j < sizeof(bytes) - 1; j++) {
+				/* Replaced. */
+				memcpy(line, base, len);
+				line[i] = bytes[j];
+				compare_decoders(line, len);
+				/* Inserted. */
+				memcpy(line, base, i);
+				line[i] = bytes[j];
+				memcpy(line + i + 1, base + i, len - i);
+				compare_decoders(line, len + 1);
+				lines += 2;
+			}
+			/* Removed. */
+			memcpy(line, base, i);
+			memcpy(line + i, base + i + 1, len - i - 1);
+			compare_decoders(line, len - 1);
+			lines++;
+		}
+	}
+	print_message("%u mutated lines decoded alike\n", lines);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1094,6 +1249,8 @@ int main(void)
 	    cmocka_unit_test(test_case_digest),
 	    cmocka_unit_test(test_message_is_clean_text),
 	    cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_fast_matches_reference),
+	    cmocka_unit_test(test_fast_numbers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
