@@ -109,8 +109,10 @@ echo "GET /api/v1/commits behind a lock: 503 after ${took}s ([http] query_timeou
 # The reload set each connection's timeout, and opened none (a pool has no connection of its own).
 conns=$(pg_psql "SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_stat_activity
 	WHERE application_name LIKE 'numwatchd %'")
-[[ $conns == "numwatchd http0,numwatchd http1,numwatchd http2,numwatchd http3,numwatchd main" ]] ||
-	fail "numwatchd's connections after the reload: $conns (expected main and http0 to http3)"
+want="numwatchd http0,numwatchd http1,numwatchd http2,numwatchd http3,numwatchd judge0,numwatchd judge1"
+want+=",numwatchd judge2,numwatchd judge3,numwatchd main,numwatchd store0,numwatchd store1"
+[[ $conns == "$want" ]] ||
+	fail "numwatchd's connections after the reload: $conns (expected main, http0 to http3, judge0 to judge3, store0 and store1)"
 claim_timed_out() { log_lines "jobs: claim failed: " | grep -q "statement timeout"; }
 nw_wait 90 "a claim given up after [daemon] query_timeout" claim_timed_out
 release
