@@ -57,3 +57,16 @@ req = urllib.request.Request("http://127.0.0.1:18080" + sys.argv[1], method="POS
 print(urllib.request.urlopen(req, timeout=10).read().decode())
 PY
 }
+
+# gpu_verdicts_table: every commit's verdict and its checks not clean, a Markdown table (sql()
+# of the caller: its database).
+gpu_verdicts_table() {
+	echo "| # | commit | title | verdict | checks not clean |"
+	echo "| ---: | --- | --- | --- | --- |"
+	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
+		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict
+		|| CASE WHEN s.regression_new THEN ' (new)' WHEN s.verdict = 'regressed' THEN ' (open)' ELSE '' END
+		|| ' (' || s.failures || '/' || s.trials || ')', ', '
+		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
+		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+}

@@ -165,14 +165,7 @@ sql "SELECT DISTINCT ON (c.sha, k.name, b.dtype) c.sha || ' ' || k.name || ' ' |
 	echo
 	echo "### Verdicts over the demo history"
 	echo
-	echo "| # | commit | title | verdict | checks not clean |"
-	echo "| ---: | --- | --- | --- | --- |"
-	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
-		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict
-		|| CASE WHEN s.regression_new THEN ' (new)' WHEN s.verdict = 'regressed' THEN ' (open)' ELSE '' END
-		|| ' (' || s.failures || '/' || s.trials || ')', ', '
-		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
-		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+	gpu_verdicts_table
 	echo
 	echo "### Regressions"
 	echo

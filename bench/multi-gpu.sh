@@ -132,14 +132,7 @@ daemon=
 	echo
 	echo "### Verdicts over the demo history"
 	echo
-	echo "| # | commit | title | verdict | checks not clean |"
-	echo "| ---: | --- | --- | --- | --- |"
-	sql "SELECT '| ' || position || ' | ' || left(sha, 12) || ' | ' || title || ' | ' || commit_verdict(id) || ' | ' ||
-		coalesce((SELECT string_agg(k.name || ' ' || s.dtype || ': ' || s.verdict
-		|| CASE WHEN s.regression_new THEN ' (new)' WHEN s.verdict = 'regressed' THEN ' (open)' ELSE '' END
-		|| ' (' || s.failures || '/' || s.trials || ')', ', '
-		ORDER BY k.name, s.dtype) FROM stats s JOIN checks k ON k.id = s.check_id WHERE s.commit_id = c.id
-		AND s.verdict NOT IN ('clean', 'build_failed')), '') || ' |' FROM commits c ORDER BY position"
+	gpu_verdicts_table
 	echo
 	echo "Trials per GPU over the history: $(sql "SELECT string_agg(g || ': ' || n, ', ' ORDER BY g) FROM
 		(SELECT split_part(slot, '.', 1) g, count(*) n FROM trials GROUP BY 1) x")."

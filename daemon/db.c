@@ -791,7 +791,12 @@ static void enqueue(struct db *db, struct db_query *q)
 	start_next(db);
 }
 
-int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data)
+/*
+ * The connection a query goes to ('db' itself, or a pool's least busy member)
+ * and a new entry for it, or a negative error (as db_query's).
+ */
+static int new_query(struct db *db, const char *sql, int nparams, const char *const *params, struct db **to,
+		     struct db_query **out)
 {
 	struct db_query *q;
 	int rc = can_take(db);
@@ -801,15 +806,25 @@ int db_query(struct db *db, const char *sql, int nparams, const char *const *par
 	if (db->nmembers) {
 		struct db *m = least_busy(db);
 
-		return m ? db_query(m, sql, nparams, params, cb, data) : -ENOTCONN;
+		return m ? new_query(m, sql, nparams, params, to, out) : -ENOTCONN;
 	}
 	q = calloc(1, sizeof(*q));
-	if (!q)
-		return -ENOMEM;
-	if (stmt_init(&q->one, sql, nparams, params) < 0) {
+	if (!q || stmt_init(&q->one, sql, nparams, params) < 0) {
 		free(q);
 		return -ENOMEM;
 	}
+	*to = db;
+	*out = q;
+	return 0;
+}
+
+int db_query(struct db *db, const char *sql, int nparams, const char *const *params, db_cb cb, void *data)
+{
+	struct db_query *q;
+	int rc = new_query(db, sql, nparams, params, &db, &q);
+
+	if (rc < 0)
+		return rc;
 	q->cb = cb;
 	q->data = data;
 	enqueue(db, q);
@@ -865,20 +880,10 @@ int db_txn_run(struct db *db, struct db_txn *t, db_cb cb, void *data)
 int db_copy(struct db *db, const char *sql, const char *data, size_t len, db_cb cb, void *cbdata)
 {
 	struct db_query *q;
-	int rc = can_take(db);
+	int rc = new_query(db, sql, 0, NULL, &db, &q);
 
 	if (rc < 0)
 		return rc;
-	if (db->nmembers) {
-		struct db *m = least_busy(db);
-
-		return m ? db_copy(m, sql, data, len, cb, cbdata) : -ENOTCONN;
-	}
-	q = calloc(1, sizeof(*q));
-	if (!q || stmt_init(&q->one, sql, 0, NULL) < 0) {
-		free(q);
-		return -ENOMEM;
-	}
 	q->cb = cb;
 	q->data = cbdata;
 	q->is_copy = true;
