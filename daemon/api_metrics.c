@@ -183,7 +183,8 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	    "# TYPE numwatch_store_batches_total counter\nnumwatch_store_batches_total %llu\n",
 	    store_written(p->d->store), store_batches(p->d->store));
 	add(&t,
-	    "# HELP numwatch_db_queries_total Statements completed on the daemon's write connections (the store's too).\n"
+	    "# HELP numwatch_db_queries_total Statements completed on the daemon's write connections (the "
+	    "store's too).\n"
 	    "# TYPE numwatch_db_queries_total counter\nnumwatch_db_queries_total %llu\n",
 	    (unsigned long long)db_writes());
 	add(&t,

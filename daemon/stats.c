@@ -723,16 +723,32 @@ static bool pool_fits_baseline(const struct stats_verdict_input *in, const struc
  * commits; Wald's bound holds for this one whenever it is looked at.
  */
 #define FIX_FACTOR 4.0
+/*
+ * The pooled rate a fix is measured against: the bottom of its two-sigma
+ * Wilson interval, not its middle. A young pool is an estimate: a 30% race
+ * pooled at 25 of 64 (39%) called a commit whose first seeds failed 14 of 82
+ * (17%, the race's seeds running low there) a fix at odds of 1000 against
+ * 39% / 4, though both rates fit it badly; against 27% it is not one.
+ */
+static double fix_pool(const struct stats_evidence *ev)
+{
+	struct stats_interval w;
+
+	if (stats_wilson(ev->pool.failures, ev->pool.trials, 2.0, &w) < 0)
+		return 0.0;
+	return w.lo;
+}
+
 static double fix_step(const struct stats_evidence *ev, bool failed)
 {
-	double pool = (double)ev->pool.failures / ev->pool.trials, fixed = pool / FIX_FACTOR;
+	double pool = fix_pool(ev), fixed = pool / FIX_FACTOR;
 
 	return failed ? log(fixed) - log(pool) : log1p(-fixed) - log1p(-pool);
 }
 
 static double below_pool(const struct stats_evidence *ev)
 {
-	if (!ev->pool.trials || !ev->cand.trials || ev->pool.failures == 0)
+	if (!ev->pool.trials || !ev->cand.trials || ev->pool.failures == 0 || !(fix_pool(ev) > 0.0))
 		return 0.0;
 	return ev->cand.failures * fix_step(ev, true) +
 	       (ev->cand.trials - ev->cand.failures) * fix_step(ev, false);

@@ -63,7 +63,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	d.cfg.trials_per_commit = 8;
 	d.started_ms = uv_now(&loop);
 	/* A pool that never reaches a server and takes no query: requests that get that far answer 503. */
-	rc = db_open_pool(&loop, "host=/nonexistent/numwatch-fuzz connect_timeout=1", "http", 1, &d.db_http);
+	rc = db_open_pool(&loop, "host=/nonexistent/numwatch-fuzz connect_timeout=1", "http", 1, 15000,
+			  &d.db_http);
 	if (rc < 0)
 		abort();
 	db_refuse(d.db_http, "fuzz: no database");

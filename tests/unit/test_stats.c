@@ -672,16 +672,17 @@ static void nondet_pooled_baseline(void **state)
 	/*
 	 * A fix judged by rate against the pool (7%; the baseline commit failed 4
 	 * of 96, no paired evidence of a fix yet), as a probability ratio between
-	 * the pooled rate p = 36/512 and p / 4: each pass adds log((1 - p/4) /
-	 * (1 - p)) = 0.0552. 0 of 48 give log odds 2.65, past log 2: more
-	 * trials, the passes to reach 1000 ((6.908 - 2.648) / 0.0552 = 78), a
-	 * round of at most as many as it has (48). 0 of 96 (odds 200) are not a
-	 * fix yet (30 more would be); 0 of 126 (odds 1050) are.
+	 * the bottom of the pool's two-sigma Wilson interval, p = 0.0509 for
+	 * 36/512, and p / 4: each pass adds log((1 - p/4) / (1 - p)) = 0.0394.
+	 * 0 of 48 give log odds 1.89, past log 2: more trials, the passes to
+	 * reach 1000 ((6.908 - 1.892) / 0.0394 = 128), a round of at most as
+	 * many as it has (48). 0 of 96 (odds 44) are not a fix yet (80 more
+	 * would be), nor 0 of 126; 0 of 176 (odds 1000 and a little) are.
 	 */
 	{
 		const int base_fails[] = {7, 23, 39, 55}; /* the flaky baseline: the pool fits it */
 
-		fill(s, 126, NULL, 0, base_fails, 4, 126);
+		fill(s, 176, NULL, 0, base_fails, 4, 176);
 		in.nseeds = 48;
 		in.pool_trials = 512;
 		in.pool_failures = 36;
@@ -697,11 +698,14 @@ static void nondet_pooled_baseline(void **state)
 		in.nseeds = 96;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_PENDING);
-		assert_int_equal(ev.needs_trials, 30);
+		assert_int_equal(ev.needs_trials, 80);
 		in.nseeds = 126;
 		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
+		assert_int_equal(ev.verdict, VERDICT_PENDING);
+		in.nseeds = 176;
+		assert_int_equal(stats_verdict(&in, &par, &ev), 0);
 		assert_int_equal(ev.verdict, VERDICT_IMPROVED);
-		assert_string_equal(ev.reason, "failure rate 0/126, below the baseline's 36/512 pooled");
+		assert_string_equal(ev.reason, "failure rate 0/176, below the baseline's 36/512 pooled");
 	}
 	/*
 	 * A 5% race still there: 6 of 336 (1.8%) after more trials is 0.003 of
