@@ -87,8 +87,15 @@ static void check_trial(const struct proto_trial *t, const uint8_t *data, size_t
 	if (!json_is_array(stored))
 		fuzz_fail("trial: tensors_json '%.200s' is not a JSON array", t->tensors_json);
 	root = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+	/*
+	 * A line jansson refuses that the daemon takes (NaN and Infinity as
+	 * json.dumps writes them, read as null) has no reference to compare with.
+	 */
+	if (!root && memmem(data, size, "NaN", 3) == NULL && memmem(data, size, "Infinity", 8) == NULL &&
+	    json_array_size(stored) != 0)
+		fuzz_fail("trial: tensors_json '%.200s' from a line that is not JSON", t->tensors_json);
 	sent = sent_tensors(root);
-	if (sent ? !json_equal(sent, stored) : json_array_size(stored) != 0)
+	if (root && (sent ? !json_equal(sent, stored) : json_array_size(stored) != 0))
 		fuzz_fail("trial: tensors_json '%.200s' does not decode to the tensors sent",
 			  t->tensors_json);
 	json_decref(stored);
