@@ -197,9 +197,22 @@ static void complete(struct db *db, PGresult *res, const char *error)
 		query_free(q);
 }
 
+/* Answers every query of a list taken off a queue with the error 'why', and frees it. */
+static void fail_list(struct db_query *rest, const char *why)
+{
+	struct db_query *q;
+
+	while ((q = rest)) {
+		rest = q->next;
+		if (q->cb)
+			q->cb(NULL, why, q->data);
+		query_free(q);
+	}
+}
+
 void db_refuse(struct db *db, const char *why)
 {
-	struct db_query *rest, *q;
+	struct db_query *rest;
 
 	db->refused = true;
 	/* The query in flight finishes; those behind it fail. */
@@ -212,12 +225,7 @@ void db_refuse(struct db *db, const char *why)
 		db->head = db->tail = NULL;
 		db->queued = 0;
 	}
-	while ((q = rest)) {
-		rest = q->next;
-		if (q->cb)
-			q->cb(NULL, why, q->data);
-		query_free(q);
-	}
+	fail_list(rest, why);
 }
 
 static void on_poll_closed(uv_handle_t *h)
@@ -301,16 +309,11 @@ static void txn_lost(struct db *db, struct db_query *q, bool was_busy, const cha
 /* A pool's member whose connection dropped: who waits for a read hears at once. */
 static void fail_queue(struct db *db, const char *why)
 {
-	struct db_query *rest = db->head, *q;
+	struct db_query *rest = db->head;
 
 	db->head = db->tail = NULL;
 	db->queued = 0;
-	while ((q = rest)) {
-		rest = q->next;
-		if (q->cb)
-			q->cb(NULL, why, q->data);
-		query_free(q);
-	}
+	fail_list(rest, why);
 }
 
 /*

@@ -20,6 +20,7 @@
 #include "caps.h"
 #include "log.h"
 #include "nwd.h"
+#include "protocol.h"
 
 /* How long a connection may stay idle (no request, or a reply not read) before it is closed. */
 #define IDLE_TIMEOUT_S 30
@@ -196,38 +197,6 @@ void http_reply_body(struct http_req *r, unsigned status, struct http_body *b)
 	set_ready(r);
 }
 
-/* The length of the UTF-8 sequence at s (RFC 3629: no overlong forms, surrogates or code points above U+10FFFF), or 0. */
-static size_t utf8_len(const unsigned char *s)
-{
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t n;
-
-	if (s[0] < 0x80)
-		return 1;
-	if (s[0] >= 0xc2 && s[0] <= 0xdf)
-		n = 2;
-	else if (s[0] >= 0xe0 && s[0] <= 0xef)
-		n = 3;
-	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-		n = 4;
-	else
-		return 0;
-	if (s[0] == 0xe0)
-		lo = 0xa0;
-	else if (s[0] == 0xed)
-		hi = 0x9f;
-	else if (s[0] == 0xf0)
-		lo = 0x90;
-	else if (s[0] == 0xf4)
-		hi = 0x8f;
-	if (s[1] < lo || s[1] > hi)
-		return 0;
-	for (size_t i = 2; i < n; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return n;
-}
-
 /*
  * Copies 'in' to 'out' (of outlen bytes, NUL-terminated, cut on a character)
  * with every byte that is not part of valid UTF-8 written as the text \xHH:
@@ -240,7 +209,7 @@ static void escape_utf8(const char *in, char *out, size_t outlen)
 	size_t o = 0;
 
 	while (*s) {
-		size_t n = utf8_len(s);
+		size_t n = proto_utf8_len(s);
 
 		if (n == 0) {
 			if (o + 4 >= outlen)
