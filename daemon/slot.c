@@ -1111,8 +1111,8 @@ static void on_loaded(PGresult *res, const char *error, void *data)
 static void on_claimed(struct job *job, void *data)
 {
 	struct slot *s = data;
-	char commit[24], check[16];
-	const char *params[3] = {commit, check, NULL};
+	char commit[24], check[16], lo[24], hi[24];
+	const char *params[5] = {commit, check, NULL, NULL, NULL};
 
 	/* A new job (or none): no sibling of it has failed yet, and its lease is this daemon's. */
 	s->sibling_failed = false;
@@ -1155,10 +1155,25 @@ static void on_claimed(struct job *job, void *data)
 	snprintf(commit, sizeof(commit), "%lld", job->commit_id);
 	snprintf(check, sizeof(check), "%d", job->check_id);
 	params[2] = s->job.dtype;
+	/*
+	 * A plan reads every trial of its check x dtype (it may have grown); a
+	 * probe or a part of a run by hand only the range of its own seeds, so
+	 * that a part's load does not grow with the run (others are ignored).
+	 */
+	if (s->plan || s->nseeds == 0) {
+		params[3] = "0";
+		params[4] = NULL;
+	} else {
+		snprintf(lo, sizeof(lo), "%llu", s->seeds[0].seed);
+		snprintf(hi, sizeof(hi), "%llu", s->seeds[s->nseeds - 1].seed);
+		params[3] = lo;
+		params[4] = hi;
+	}
 	if (db_query(s->d->db,
 		     "SELECT seed, attempt, outcome, ratio, coalesce(sanitizer, '') FROM trials"
-		     " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3 ORDER BY seed, attempt",
-		     3, params, on_loaded, s) < 0)
+		     " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
+		     " AND seed >= $4 AND ($5::bigint IS NULL OR seed <= $5) ORDER BY seed, attempt",
+		     5, params, on_loaded, s) < 0)
 		on_loaded(NULL, "cannot queue the query", s);
 }
 
