@@ -5,6 +5,7 @@
 Needs torch (Debian's python3-torch is enough); skipped without it. The
 ctest 'python_sdk' (kernels/python/run-tests.sh) refuses to skip.
 """
+import collections
 import json
 import math
 import os
@@ -334,6 +335,64 @@ class TrialTest(unittest.TestCase):
                 op = "x"
             NoGrads(backward=True)
         self.assertEqual(len(NoGrads.both()), 1)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class HostReadsTest(unittest.TestCase):
+    """A trial waits for the device once: on a GPU each device-to-host read (.item(), .tolist(),
+    float(t), bool(t), .cpu(), ...) stalls the host until the device is idle, and a few of them
+    per trial cost more than the kernels of a small op. Counted on the CPU by instrumenting the
+    tensor methods that read values: only the generator (CPU tensors by design) may call them."""
+
+    READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "cpu", "numpy")
+
+    def setUp(self):
+        self.stray = collections.Counter()
+        allowed = {getattr(f, "__func__", f).__code__ for f in vars(nwt.Gen).values()
+                   if hasattr(getattr(f, "__func__", f), "__code__")}
+        allowed |= {nwt.case_digest.__code__, nwt._host.__code__}
+        for m in self.READS:
+            orig = getattr(torch.Tensor, m)
+
+            def counted(t, *a, _orig=orig, _m=m, **k):
+                code = sys._getframe(1).f_code
+                if code not in allowed:
+                    self.stray["%s in %s" % (_m, code.co_name)] += 1
+                return _orig(t, *a, **k)
+            setattr(torch.Tensor, m, counted)
+            self.addCleanup(setattr, torch.Tensor, m, orig)
+
+    def test_one_read_per_trial(self):
+        r = planted_runner()
+        for check in ("planted.fwd", "planted.bwd"):
+            for family in ("ok", "scaled", "nan", "unwritten", "canary", "kink", "view"):
+                for dtype, repeats in (("f32", 1), ("bf16", 3)):
+                    before = nwt.HOST_READS[0]
+                    r.trial(check, dtype, seed_of(family), None, repeats)
+                    what = "%s %s %s x%d" % (check, family, dtype, repeats)
+                    self.assertEqual(nwt.HOST_READS[0] - before, 1, what)
+                    self.assertEqual(dict(self.stray), {}, what)
+
+    def test_floor_scales_stay_on_the_device(self):
+        class Scaled(Planted):
+            def floor_scales(self, case, inputs, douts):
+                return {"dx": inputs["x"].abs().max() * 1e3} if douts is not None else {}
+
+        class ScaledFloat(Planted):  # the same scale through float(): a read of its own
+            def floor_scales(self, case, inputs, douts):
+                return {"dx": float(inputs["x"].abs().max()) * 1e3} if douts is not None else {}
+
+        before = nwt.HOST_READS[0]
+        a = nw.Runner(Scaled.both(), name="scaled 1").trial("planted.bwd", "f32", seed_of("ok"), None, 2)
+        self.assertEqual((nwt.HOST_READS[0] - before, dict(self.stray)), (1, {}))
+        b = nw.Runner(ScaledFloat.both(), name="scaled 1").trial("planted.bwd", "f32", seed_of("ok"), None, 2)
+        self.assertEqual(dict(self.stray), {"__float__ in floor_scales": 1})
+        a.pop("kernel_us"), b.pop("kernel_us")
+        self.assertEqual(a, b)
+        # The scale reached the budget: its floor, 4 eps(f32) x 1000 max|x|, outweighs the plain error.
+        c = planted_runner().trial("planted.bwd", "f32", seed_of("ok"), None, 2)
+        self.assertGreater(a["tensors"][0]["budget"], 100 * c["tensors"][0]["budget"])
+        self.assertEqual(a["tensors"][1], c["tensors"][1])  # dw: no scale
 
 
 @unittest.skipIf(torch is None, "torch is not installed")

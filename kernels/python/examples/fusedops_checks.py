@@ -98,7 +98,7 @@ class RMSNorm(nwt.TorchCheck):
             return {}
         x, w = inputs["x"], inputs["w"]
         r = torch.rsqrt((x * x).mean(-1, keepdim=True) + case["eps"])
-        return {"dx": float((r * (douts["y"] * w).abs()).max()) if x.numel() else 0.0}
+        return {"dx": (r * (douts["y"] * w).abs()).max() if x.numel() else 0.0}
 
 
 class Attention(nwt.TorchCheck):
@@ -141,9 +141,9 @@ class Attention(nwt.TorchCheck):
         if douts is None:
             return {}
         q, k, v, do = inputs["q"], inputs["k"], inputs["v"], douts["y"]
-        dp = float(torch.matmul(do, v.transpose(-1, -2)).abs().max())
+        dp = torch.matmul(do, v.transpose(-1, -2)).abs().max()
         scale = 1.0 / math.sqrt(q.shape[-1])
-        return {"dq": dp * float(k.abs().max()) * scale, "dk": dp * float(q.abs().max()) * scale}
+        return {"dq": dp * k.abs().max() * scale, "dk": dp * q.abs().max() * scale}
 
 
 def checks():

@@ -122,11 +122,6 @@ def device_info():
             "torch": torch.__version__}
 
 
-def _sync():
-    if DEVICE.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 _FATAL_MARKS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
                 "CUBLAS_STATUS_EXECUTION_FAILED", "misaligned address")
 
@@ -335,7 +330,9 @@ class Case:
         self.device = DEVICE
         self._buffers = {}
         self._dev = {}  # input name -> the input on the device (one copy per trial)
+        self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
+        self._dev_douts64 = {}
 
     def __getitem__(self, key):
         if key in self.inputs:
@@ -389,7 +386,7 @@ def case_digest(case):
             h.update(("%s%s" % (t.dtype, tuple(t.shape))).encode("utf-8"))
             if t.dtype == torch.bfloat16:
                 t = t.view(torch.int16)
-            h.update(t.numpy().tobytes())
+            h.update(t.numpy().data if t.numel() else b"")  # the bytes, without a copy
         else:
             h.update(repr(v).encode("utf-8"))
     for name in sorted(case.params):
@@ -401,128 +398,261 @@ def case_digest(case):
 
 # ---- metrics ------------------------------------------------------------------------------------
 
+#: Device-to-host reads of the SDK (each one a synchronisation on a GPU), counted so that a test
+#: can hold a trial to its one read: read by tests, never reset by the SDK.
+HOST_READS = [0]
+_MASK64 = (1 << 64) - 1
+_INF = math.inf
+
+
+def _host(t):
+    """The values of an int64 tensor as a list of Python ints: the SDK's one way back from the
+    device (a trial calls it once, for all its numbers together)."""
+    HOST_READS[0] += 1
+    return t.tolist()
+
+
+def _upload(t, device):
+    """t (a CPU tensor) on device. To a GPU through page-locked memory, without waiting: a copy
+    from pageable memory would synchronise the host with the device once per input."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
 
 def _ordered(x, dtype):
     """x (float64) rounded to dtype (f32, f64) as integers that order like the values."""
     if dtype == "f32":
-        i = x.to(torch.float32).view(torch.int32).to(torch.int64)
-        return torch.where(i < 0, -(i & 0x7FFFFFFF), i)
+        i = (x if x.dtype == torch.float32 else x.to(torch.float32)).view(torch.int32).to(torch.int64)
+        return torch.where(i < 0, -2147483648 - i, i)  # -(i & 0x7FFFFFFF) for the sign-extended i < 0
     i = x.view(torch.int64)
     return torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
 
 
-def _first(mask, n):
-    """The first flat index where mask is true, as a tensor (n when none)."""
-    idx = torch.arange(n, device=mask.device)
-    return torch.where(mask, idx, torch.full_like(idx, n)).min()
+def _class(x, finite):
+    """x's class for the mismatch test: 0 where finite, else x with NaN as 5 (+-Inf stay)."""
+    return torch.where(finite, 0.0, x.nan_to_num(5.0, _INF, -_INF))
 
 
-def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
-            atol=None, rtol=0.0, unwritten=None, exclude=None, canary=0, tail_width=0):
-    """metrics.compare() on tensors, on their device: the same arguments (got, ref and each
-    plain as tensors of one number of elements; unwritten and exclude as boolean masks) and
-    the same dict, field for field. got is taken as it is: round it to the dtype first, as a
-    store into a buffer of the dtype would (the SDK does)."""
-    got = got.detach().reshape(-1).to(torch.float64)
-    ref = ref.detach().reshape(-1).to(torch.float64)
+def _maxes(ts, gpu):
+    """The maximum of each of ts (1-dimensional, of one length and dtype) as one tensor: on a GPU
+    one launch over their stack, on the CPU one reduction each (the stack would copy them)."""
+    if gpu and len(ts) > 1:
+        return torch.stack(ts).amax(1)
+    return torch.stack([t.max() for t in ts])
+
+
+def _counts(ts, gpu):
+    """The number of true elements of each of the boolean tensors ts, as one int64 tensor."""
+    if gpu and len(ts) > 1:
+        return torch.stack(ts).sum(1)
+    return torch.stack([t.sum() for t in ts])
+
+
+class _Measure:
+    """compare()'s work for one tensor, split where the values come back from the device:
+    start() queues the reductions and returns them as one int64 tensor (floats by their bits),
+    finish() takes those values as ints and builds compare()'s dict. A trial concatenates the
+    tensors of all its outputs and brings them back in one read."""
+
+    def __init__(self, name, dtype, n, shape, fixed, factor, floor_eps, floor_scale, atol, rtol, canary,
+                 tail_width):
+        self.name, self.dtype, self.n, self.shape, self.fixed = name, dtype, n, shape, fixed
+        self.factor, self.floor_eps, self.floor_scale = factor, floor_eps, floor_scale
+        self.atol, self.rtol, self.canary, self.tail_width = atol, rtol, canary, tail_width
+        self.ulp = has_ulp(dtype)
+        self.nplain = 0
+        self.unw = self.exc = False
+        self.width = 0  # values start() returns
+
+    def start(self, got, ref, plains, unwritten, exclude):
+        """The reductions (the C SDK's compare loop, kernels/sdk/metrics.c, element for element):
+        - an unwritten element (still the poison) counts as unwritten and nothing else;
+        - every written element counts in nonfinite/ref_nonfinite where it is NaN/Inf, and as a
+          mismatch where it is non-finite on one side only or of another class (NaN, +Inf, -Inf)
+          than the reference: excluded or not, a kink excuses a value, not a NaN;
+        - an excluded element that is not a mismatch counts as excluded;
+        - the others with a finite reference ("ok") are measured: max_abs, max_rel, max|ref|,
+          max_ulp, the plain programs' errors where those are finite, the fixed tolerance's ratio;
+        - worst: the first ok element of the largest error (or tolerance ratio), hard: the first
+          unwritten or mismatched one."""
+        gpu = got.device.type == "cuda"
+        parts = []
+        if self.n:
+            g32 = got if got.dtype == torch.float32 else None
+            got = got if got.dtype == torch.float64 else got.to(torch.float64)
+            kfin = torch.isfinite(got)
+            rfin = torch.isfinite(ref)
+            ok = kfin & rfin
+            # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
+            # that the classes compare with one !=.
+            mism = _class(got, kfin) != _class(ref, rfin)
+            counts = []
+            if unwritten is not None:
+                self.unw = True
+                unw = unwritten.reshape(-1).to(device=got.device, dtype=torch.bool)
+                written = ~unw
+                mism = mism & written
+                ok = ok & written
+                hard = unw | mism
+                counts += [unw, kfin & written, rfin & written]
+            else:
+                hard = mism
+                counts += [kfin, rfin]
+            if exclude is not None:
+                self.exc = True
+                exc = exclude.reshape(-1).to(device=got.device, dtype=torch.bool)
+                counts.append(exc & ~mism if unwritten is None else exc & written & ~mism)
+                ok = ok & ~exc
+            counts.append(mism)
+            err = torch.where(ok, (got - ref).abs_(), 0.0)
+            absr = torch.where(ok, ref.abs(), 0.0)
+            rel = torch.where(absr > 0, err / absr, 0.0)
+            fl = [err, rel, absr]
+            for p in plains:
+                fl.append(torch.where(ok & torch.isfinite(p), (p - ref).abs_(), 0.0))
+            self.nplain = len(plains)
+            if self.fixed:
+                tol = self.atol + self.rtol * absr if self.rtol else self.atol
+                # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
+                key = (err / tol).nan_to_num_(0.0, _INF, -_INF)
+                fl.append(key)
+            else:
+                key = err
+            ints = [_counts(counts, gpu), key.argmax().reshape(1), hard.to(torch.uint8).argmax().reshape(1)]
+            if self.ulp:
+                if self.dtype == "f32":
+                    r32 = ref.to(torch.float32)
+                    sel = ok & torch.isfinite(r32)
+                    d = (_ordered(g32 if g32 is not None else got, "f32") - _ordered(r32, "f32")).abs()
+                else:
+                    sel = ok
+                    d = (_ordered(got, self.dtype) - _ordered(ref, self.dtype)).abs()
+                ints.append(torch.where(sel, d, 0).max().reshape(1))
+            parts = [_maxes(fl, gpu).view(torch.int64)] + ints
+        extra = []
+        if isinstance(self.canary, torch.Tensor):
+            extra.append(self.canary.reshape(1).to(torch.int64))
+        if isinstance(self.floor_scale, torch.Tensor):
+            extra.append(self.floor_scale.detach().reshape(1).to(torch.float64).view(torch.int64))
+        parts += [e.to(ref.device) for e in extra]
+        if not parts:
+            return None
+        out = torch.cat(parts) if len(parts) > 1 else parts[0]
+        self.width = out.numel()
+        return out
+
+    def finish(self, vals):
+        """compare()'s dict from the values start() queued (a list of ints; [] for none)."""
+        n, fixed = self.n, self.fixed
+        vals = list(vals)
+        canary, floor_scale = self.canary, self.floor_scale
+        if isinstance(floor_scale, torch.Tensor):
+            floor_scale = _bits_to_float(vals.pop())
+        if isinstance(canary, torch.Tensor):
+            canary = vals.pop()
+        nfl = 3 + self.nplain + (1 if fixed else 0)
+        max_ulp = 0
+        if n:
+            fl = [_bits_to_float(b) for b in vals[:nfl]]
+            ints = vals[nfl:]
+            max_abs, max_rel, max_ref = fl[:3]
+            plain_max = max([0.0] + fl[3:3 + self.nplain])
+            max_q = fl[-1] if fixed else 0.0
+            nc = 3 + self.unw + self.exc
+            cs = ints[:nc]
+            n_unwritten = cs.pop(0) if self.unw else 0
+            n_kfin, n_rfin = cs.pop(0), cs.pop(0)  # finite and written
+            n_nonfinite, n_ref_nonfinite = n - n_unwritten - n_kfin, n - n_unwritten - n_rfin
+            n_excluded = cs.pop(0) if self.exc else 0
+            n_mismatch = cs.pop(0)
+            worst_i, hard_i = ints[nc:nc + 2]
+            if self.ulp:
+                max_ulp = ints[nc + 2]
+        else:
+            max_abs = max_rel = max_ref = plain_max = max_q = 0.0
+            n_unwritten = n_excluded = n_nonfinite = n_ref_nonfinite = n_mismatch = 0
+        if fixed:
+            budget = self.atol
+            ratio = max_q
+        else:
+            scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
+            budget = self.factor * plain_max + self.floor_eps * EPS[self.dtype] * scale
+            if budget <= 0.0:
+                budget = TINY[self.dtype]
+            ratio = max_abs / budget
+        if n_unwritten or n_mismatch:
+            pos = hard_i
+        elif (max_q if fixed else max_abs) > 0:
+            pos = worst_i
+        else:
+            pos = None
+        shape = self.shape
+        idx = unravel(pos, shape) if pos is not None else None
+        tail = False
+        if idx and self.tail_width > 1 and shape:
+            dlast = shape[-1]
+            tail = idx[-1] >= dlast - dlast % self.tail_width
+        failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
+        fin = _finite_or_none
+        return {
+            "name": self.name,
+            "ratio": fin(ratio),
+            "max_abs": fin(max_abs),
+            "max_rel": fin(max_rel),
+            "max_ulp": max_ulp if self.ulp else None,
+            "nonfinite": n_nonfinite,
+            "ref_nonfinite": n_ref_nonfinite,
+            "unwritten": n_unwritten,
+            "canary": canary,
+            "excluded": n_excluded,
+            "worst": idx,
+            "tail": tail,
+            "mismatch": n_mismatch,
+            "plain_max_abs": None if fixed else fin(plain_max),
+            "budget": fin(budget),
+            "failed": failed,
+        }
+
+
+def _bits_to_float(b):
+    return _D.unpack(_Q.pack(b & _MASK64))[0]
+
+
+def _measure(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
+             atol=None, rtol=0.0, unwritten=None, exclude=None, canary=0, tail_width=0):
+    """compare()'s checks of its arguments, then its reductions queued on the device:
+    (a _Measure, the int64 tensor of its values or None)."""
+    got = got.detach().reshape(-1)
+    ref = ref.detach().reshape(-1)
+    if ref.dtype != torch.float64:
+        ref = ref.to(torch.float64)
     n = ref.numel()
     if got.numel() != n:
         raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
     shape = list(shape) if shape is not None else [n]
     fixed = atol is not None
-    plains = [p.detach().reshape(-1).to(torch.float64) for p in plains]
+    plains = [p.detach().reshape(-1) for p in plains]
     if not fixed and not plains:
         raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
     for p in plains:
         if p.numel() != n:
             raise ValueError("tensor '%s': plain program has %d values for %d" % (name, p.numel(), n))
-    dev = ref.device
-    zeros = torch.zeros(n, dtype=torch.bool, device=dev)
-    unw = unwritten.reshape(-1).to(dev) if unwritten is not None else zeros
-    exc_raw = exclude.reshape(-1).to(dev) if exclude is not None else zeros
-    exc = exc_raw & ~unw  # an unwritten element counts as unwritten, not excluded
-    live = ~unw & ~exc_raw
-    kfin = torch.isfinite(got)
-    rfin = torch.isfinite(ref)
-    same_class = (torch.isnan(got) & torch.isnan(ref)) | (got == ref)
-    mismatch = live & ((kfin != rfin) | (~kfin & ~same_class))
-    both = live & kfin & rfin
-    absr = torch.where(both, ref.abs(), torch.zeros_like(ref))
-    err = torch.where(both, (got - ref).abs(), torch.zeros_like(ref))
-    nz = both & (ref != 0)
-    rel = torch.where(nz, err / torch.where(nz, ref.abs(), torch.ones_like(ref)), torch.zeros_like(ref))
-    if fixed:
-        tol = atol + rtol * ref.abs()
-        q = torch.where(tol > 0, err / torch.where(tol > 0, tol, torch.ones_like(tol)),
-                        torch.where(err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
-        q = torch.where(both, q, torch.zeros_like(q))
-        key = q
-    else:
-        key = err
-    plain_max = torch.zeros((), dtype=torch.float64, device=dev)
-    for p in plains:
-        ok = rfin & torch.isfinite(p) & ~exc_raw
-        e = torch.where(ok, (p - ref).abs(), torch.zeros_like(ref))
-        if n:
-            plain_max = torch.maximum(plain_max, e.max())
-    ulp = has_ulp(dtype)
-    if n:
-        max_key = key.max()
-        floats = torch.stack([err.max(), rel.max(), absr.max(), plain_max, max_key])
-        worst = _first((key == max_key) & (max_key > 0) & both, n)
-        hard = _first(unw | mismatch, n)
-        counts = [unw.sum(), exc.sum(), (live & ~kfin).sum(), (live & ~rfin).sum(), mismatch.sum(), worst, hard]
-        if ulp:
-            oref_ok = torch.isfinite(ref.to(torch.float32)) if dtype == "f32" else rfin
-            sel = both & (err > 0) & oref_ok
-            d = (_ordered(got, dtype) - _ordered(ref, dtype)).abs()
-            counts.append(torch.where(sel, d, torch.zeros_like(d)).max())
-        # One transfer for all of it: the floats' bits travel as integers.
-        both_ = torch.cat([floats.view(torch.int64), torch.stack([c.to(torch.int64) for c in counts])]).tolist()
-        fl = [_D.unpack(_Q.pack(b & 0xFFFFFFFFFFFFFFFF))[0] for b in both_[:5]]
-        ct = both_[5:]
-    else:
-        fl = [0.0, 0.0, 0.0, 0.0, 0.0]
-        ct = [0, 0, 0, 0, 0, 0, 0] + ([0] if ulp else [])
-    max_abs, max_rel, max_ref, plain_max_v, max_q = fl
-    n_unwritten, n_excluded, n_nonfinite, n_ref_nonfinite, n_mismatch, worst_i, hard_i = ct[:7]
-    max_ulp = ct[7] if ulp else None
+    plains = [p if p.dtype == torch.float64 else p.to(torch.float64) for p in plains]
+    m = _Measure(name, dtype, n, shape, fixed, factor, floor_eps, floor_scale, atol, rtol, canary, tail_width)
+    return m, m.start(got, ref, plains, unwritten, exclude)
 
-    if fixed:
-        budget = atol
-        ratio = max_q
-    else:
-        scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
-        budget = factor * plain_max_v + floor_eps * EPS[dtype] * scale
-        if budget <= 0.0:
-            budget = TINY[dtype]
-        ratio = max_abs / budget
-    pos = hard_i if hard_i < n else (worst_i if worst_i < n else None)
-    idx = unravel(pos, shape) if pos is not None else None
-    tail = False
-    if idx and tail_width > 1 and shape:
-        dlast = shape[-1]
-        tail = idx[-1] >= dlast - dlast % tail_width
-    failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
-    fin = _finite_or_none
-    return {
-        "name": name,
-        "ratio": fin(ratio),
-        "max_abs": fin(max_abs),
-        "max_rel": fin(max_rel),
-        "max_ulp": max_ulp,
-        "nonfinite": n_nonfinite,
-        "ref_nonfinite": n_ref_nonfinite,
-        "unwritten": n_unwritten,
-        "canary": canary,
-        "excluded": n_excluded,
-        "worst": idx,
-        "tail": tail,
-        "mismatch": n_mismatch,
-        "plain_max_abs": None if fixed else fin(plain_max_v),
-        "budget": fin(budget),
-        "failed": failed,
-    }
+
+def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
+            atol=None, rtol=0.0, unwritten=None, exclude=None, canary=0, tail_width=0):
+    """metrics.compare() on tensors, on their device: the same arguments (got, ref and each
+    plain as tensors of one number of elements; unwritten and exclude as boolean masks;
+    canary and floor_scale may also be 0-dimensional tensors on the device) and the same dict,
+    field for field, with one read from the device. got is taken as it is: round it to the
+    dtype first, as a store into a buffer of the dtype would (the SDK does)."""
+    m, vals = _measure(name, dtype, got, ref, plains, shape, factor, floor_eps, floor_scale, atol, rtol,
+                       unwritten, exclude, canary, tail_width)
+    return m.finish(_host(vals) if vals is not None else [])
 
 
 def _finite_or_none(x):
@@ -536,7 +666,26 @@ def digest_tensor(t):
     """A 64-bit hash of a tensor's bits, computed on its device (a weighted sum of the
     elements' bit patterns, wrapping): equal tensors hash equal, and one element that
     differs changes the hash."""
-    return int(_digest_on_device(t).item()) & ((1 << 64) - 1)
+    return _host(_digest_on_device(t).reshape(1))[0] & _MASK64
+
+
+#: (device, high) -> the digest's weights of elements 0..N-1 for the largest N asked so far (a
+#: power of two): a weight depends on the element's index alone, so a shorter tensor takes a prefix.
+_WEIGHTS = {}
+
+
+def _digest_weights(n, device, high):
+    """The digest's weights of elements 0..n-1 (of the low halves, or of the high ones)."""
+    key = (str(device), high)
+    w = _WEIGHTS.get(key)
+    if w is None or w.numel() < n:
+        idx = torch.arange(1 << max(n - 1, 1).bit_length(), device=device, dtype=torch.int64)
+        if high:
+            w = ((idx * 2246822519 + 3266489917) % (1 << 30)) * 2 + 1
+        else:
+            w = ((idx * 2654435761 + 40503) % (1 << 30)) * 2 + 1
+        _WEIGHTS[key] = w
+    return w[:n]
 
 
 def _digest_on_device(t):
@@ -549,13 +698,9 @@ def _digest_on_device(t):
         bits = t.view(_INT_VIEW[t.dtype]).to(torch.int64)
     else:
         bits = t.to(torch.int64)
-    idx = torch.arange(n, device=t.device, dtype=torch.int64)
-    w = ((idx * 2654435761 + 40503) % (1 << 30)) * 2 + 1
-    lo = bits & 0xFFFFFFFF
-    h = (lo * w).sum()
+    h = ((bits & 0xFFFFFFFF) * _digest_weights(n, t.device, False)).sum()
     if t.dtype in (torch.float64, torch.int64):  # the high halves, where there are any
-        w2 = ((idx * 2246822519 + 3266489917) % (1 << 30)) * 2 + 1
-        h = h + (((bits >> 32) & 0xFFFFFFFF) * w2).sum()
+        h = h + (((bits >> 32) & 0xFFFFFFFF) * _digest_weights(n, t.device, True)).sum()
     return h
 
 
@@ -600,7 +745,9 @@ class TorchCheck(Check):
         is exactly 0 where one key gets all the weight): the size of those
         terms, computed from the float64 inputs and output gradients (douts:
         None for a forward check); the budget's floor scales with it instead
-        of max|ref| (as case.floor_scale).
+        of max|ref| (as case.floor_scale). Return 0-dimensional tensors (not
+        float(t)): they stay on the device until the trial's one read, where
+        a float() would wait for the device.
     """
 
     op = None
@@ -642,16 +789,20 @@ class TorchCheck(Check):
 
     def _inputs(self, case, kind):
         """The inputs of one program on the device: "ref" float64, "plain" or "kernel" as made.
-        Each input is copied to the device once per trial; the kernel gets its own copy of it
-        on the device (a kernel that writes into an input must not change the next repeat's)."""
+        Each input is copied to the device once per trial, and made float64 once; the kernel
+        gets its own copy of it on the device (a kernel that writes into an input must not
+        change the next repeat's)."""
         out = {}
         for k, v in case.inputs.items():
             if isinstance(v, torch.Tensor):
                 t = case._dev.get(k)
                 if t is None:
-                    t = case._dev[k] = v.to(case.device)
+                    t = case._dev[k] = _upload(v, case.device)
                 if kind == "ref" and t.is_floating_point():
-                    t = t.to(torch.float64)
+                    t64 = case._dev64.get(k)
+                    if t64 is None:
+                        t64 = case._dev64[k] = t.to(torch.float64)
+                    t = t64
                 if kind == "kernel":
                     t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
                 if self.backward and k in self.grads:
@@ -660,6 +811,16 @@ class TorchCheck(Check):
             else:
                 out[k] = v
         return out
+
+    def _douts(self, case, k, dtype):
+        """The output gradient of output k on the device, in dtype (float64 made once)."""
+        t = case._dev_douts[k]
+        if dtype == torch.float64:
+            t64 = case._dev_douts64.get(k)
+            if t64 is None:
+                t64 = case._dev_douts64[k] = t.to(torch.float64)
+            return t64
+        return t.to(dtype)
 
     def _run(self, program, case, kind, douts):
         """One program forward (and backward for a bwd check): its outputs by name."""
@@ -676,8 +837,8 @@ class TorchCheck(Check):
         dev = case._dev_douts
         for k in names:
             if k not in dev:
-                dev[k] = douts[k].to(case.device)
-        gs = [dev[k].to(torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
+                dev[k] = _upload(douts[k], case.device)
+        gs = [self._douts(case, k, torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
         wrt = [inputs[k] for k in self.grads]
         res = torch.autograd.grad(ys, wrt, gs, allow_unused=True)
         grads = {}
@@ -700,6 +861,10 @@ class TorchCheck(Check):
             raise
 
     def _trial(self, dtype, seed, family, index, repeats):
+        """One trial. Everything after the case is made runs on the device without waiting for
+        it: the inputs go up without a synchronisation, the kernel is timed by CUDA events on a
+        GPU, and every number of the answer (each tensor's metrics, each repeat's digests, the
+        canaries, the floor scales a check computed on the device) comes back in one read."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -713,6 +878,7 @@ class TorchCheck(Check):
                 raise TrialError("%s: bad view %r of input %r" % (self.name, v, k))
         cdigest = case_digest(case)
         fixed = self.atol is not None
+        gpu = torch.device(case.device).type == "cuda"
 
         with torch.no_grad() if not self.backward else contextlib.nullcontext():
             ref, douts = self._run(self.reference, case, "ref", None)
@@ -720,10 +886,11 @@ class TorchCheck(Check):
             if hook is not None:
                 with torch.no_grad():
                     ins = self._inputs(case, "ref")
-                    dd = None if douts is None else {k: v.to(case.device).to(torch.float64) for k, v in douts.items()}
+                    dd = None if douts is None else {k: self._douts(case, k, torch.float64) for k in douts}
                     for k, v in (hook(case, {k: (t.detach() if isinstance(t, torch.Tensor) else t)
                                              for k, t in ins.items()}, dd) or {}).items():
-                        case.floor_scale[k] = float(v)
+                        # A tensor stays on the device until the trial's one read.
+                        case.floor_scale[k] = v.detach() if isinstance(v, torch.Tensor) else float(v)
             plains = []
             if not fixed:
                 overridden = type(self).plain is not Check.plain
@@ -744,19 +911,25 @@ class TorchCheck(Check):
                             self.name, k))
 
             first = None
-            digest = None
-            differ = 0
+            hashes = []  # per repeat, per output: the digest on the device
+            canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
+            events = []
             td = TORCH_DTYPES[dtype]
             for _ in range(repeats):
                 case._buffers = {}
-                _sync()
-                t0 = time.perf_counter_ns()
+                if gpu:
+                    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                else:
+                    t0 = time.perf_counter_ns()
                 outs, _ = self._run(self.kernel, case, "kernel", douts)
-                _sync()
-                times.append((time.perf_counter_ns() - t0) / 1000.0)
+                if gpu:
+                    stop.record()
+                    events.append((start, stop))
+                else:
+                    times.append((time.perf_counter_ns() - t0) / 1000.0)
                 read = {}
-                hashes = []
                 for k in names:
                     if k not in outs:
                         raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
@@ -764,35 +937,49 @@ class TorchCheck(Check):
                     if o.numel() != ref[k].numel():
                         raise TrialError("%s: the kernel's '%s' has %d elements, the reference's %d" % (
                             self.name, k, o.numel(), ref[k].numel()))
-                    unw, canary = None, 0
+                    unw = None
                     for store, view, nb in case._buffers.values():
                         if view.numel() and o.data_ptr() == view.data_ptr() and o.dtype == view.dtype:
                             ibits = store.view(_INT_VIEW[store.dtype])
                             pb = _signed(POISON_BITS[store.dtype], store.dtype)
-                            unw = (ibits[GUARD:GUARD + nb] == pb)
-                            canary = int(((ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()).item())
+                            unw = ibits[GUARD:GUARD + nb] == pb
+                            c = (ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()
+                            canaries[k] = c if k not in canaries else torch.maximum(canaries[k], c)
                             break
                     got = o.to(td)  # as a store into a buffer of the dtype
                     hashes.append(_digest_on_device(got))
-                    read[k] = (got, unw, canary)
-                h = hashlib.blake2b(digest_size=8)
-                for k, v in zip(names, torch.stack(hashes).tolist()):
-                    h.update(k.encode("utf-8") + b"\0" + (v & ((1 << 64) - 1)).to_bytes(8, "little"))
-                d = h.hexdigest()
+                    read[k] = (got, unw)
                 if first is None:
-                    first, digest = read, d
-                elif d != digest:
-                    differ += 1
+                    first = read
 
-            tensors = []
+            pending = []
             for k in names:
-                got, unw, canary = first[k]
-                t = compare(k, dtype, got, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
-                            factor=self.budget_factor, floor_eps=self.floor_eps,
-                            floor_scale=case.floor_scale.get(k), atol=self.atol, rtol=self.rtol,
-                            unwritten=unw, exclude=case.excluded.get(k), canary=canary,
-                            tail_width=self.tail_width)
-                tensors.append(t)
+                got, unw = first[k]
+                m, vals = _measure(k, dtype, got, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
+                                   factor=self.budget_factor, floor_eps=self.floor_eps,
+                                   floor_scale=case.floor_scale.get(k), atol=self.atol, rtol=self.rtol,
+                                   unwritten=unw, exclude=case.excluded.get(k), canary=canaries.get(k, 0),
+                                   tail_width=self.tail_width)
+                pending.append((m, vals))
+            dev_vals = [v for _, v in pending if v is not None] + [torch.stack(hashes)]
+            vals = _host(torch.cat(dev_vals) if len(dev_vals) > 1 else dev_vals[0])
+            tensors = []
+            at = 0
+            for m, v in pending:
+                tensors.append(m.finish(vals[at:at + m.width]))
+                at += m.width
+            digests = []
+            for r in range(repeats):
+                h = hashlib.blake2b(digest_size=8)
+                for j, k in enumerate(names):
+                    v = vals[at + r * len(names) + j] & _MASK64
+                    h.update(k.encode("utf-8") + b"\0" + v.to_bytes(8, "little"))
+                digests.append(h.hexdigest())
+            if gpu:
+                events[-1][1].synchronize()  # done with the read above: no wait
+                times = [a.elapsed_time(b) * 1000.0 for a, b in events]
+        digest = digests[0]
+        differ = sum(d != digest for d in digests[1:])
         failed = any([t.pop("failed") for t in tensors])
         ratios = [t["ratio"] for t in tensors]
         ratio = None if any(r is None for r in ratios) else max(ratios)
@@ -805,4 +992,3 @@ class TorchCheck(Check):
             "digests_differ": differ,
             "kernel_us": _finite_or_none(statistics.median(times)),
         }
-
