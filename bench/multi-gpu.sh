@@ -121,7 +121,12 @@ run_daemon history "$slots" 500 || exit 1
 t0=$SECONDS
 wait_for "$HISTORY_S" "history" "$judged"
 history_s=$((SECONDS - t0))
-wait_for "$RUNS_S" "bisections" "SELECT ($idle) AND count(*) FILTER (WHERE state <> 'done') = 0 FROM bisections"
+# Done: every bisection, and every culprit's mail written (the mailer queues it a moment after).
+wait_for "$RUNS_S" "bisections" "SELECT ($idle) AND count(*) FILTER (WHERE state <> 'done') = 0
+	AND NOT EXISTS (SELECT 1 FROM mail WHERE state = 'pending')
+	AND NOT EXISTS (SELECT 1 FROM bisections b WHERE b.outcome = 'culprit'
+		AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'))
+	FROM bisections"
 kill -TERM "$daemon"
 wait "$daemon"
 daemon=
