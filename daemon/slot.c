@@ -48,6 +48,7 @@ enum slot_state {
 	SLOT_STOPPED,
 };
 
+_Static_assert(SLOT_STOPPED + 1 == SLOT_STATES, "slot.h's SLOT_STATES names every state");
 static const char *const state_names[] = {"idle",    "claiming",   "loading",   "starting",
 					  "running", "restarting", "finishing", "stopped"};
 
@@ -63,6 +64,9 @@ struct slot {
 	struct nwd *d;
 	struct config_slot cfg;
 	enum slot_state state;
+	/* Where the slot's time goes (/metrics): per state, and with a trial in flight. */
+	uint64_t state_since, state_ns[SLOT_STOPPED + 1];
+	uint64_t trial_since, trial_ns;
 	uv_timer_t wake;     /* claim polling and restart backoff */
 	uv_timer_t deadline; /* hello or trial deadline */
 	uv_timer_t lease;    /* renews the job's lease */
@@ -121,14 +125,25 @@ static void job_done(struct slot *s);
 
 static void set_state(struct slot *s, enum slot_state st)
 {
+	uint64_t now = uv_hrtime();
+
+	s->state_ns[s->state] += now - s->state_since;
+	s->state_since = now;
 	s->state = st;
+}
+
+static void trial_ended(struct slot *s)
+{
+	if (s->in_trial)
+		s->trial_ns += uv_hrtime() - s->trial_since;
+	s->in_trial = false;
 }
 
 /* Stops talking to the runner: its group is killed, and its end awaited only as s->dying. */
 static void drop_runner(struct slot *s)
 {
 	uv_timer_stop(&s->deadline);
-	s->in_trial = false;
+	trial_ended(s);
 	s->runner_ready = false;
 	if (s->runner) {
 		proc_kill(s->runner);
@@ -211,7 +226,7 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	    .sanitizer_status = s->job.tool[0] ? sanitizer_status_name(s->san_status) : NULL,
 	};
 
-	s->in_trial = false;
+	trial_ended(s);
 	uv_timer_stop(&s->deadline);
 	if (store_add_trial(s->d->store, &row) < 0)
 		log_error("slot %s: out of memory storing a trial", s->cfg.name);
@@ -786,6 +801,7 @@ static void advance(struct slot *s)
 		return;
 	}
 	s->in_trial = true;
+	s->trial_since = uv_hrtime();
 	s->stray = 0;
 	s->san_mark = proc_err_total(s->runner);
 	s->san_status = SANITIZER_CLEAN;
@@ -1242,6 +1258,7 @@ int slot_start(struct nwd *d, const struct config_slot *cfg, struct slot **out)
 		return -ENOMEM;
 	s->d = d;
 	s->cfg = *cfg;
+	s->state_since = uv_hrtime();
 	uv_timer_init(d->loop, &s->wake);
 	uv_timer_init(d->loop, &s->deadline);
 	uv_timer_init(d->loop, &s->lease);
@@ -1286,4 +1303,17 @@ void slot_status(const struct slot *s, struct slot_status *out)
 	out->runner_pid = s->runner ? proc_pid(s->runner) : 0;
 	out->restarts = s->restarts;
 	out->trials = s->trials;
+	{
+		uint64_t now = uv_hrtime();
+
+		for (int i = 0; i < SLOT_STATES; i++)
+			out->state_s[i] =
+			    (double)(s->state_ns[i] + (i == (int)s->state ? now - s->state_since : 0)) / 1e9;
+		out->trial_s = (double)(s->trial_ns + (s->in_trial ? now - s->trial_since : 0)) / 1e9;
+	}
+}
+
+const char *slot_state_name(int state)
+{
+	return state >= 0 && state < SLOT_STATES ? state_names[state] : "";
 }

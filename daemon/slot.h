@@ -26,6 +26,9 @@ void slot_drain(struct slot *s);
 void slot_free(struct slot *s);
 
 /* For the health endpoint: a short JSON-ready description (borrowed strings). */
+/* "idle", "claiming", "loading", "starting", "running", "restarting", "finishing", "stopped". */
+#define SLOT_STATES 8
+
 struct slot_status {
 	const char *name;
 	int gpu;
@@ -36,8 +39,11 @@ struct slot_status {
 	int runner_pid; /* 0 when no runner */
 	unsigned restarts;
 	unsigned long long trials;
+	double state_s[SLOT_STATES]; /* seconds in each state since the start (slot_state_name) */
+	double trial_s;              /* seconds with a trial in flight */
 };
 void slot_status(const struct slot *s, struct slot_status *out);
+const char *slot_state_name(int state);
 
 /* Strikes after which a job's run is given up as infra_error (PROTOCOL.md). */
 #define SLOT_MAX_STRIKES 3

@@ -112,6 +112,9 @@ grep -q '^numwatch_trials_total{outcome="fail"} [1-9]' "$work/metrics" || fail "
 grep -q '^numwatch_build_duration_seconds_count 3' "$work/metrics" || fail "/metrics lacks build durations"
 grep -q '^numwatch_runner_restarts_total{slot="host"}' "$work/metrics" || fail "/metrics lacks runner restarts"
 grep -q "^numwatch_db_backlog [0-9]" "$work/metrics" || fail "/metrics lacks the database backlog"
+# Where the slots' time went: trials ran, and a trial in flight is part of 'running'.
+awk '/^numwatch_slot_seconds_total\{state="running"\}/ { r = $2 } /^numwatch_slot_trial_seconds_total / { t = $2 }
+	END { exit !(t > 0 && r >= t) }' "$work/metrics" || fail "/metrics: slot time in 'running' and in trials is wrong"
 grep -q '^numwatch_queue_depth\|^numwatch_bisections_active' "$work/metrics" || fail "/metrics lacks queue depth"
 echo "ok: every read endpoint and /metrics answer"
 
