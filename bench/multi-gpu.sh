@@ -35,6 +35,11 @@ ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 log "$ngpu x $gpu"
 pg=$(gpu_postgres /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
+# pg_stat_statements: which statements took the server's time in each throughput phase.
+pgsql() { "$NW_PGBIN/psql" -XAtq -d "$pg" -c "$1"; }
+pgsql "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null &&
+	scripts/pgcluster restart /tmp/nwpg >/dev/null && pgsql "CREATE EXTENSION pg_stat_statements" >/dev/null ||
+	log "no pg_stat_statements"
 gpu_mps_start
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 200 \
 	>"$OUT/gpu-util.csv" 2>/dev/null &
@@ -102,6 +107,40 @@ CONF
 	done
 }
 
+# slot_time FILE: the daemon's slot-time counters now (/metrics), for slot_shares.
+slot_time() {
+	python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:18080/metrics", timeout=5).read().decode())' 2>/dev/null |
+		grep -E '^numwatch_(slot_seconds|slot_trial_seconds|loop_idle_seconds)_total' >"$1" || true
+	echo "wall $(date +%s.%N)" >>"$1"
+}
+# slot_shares BEFORE AFTER: each state's share of the slot time between the two samples.
+slot_shares() {
+	python3 - "$1" "$2" <<'PY'
+import re, sys
+def read(path):
+    v = {}
+    for line in open(path):
+        m = re.match(r'numwatch_(?:slot_seconds_total\{state="(\w+)"\}|slot_(trial)_seconds_total|(loop)_idle_seconds_total|(wall)) ([0-9.]+)', line)
+        if m:
+            v[m.group(1) or m.group(2) or m.group(3) or m.group(4)] = float(m.group(5))
+        elif line.startswith("wall "):
+            v["wall"] = float(line.split()[1])
+    return v
+a, b = read(sys.argv[1]), read(sys.argv[2])
+d = {k: b[k] - a.get(k, 0) for k in b}
+loop = d.pop("loop", None)
+wall = d.pop("wall", 0)
+# Idle is left out: slots wait for work at the phase's ends (the samples are a poll apart).
+total = sum(x for k, x in d.items() if k not in ("trial", "idle"))
+if not total:
+    print("n/a"); sys.exit()
+d["between trials"] = d.get("running", 0) - d.get("trial", 0)
+order = ["trial", "between trials", "claiming", "loading", "starting", "finishing", "restarting"]
+print(", ".join("%s %.0f%%" % (k, 100 * d[k] / total) for k in order if d.get(k, 0) / total >= 0.005) +
+      ("; daemon loop busy %.0f%%" % (100 * (1 - loop / wall)) if loop is not None and wall > 0 else ""))
+PY
+}
+
 # wait_for SECONDS WHAT SQL: until SQL says t, the daemon dies or the deadline passes.
 wait_for() {
 	local t0=$SECONDS
@@ -114,8 +153,10 @@ wait_for() {
 judged="SELECT count(*) > 0 AND count(*) FILTER (WHERE commit_verdict(id) = 'pending') = 0 FROM commits"
 idle="SELECT count(*) = 0 FROM jobs WHERE state IN ('queued', 'running')"
 
-# 1. The demo history on every GPU.
+# 1. The demo history on every GPU (NW_GPU_SKIP_HISTORY=1: only the throughput phases).
 slots=$(slots_for "$ngpu")
+: >"$report"
+if [[ ${NW_GPU_SKIP_HISTORY:-0} != 1 ]]; then
 log "the demo history, slots $slots, MPS $mps"
 run_daemon history "$slots" 500 || exit 1
 t0=$SECONDS
@@ -165,14 +206,19 @@ daemon=
 	echo
 } >"$report" 2>&1
 cat "$report"
+fi
 
 # 2. Throughput with 1, 2, 4, ... GPUs: TRIALS seeds of every check x dtype on the newest commit.
 echo "### $SCALE_TRIALS seeds per check x dtype on the newest commit, by the number of GPUs" >>"$report"
 echo >>"$report"
 echo "Span: from the first trial of the run stored to the last (the database's clock)." >>"$report"
 echo >>"$report"
-echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) |" >>"$report"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |" >>"$report"
+echo "*Slot time*: where the slots' time went over the phase (the daemon's /metrics,"  >>"$report"
+echo "numwatch_slot_seconds_total): a trial in flight, between trials of a job, and claiming,"  >>"$report"
+echo "loading, finishing a job (shares of the time the slots were not idle)." >>"$report"
+echo >>"$report"
+echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) | slot time |" >>"$report"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |" >>"$report"
 for ((n = 1; n <= ngpu; n *= 2)); do
 	log "throughput on $n GPU(s)"
 	run_daemon "gpus$n" "$(slots_for "$n")" 1 || break
@@ -182,7 +228,10 @@ for ((n = 1; n <= ngpu; n *= 2)); do
 	for cd in $(sql "SELECT k.name || ':' || d FROM checks k, unnest(k.dtypes) d ORDER BY 1"); do
 		gpu_post /api/v1/runs "{\"commit\": \"$newest\", \"check\": \"${cd%%:*}\", \"dtype\": \"${cd##*:}\", \"trials\": $SCALE_TRIALS}"
 	done >/dev/null
+	slot_time "$OUT/slots-before"
+	pgsql "SELECT pg_stat_statements_reset()" >/dev/null 2>&1
 	wait_for "$RUNS_S" "runs on $n GPUs" "$idle"
+	slot_time "$OUT/slots-after"
 	# The span of the run's own trials (the plan's were stored before 'from').
 	read -r from to < <(sql "SELECT extract(epoch FROM min(finished_at)) || ' ' || extract(epoch FROM max(finished_at))
 		FROM trials WHERE finished_at >= to_timestamp($from)")
@@ -208,7 +257,22 @@ for line in open(path):
 print(" ".join("gpu%d %.0f%%" % (i, sum(v) / len(v)) for i, v in sorted(per.items()) if i < n) or "no samples")
 PY
 )
-	echo "| $n | \`$(slots_for "$n")\` | $row | $busy |" >>"$report"
+	echo "| $n | \`$(slots_for "$n")\` | $row | $busy | $(slot_shares "$OUT/slots-before" "$OUT/slots-after") |" >>"$report"
+	pgsql "SELECT '$n GPU(s): ' || round(total_exec_time::numeric) || ' ms, ' || calls || ' calls: ' ||
+		left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
+		WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 6" >>"$OUT/pg-top" 2>/dev/null
 done
+rm -f "$OUT/slots-before" "$OUT/slots-after"
 echo >>"$report"
+if [[ -s $OUT/pg-top ]]; then
+	{
+		echo
+		echo "PostgreSQL's statements by server time in each phase (pg_stat_statements):"
+		echo
+		echo '```'
+		cat "$OUT/pg-top"
+		echo '```'
+	} >>"$report"
+	rm -f "$OUT/pg-top"
+fi
 tail -n +"$(grep -n "^### $SCALE_TRIALS seeds" "$report" | cut -d: -f1)" "$report"
