@@ -150,7 +150,8 @@ static void on_authenticated(struct pending *p, PGresult *res, const char *error
 {
 	enum write_kind kind = (enum write_kind)(p->key[0] - 'a');
 	json_t *o = p->body ? json_loads(p->body, 0, NULL) : json_object();
-	char repo[16], who[96], trials[16];
+	char repo[16], who[96], trials[24], part[24];
+	json_int_t ntrials;
 	const char *params[6] = {repo};
 	const char *sql = NULL;
 	int n = 0;
@@ -180,11 +181,12 @@ static void on_authenticated(struct pending *p, PGresult *res, const char *error
 		params[1] = str_field(o, "commit");
 		params[2] = str_field(o, "check");
 		params[3] = str_field(o, "dtype");
-		snprintf(trials, sizeof(trials), "%lld",
-			 json_integer_value(json_object_get(o, "trials"))
-			     ?: (json_int_t)p->d->cfg.trials_per_commit);
+		ntrials = json_integer_value(json_object_get(o, "trials"))
+			      ?: (json_int_t)p->d->cfg.trials_per_commit;
+		snprintf(trials, sizeof(trials), "%lld", (long long)ntrials);
+		snprintf(part, sizeof(part), "%lld", nw_run_part_seeds((long long)ntrials));
 		params[4] = trials;
-		params[5] = TEXT_OF(NW_RUN_PART_SEEDS);
+		params[5] = part;
 		n = 6;
 		break;
 	case W_RERUN:

@@ -994,8 +994,8 @@ static void write_verdict(struct slot *s, bool infra_failed)
 static const char probe_done_sql[] =
     "WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
     "  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
-    "  AND check_id = $3 AND dtype = $4 AND outcome <> 'infra_error' AND seed = ANY ($5::bigint[]))"
-    "  >= cardinality($5::bigint[])) RETURNING id),"
+    "  AND check_id = $3 AND dtype = $4 AND seed BETWEEN $9 AND $10 AND outcome <> 'infra_error'"
+    "  AND seed = ANY ($5::bigint[])) >= cardinality($5::bigint[])) RETURNING id),"
     " p AS (UPDATE probes SET trials = $6, failures = $7, seeds = $5::bigint[], finished_at = now()"
     "  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
     " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
@@ -1012,7 +1012,7 @@ static void probe_now(void *data)
 	bool infra_failed = s->infra_failed;
 	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
 	char *seeds = malloc(cap);
-	char id[24], commit[24], check[16], trials[16], failures[16];
+	char id[24], commit[24], check[16], trials[16], failures[16], lo[24] = "0", hi[24] = "0";
 	unsigned ran = 0, failed = 0;
 
 	if (!seeds) {
@@ -1026,6 +1026,10 @@ static void probe_now(void *data)
 		if (s->seeds[i].v.first == OUTCOME_NONE)
 			continue; /* a probe that stopped at its first failure left these */
 		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", ran ? "," : "", s->seeds[i].seed);
+		/* The seeds' range, beside the list: an index range however stale the table's statistics. */
+		snprintf(ran ? hi : lo, 24, "%llu", s->seeds[i].seed);
+		if (!ran)
+			snprintf(hi, sizeof(hi), "%s", lo);
 		ran++;
 		failed += outcome_is_failure(s->seeds[i].v.first);
 	}
@@ -1037,14 +1041,15 @@ static void probe_now(void *data)
 	snprintf(trials, sizeof(trials), "%u", ran);
 	snprintf(failures, sizeof(failures), "%u", failed);
 	{
-		const char *params[8] = {id,    commit, check,    s->job.dtype,
-					 seeds, trials, failures, infra_failed ? "failed" : "done"};
+		const char *params[10] = {id,    commit, check,    s->job.dtype,
+					  seeds, trials, failures, infra_failed ? "failed" : "done",
+					  lo,    hi};
 
 		if (s->finish_tries == 0)
 			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
 				 s->job.dtype, failed, ran);
 		/* Not queued: tried again as a probe whose rows are not all stored yet. */
-		if (db_query(s->d->db, probe_done_sql, 8, params, on_probe_written, s) < 0)
+		if (db_query(s->d->db, probe_done_sql, 10, params, on_probe_written, s) < 0)
 			on_probe_written(NULL, "cannot queue the query", s);
 	}
 	free(seeds);

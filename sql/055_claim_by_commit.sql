@@ -75,3 +75,6 @@ BEGIN
 	FROM claimed JOIN commits c ON c.id = claimed.commit_id LEFT JOIN checks k ON k.id = claimed.check_id;
 END
 $$;
+
+-- A claim and a probe's end look a job's probe up: with weeks of bisections, not by a scan.
+CREATE INDEX probes_by_job ON probes (job_id);

@@ -1022,6 +1022,17 @@ static void scale_verdict_pools(void **state)
 	}
 }
 
+/* A run by hand is cut into parts of 64 seeds, and into at most 64 parts once it is larger. */
+static void run_parts(void **state)
+{
+	(void)state;
+	assert_int_equal(nw_run_part_seeds(150), 64);
+	assert_int_equal(nw_run_part_seeds(4096), 64);
+	assert_int_equal(nw_run_part_seeds(4097), 65);
+	assert_int_equal(nw_run_part_seeds(10000), 157);
+	assert_true((10000 + nw_run_part_seeds(10000) - 1) / nw_run_part_seeds(10000) <= NW_RUN_PARTS_MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1048,6 +1059,7 @@ int main(void)
 	    cmocka_unit_test(scale_sprt),
 	    cmocka_unit_test(scale_wilcoxon),
 	    cmocka_unit_test(scale_verdict_pools),
+	    cmocka_unit_test(run_parts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
