@@ -53,6 +53,7 @@ rm -f "$report" "$OUT/mbox" "$OUT/daemon.log" "$OUT/gpu-util.csv" "$OUT/nw.conf"
 # shellcheck source=bench/gpu-common.sh
 . "$root/bench/gpu-common.sh"
 sql() { "$NW_PGBIN/psql" -XAtq -d "$db" -c "$1"; }
+die() { echo "fusedops-gpu: $*" | tee -a "$report"; exit 1; }
 # What the report says about how it was run: the knobs set.
 knobs=$(env | grep -E '^(NW_FUSED_[A-Z_]+|NW_GPU_REHEARSAL)=' | sort | tr '\n' ' ')
 
@@ -71,15 +72,15 @@ for p in python3 /usr/bin/python3; do
 		break
 	fi
 done
-[[ -n $py ]] || { echo "fusedops-gpu: no python3 imports torch"; exit 1; }
+[[ -n $py ]] || die "no python3 imports torch"
 
 log "the planted history"
 rm -rf "$W/repo" "$W/state" "$W/triton" "$W/probe"
 mkdir -p "$W/triton" "$W/probe"
-gpu_host "$examples/make-fusedops-history.sh" "$W/repo" >/dev/null || { echo "fusedops-gpu: no history"; exit 1; }
+gpu_host "$examples/make-fusedops-history.sh" "$W/repo" >/dev/null || die "no history"
 mapfile -t sha < <(git -C "$W/repo" log --reverse --format=%H)
 mapfile -t title < <(git -C "$W/repo" log --reverse --format=%s)
-((${#sha[@]} == 7)) || { echo "fusedops-gpu: the history has ${#sha[@]} commits, not 7"; exit 1; }
+((${#sha[@]} == 7)) || die "the history has ${#sha[@]} commits, not 7"
 
 # What the runners see besides the daemon's fixed list: the SDK, the python3 that imports torch,
 # the machine's LD_LIBRARY_PATH (empty: none) instead of ours, one Triton cache.
@@ -109,12 +110,11 @@ except Exception:
     t = "no Triton"
 print("python %s, torch %s (CUDA %s), %s" % (sys.version.split()[0], torch.__version__, torch.version.cuda, t))')
 if [[ $REHEARSAL != 1 && $backend != triton ]]; then
-	echo "fusedops-gpu: the runner's fusedops backend is '${backend:-?}', not triton: $hello"
-	exit 1
+	die "the runner's fusedops backend is '${backend:-?}', not triton: $hello"
 fi
 
 log "postgresql"
-db=$(gpu_postgres "$W/pg") || { echo "fusedops-gpu: cannot start postgresql"; exit 1; }
+db=$(gpu_postgres "$W/pg") || die "cannot start postgresql"
 gpu_mps_start
 "${gpu_host_env[@]}" nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 200 \
 	>"$OUT/gpu-util.csv" 2>/dev/null &
@@ -163,7 +163,7 @@ to = dev@gpu.test
 send_to_author = false
 mbox = $OUT/mbox
 CONF
-"$G/bin/numwatchd" --config "$OUT/nw.conf" --check-config >/dev/null || { echo "fusedops-gpu: the config was refused"; exit 1; }
+"$G/bin/numwatchd" --config "$OUT/nw.conf" --check-config >/dev/null || die "the config was refused"
 log "daemon: slots $SLOTS, MPS $mps, per_commit $PER_COMMIT"
 "$G/bin/numwatchd" --config "$OUT/nw.conf" >"$OUT/daemon.log" 2>&1 &
 daemon=$!
