@@ -242,21 +242,7 @@ for ((n = 1; n <= ngpu; n *= 2)); do
 		round(($to - $from)::numeric, 1) || ' | ' || round((count(*) / ($to - $from))::numeric) || ' | ' ||
 		round((count(*) / ($to - $from) / $n)::numeric)
 		FROM trials WHERE finished_at >= to_timestamp($from) AND finished_at <= to_timestamp($to)")
-	busy=$(python3 - "$OUT/gpu-util.csv" "$from" "$to" "$n" <<'PY'
-import sys, datetime
-path, t0, t1, n = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-per = {}
-for line in open(path):
-    try:
-        ts, idx, util = [x.strip() for x in line.split(",")]
-        t = datetime.datetime.strptime(ts, "%Y/%m/%d %H:%M:%S.%f").timestamp()
-    except ValueError:
-        continue
-    if t0 <= t <= t1:
-        per.setdefault(int(idx), []).append(float(util))
-print(" ".join("gpu%d %.0f%%" % (i, sum(v) / len(v)) for i, v in sorted(per.items()) if i < n) or "no samples")
-PY
-)
+	busy=$(gpu_busy "$OUT/gpu-util.csv" "$from" "$to" "$n")
 	echo "| $n | \`$(slots_for "$n")\` | $row | $busy | $(slot_shares "$OUT/slots-before" "$OUT/slots-after") |" >>"$report"
 	pgsql "SELECT '$n GPU(s): ' || round(total_exec_time::numeric) || ' ms, ' || calls || ' calls: ' ||
 		left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM pg_stat_statements
