@@ -421,6 +421,24 @@ char *mail_repro_command(const char *template, const char *runner, const char *c
 	return out;
 }
 
+/* One "  - item" line for each line of 'items' (at most MAIL_ALSO_MAX). */
+static void add_list(struct buf *b, const char *items)
+{
+	const char *q = items;
+
+	for (unsigned n = 0; *q && n < MAIL_ALSO_MAX; n++) {
+		const char *nl = strchr(q, '\n');
+		size_t len = nl ? (size_t)(nl - q) : strlen(q);
+		char line[MAIL_FIELD_MAX + 1];
+
+		snprintf(line, sizeof(line), "%.*s", (int)(len < MAIL_FIELD_MAX ? len : MAIL_FIELD_MAX), q);
+		buf_adds(b, "  - ");
+		add_clean(b, line, MAIL_FIELD_MAX);
+		buf_adds(b, "\n");
+		q = nl ? nl + 1 : q + len;
+	}
+}
+
 int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 {
 	/* A seed-bound failure shows on every run of its seed: one run reproduces it. */
@@ -520,21 +538,8 @@ int mail_compose_culprit(const struct mail_culprit *c, struct mail_text *out)
 	}
 
 	if (c->also && *c->also) {
-		const char *q = c->also;
-
 		buf_adds(&b, "\nThe same commit also broke (one mail for all of them):\n");
-		for (unsigned n = 0; *q && n < MAIL_ALSO_MAX; n++) {
-			const char *nl = strchr(q, '\n');
-			size_t len = nl ? (size_t)(nl - q) : strlen(q);
-			char line[MAIL_FIELD_MAX + 1];
-
-			snprintf(line, sizeof(line), "%.*s",
-				 (int)(len < MAIL_FIELD_MAX ? len : MAIL_FIELD_MAX), q);
-			buf_adds(&b, "  - ");
-			add_clean(&b, line, MAIL_FIELD_MAX);
-			buf_adds(&b, "\n");
-			q = nl ? nl + 1 : q + len;
-		}
+		add_list(&b, c->also);
 	}
 
 	if (c->has_seed) {
@@ -636,6 +641,10 @@ int mail_compose_followup(const struct mail_followup *f, struct mail_text *out)
 		if (commit_ok(&f->culprit)) {
 			buf_adds(&b, "  Culprit:     ");
 			add_commit_lines(&b, &f->culprit, "               ");
+		}
+		if (f->also_fixed && *f->also_fixed) {
+			buf_adds(&b, "\nThe same commit also fixed (one mail for all of them):\n");
+			add_list(&b, f->also_fixed);
 		}
 	}
 	buf_adds(&b, "\nOn the dashboard:\n");

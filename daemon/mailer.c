@@ -217,12 +217,14 @@ static void insert(struct enqueue *e, const char *recipients, const char *thread
 		   const struct mail_text *t)
 {
 	const struct config *cfg = &e->d->cfg;
-	char addr[MAIL_ADDRESS_MAX + 1], message_id[MAIL_MESSAGE_ID_MAX + 1], id[24];
-	const char *params[7] = {
-	    mail_kind_name(e->kind), id, message_id, NULL, recipients, t->subject, t->body};
+	char addr[MAIL_ADDRESS_MAX + 1], message_id[MAIL_MESSAGE_ID_MAX + 1], id[24], fix[24];
+	const char *params[8] = {
+	    mail_kind_name(e->kind), id, message_id, NULL, recipients, t->subject, t->body, fix};
 	int rc;
 
 	snprintf(id, sizeof(id), "%lld", e->bisection_id);
+	/* A fixed mail is one per culprit and fixing commit (sql/060); 0 for the other kinds. */
+	snprintf(fix, sizeof(fix), "%lld", e->kind == MAIL_FIXED ? e->fixing_commit_id : 0);
 	if (mail_parse_from(cfg->mail_from, addr, sizeof(addr), NULL, 0) < 0 ||
 	    mail_message_id(message_id, sizeof(message_id), e->bisection_id, e->kind,
 			    mail_address_domain(addr)) < 0) {
@@ -232,8 +234,8 @@ static void insert(struct enqueue *e, const char *recipients, const char *thread
 		return;
 	}
 	params[3] = thread_root ? thread_root : message_id;
-	rc = db_query(e->d->db, e->kind == MAIL_WITHDRAWN ? withdrawn_insert_sql : insert_sql, 7, params,
-		      on_inserted, e);
+	rc = e->kind == MAIL_WITHDRAWN ? db_query(e->d->db, withdrawn_insert_sql, 7, params, on_inserted, e)
+				       : db_query(e->d->db, insert_sql, 8, params, on_inserted, e);
 	if (rc < 0) {
 		log_warn("mail bisect-%lld.%s: cannot queue: %s", e->bisection_id, params[0], strerror(-rc));
 		free(e);
@@ -309,8 +311,10 @@ static void gathered_followup(struct enqueue *e, PGresult *res)
 	f.repo = col(res, 2);
 	f.culprit = (struct mail_commit){col(res, 3), col(res, 4), col(res, 5), col(res, 6)};
 	f.root_subject = col(res, 8);
-	if (e->kind == MAIL_FIXED)
+	if (e->kind == MAIL_FIXED) {
 		f.fixed = (struct mail_commit){col(res, 10), col(res, 11), col(res, 12), col(res, 13)};
+		f.also_fixed = col(res, 14);
+	}
 	rc = mail_compose_followup(&f, &t);
 	if (rc < 0) {
 		log_error("mail bisect-%lld.%s: cannot compose: %s", e->bisection_id, mail_kind_name(e->kind),

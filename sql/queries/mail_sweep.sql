@@ -21,12 +21,21 @@ WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'
 'failed')
 	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'withdrawn')
 UNION ALL
--- A regression fixed: a follow-up in its culprit's thread.
+-- Regressions fixed: one follow-up in their culprit's thread for each fixing commit, sent by the
+-- first of them by check and dtype once that commit is judged for every check x dtype the culprit
+-- still has open (so that the commit's other fixes are in it, not in replies of their own).
 SELECT 'fixed', b.id, x.fixed_commit_id FROM regressions x JOIN bisections b ON b.id = x.bisection_id
 WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'
 	AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'
 	AND m.state = 'sent')
-	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed')
+	AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.kind = 'fixed' AND (m.bisection_id = b.id
+	OR (m.culprit_id = b.culprit_id AND m.fixed_commit_id = x.fixed_commit_id)))
+	AND b.id = (SELECT b2.id FROM regressions x2 JOIN bisections b2 ON b2.id = x2.bisection_id
+	JOIN checks k2 ON k2.id = b2.check_id WHERE b2.culprit_id = b.culprit_id AND x2.state = 'fixed'
+	AND x2.fixed_commit_id = x.fixed_commit_id AND b2.outcome = 'culprit' ORDER BY k2.name, b2.dtype, b2.id LIMIT 1)
+	AND NOT EXISTS (SELECT 1 FROM regressions x3 WHERE x3.culprit_id = b.culprit_id AND x3.state = 'culprit'
+	AND NOT EXISTS (SELECT 1 FROM stats s WHERE s.commit_id = x.fixed_commit_id AND s.check_id = x3.check_id
+	AND s.dtype = x3.dtype AND s.verdict <> 'pending'))
 UNION ALL
 -- A bisection by hand is clean again at the first commit after both the culprit and its bad commit
 -- (commits in between may be clean by chance when the failure is rare) whose verdict for the check

@@ -58,6 +58,9 @@ for fact in "commit 7 build_failed" "commit 5 regressed" "commit 10 improved" "c
 	grep -qxF "$fact" <<<"$solo" || grep -qF "$fact " <<<"$solo" ||
 		fail "the single daemon did not conclude '$fact': $(grep -E '^(commit|regression|bisection|mail)' <<<"$solo")"
 done
+# Two regressions of one culprit fixed by one commit: one follow-up in its thread, not one each.
+n=$(grep -c '^mail fixed culprit@5 ' <<<"$solo") || true
+[[ $n == 1 ]] || fail "$n fixed follow-ups for culprit 5's two regressions fixed at 10, expected 1"
 [[ $solo == "$fleet" ]] ||
 	fail "two daemons concluded otherwise than one (< one, > two):
 $(diff <(echo "$solo") <(echo "$fleet") || true)"

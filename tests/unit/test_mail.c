@@ -312,6 +312,32 @@ static void test_culprit_runner_repro(void **state)
 	free(cmd);
 }
 
+/* A commit that fixes several of one culprit's regressions: one reply names them all. */
+static void test_followup_fixed_several(void **state)
+{
+	struct mail_followup f = {
+	    .kind = MAIL_FIXED,
+	    .bisection_id = 12,
+	    .public_url = "https://numwatch.example.org",
+	    .repo = "demo-kernels",
+	    .check = "softmax.bwd",
+	    .dtype = "bf16",
+	    .root_subject = "[numwatch] softmax.bwd bf16 and 2 more regressed by 3f2a1c9d: softmax",
+	    .fixed = {SHA_FIX, "softmax: fix the tail", "Jane Doe", "jane@example.com"},
+	    .also_fixed = "softmax.bwd (f32)\nsoftmax.fwd (bf16\r\nBcc: x@y)",
+	};
+	struct mail_text t;
+
+	(void)state;
+	assert_int_equal(mail_compose_followup(&f, &t), 0);
+	assert_non_null(strstr(t.body, "softmax.bwd (bf16) is clean again in demo-kernels.\n"));
+	assert_non_null(strstr(t.body, "\nThe same commit also fixed (one mail for all of them):\n"
+				       "  - softmax.bwd (f32)\n"
+				       "  - softmax.fwd (bf16"));
+	assert_null(strstr(t.body, "\r"));
+	mail_text_release(&t);
+}
+
 static void test_followup_threading(void **state)
 {
 	const char *root = "<numwatch.bisect-12.culprit@example.org>";
@@ -349,6 +375,7 @@ static void test_followup_threading(void **state)
 	assert_non_null(strstr(t.body, "  Clean again: 9e8d7c6b5a4f  softmax: fix the tail\n"));
 	assert_non_null(
 	    strstr(t.body, "  commit:    https://numwatch.example.org/?view=commit&sha=" SHA_FIX));
+	assert_null(strstr(t.body, "also fixed"));
 	m.subject = t.subject;
 	m.body = t.body;
 	assert_int_equal(mail_format(&m, &msg, &len), 0);
@@ -868,6 +895,7 @@ int main(void)
 	    cmocka_unit_test(test_culprit_race_repro_runs),
 	    cmocka_unit_test(test_culprit_runner_repro),
 	    cmocka_unit_test(test_followup_threading),
+	    cmocka_unit_test(test_followup_fixed_several),
 	    cmocka_unit_test(test_subject_encoding),
 	    cmocka_unit_test(test_subject_unbreakable),
 	    cmocka_unit_test(test_outside_text_cleaned),
