@@ -149,7 +149,8 @@ nw_settled() {
 		+ (SELECT count(*) FROM regressions x JOIN bisections b ON b.id = x.bisection_id
 			WHERE x.state = 'fixed' AND b.outcome = 'culprit'
 			AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit')
-			AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.bisection_id = b.id AND m.kind = 'fixed'))") == 0 ]]
+			AND NOT EXISTS (SELECT 1 FROM mail m WHERE m.kind = 'fixed' AND (m.bisection_id = b.id
+				OR (m.culprit_id = b.culprit_id AND m.fixed_commit_id = x.fixed_commit_id))))") == 0 ]]
 }
 
 nw_outcome() {
