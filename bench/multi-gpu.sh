@@ -202,7 +202,9 @@ daemon=
 		FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id
 		JOIN commits bd ON bd.id = b.bad_commit_id ORDER BY b.id"
 	echo
-	echo "Culprit mails: $(grep -c '^X-Numwatch-Kind: culprit' "$OUT/mbox-history" 2>/dev/null || echo 0)."
+	echo "Culprit mails: $(grep -c '^X-Numwatch-Kind: culprit' "$OUT/mbox-history" 2>/dev/null || echo 0);" \
+		"fixed follow-ups: $(grep -c '^X-Numwatch-Kind: fixed' "$OUT/mbox-history" 2>/dev/null || echo 0)" \
+		"(one per culprit and fixing commit)."
 	echo
 } >"$report" 2>&1
 cat "$report"
