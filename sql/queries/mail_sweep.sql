@@ -23,7 +23,8 @@ WHERE b.repo_id = $1 AND b.outcome = 'withdrawn'
 UNION ALL
 -- Regressions fixed: one follow-up in their culprit's thread for each fixing commit, sent by the
 -- first of them by check and dtype once that commit is judged for every check x dtype the culprit
--- still has open (so that the commit's other fixes are in it, not in replies of their own).
+-- still has open (so that the commit's other fixes are in it, not in replies of their own), or an
+-- hour after the fix (a check the commit no longer runs is never judged there).
 SELECT 'fixed', b.id, x.fixed_commit_id FROM regressions x JOIN bisections b ON b.id = x.bisection_id
 WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'
 	AND EXISTS (SELECT 1 FROM mail m WHERE m.culprit_id = b.culprit_id AND m.kind = 'culprit'
@@ -33,9 +34,10 @@ WHERE x.repo_id = $1 AND x.state = 'fixed' AND b.outcome = 'culprit'
 	AND b.id = (SELECT b2.id FROM regressions x2 JOIN bisections b2 ON b2.id = x2.bisection_id
 	JOIN checks k2 ON k2.id = b2.check_id WHERE b2.culprit_id = b.culprit_id AND x2.state = 'fixed'
 	AND x2.fixed_commit_id = x.fixed_commit_id AND b2.outcome = 'culprit' ORDER BY k2.name, b2.dtype, b2.id LIMIT 1)
-	AND NOT EXISTS (SELECT 1 FROM regressions x3 WHERE x3.culprit_id = b.culprit_id AND x3.state = 'culprit'
-	AND NOT EXISTS (SELECT 1 FROM stats s WHERE s.commit_id = x.fixed_commit_id AND s.check_id = x3.check_id
-	AND s.dtype = x3.dtype AND s.verdict <> 'pending'))
+	AND (x.closed_at < now() - interval '1 hour' OR NOT EXISTS (SELECT 1 FROM regressions x3
+	WHERE x3.culprit_id = b.culprit_id AND x3.state = 'culprit' AND NOT EXISTS (SELECT 1 FROM stats s
+	WHERE s.commit_id = x.fixed_commit_id AND s.check_id = x3.check_id AND s.dtype = x3.dtype
+	AND s.verdict <> 'pending')))
 UNION ALL
 -- A bisection by hand is clean again at the first commit after both the culprit and its bad commit
 -- (commits in between may be clean by chance when the failure is rare) whose verdict for the check
