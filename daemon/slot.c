@@ -1046,8 +1046,11 @@ static void probe_now(void *data)
 					  lo,    hi};
 
 		if (s->finish_tries == 0)
-			log_info("probe %.12s %s %s: %u of %u seeds failed", s->job.sha, s->job.check,
-				 s->job.dtype, failed, ran);
+			log_info("%s %.12s %s %s: %u of %u seeds failed",
+				 s->job.bisection_id ? "probe"
+				 : s->job.tool[0]    ? s->job.tool
+						     : "run by hand",
+				 s->job.sha, s->job.check, s->job.dtype, failed, ran);
 		/* Not queued: tried again as a probe whose rows are not all stored yet. */
 		if (db_query(s->d->db, probe_done_sql, 10, params, on_probe_written, s) < 0)
 			on_probe_written(NULL, "cannot queue the query", s);
