@@ -137,6 +137,7 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	const struct nwd_metrics *m = &p->d->metrics;
 	struct text t = {0};
 	static const char *const builds[] = {"ok", "failed", "timeout", "no_runner"};
+	double in_state[SLOT_STATES] = {0}, in_trial = 0; /* summed over slots */
 
 	add(&t,
 	    "# HELP numwatch_up Whether numwatchd is serving.\n# TYPE numwatch_up gauge\nnumwatch_up 1\n");
@@ -160,30 +161,20 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 
 		slot_status(p->d->slots[i], &st);
 		add(&t, "numwatch_runner_restarts_total{slot=\"%s\"} %u\n", st.name, st.restarts);
-	}
-	{
-		double in_state[SLOT_STATES] = {0}, in_trial = 0;
-
-		for (unsigned i = 0; i < p->d->nslots; i++) {
-			struct slot_status st;
-
-			slot_status(p->d->slots[i], &st);
-			for (int k = 0; k < SLOT_STATES; k++)
-				in_state[k] += st.state_s[k];
-			in_trial += st.trial_s;
-		}
-		add(&t, "# HELP numwatch_slot_seconds_total Time the slots spent in each state, summed over "
-			"slots.\n"
-			"# TYPE numwatch_slot_seconds_total counter\n");
 		for (int k = 0; k < SLOT_STATES; k++)
-			add(&t, "numwatch_slot_seconds_total{state=\"%s\"} %.3f\n", slot_state_name(k),
-			    in_state[k]);
-		add(&t,
-		    "# HELP numwatch_slot_trial_seconds_total Time the slots had a trial in flight (part of "
-		    "'running'), summed over slots.\n# TYPE numwatch_slot_trial_seconds_total counter\n"
-		    "numwatch_slot_trial_seconds_total %.3f\n",
-		    in_trial);
+			in_state[k] += st.state_s[k];
+		in_trial += st.trial_s;
 	}
+	add(&t, "# HELP numwatch_slot_seconds_total Time the slots spent in each state, summed over "
+		"slots.\n"
+		"# TYPE numwatch_slot_seconds_total counter\n");
+	for (int k = 0; k < SLOT_STATES; k++)
+		add(&t, "numwatch_slot_seconds_total{state=\"%s\"} %.3f\n", slot_state_name(k), in_state[k]);
+	add(&t,
+	    "# HELP numwatch_slot_trial_seconds_total Time the slots had a trial in flight (part of "
+	    "'running'), summed over slots.\n# TYPE numwatch_slot_trial_seconds_total counter\n"
+	    "numwatch_slot_trial_seconds_total %.3f\n",
+	    in_trial);
 	add(&t, "# HELP numwatch_builds_total Builds by status.\n# TYPE numwatch_builds_total counter\n");
 	for (int i = 0; i < 4; i++)
 		add(&t, "numwatch_builds_total{status=\"%s\"} %llu\n", builds[i], m->builds[i]);

@@ -107,8 +107,8 @@ struct mail_followup {
 	const char *root_subject;   /* the culprit mail's subject (unencoded) */
 	struct mail_commit culprit; /* may be all NULL for a withdrawn culprit */
 	struct mail_commit fixed;   /* MAIL_FIXED: the first clean commit after the culprit */
-	const char
-	    *also_fixed; /* MAIL_FIXED: the culprit's other check x dtype it fixed, one a line; NULL: none */
+	/* MAIL_FIXED: the culprit's other check x dtype the same commit fixed, one a line; NULL: none. */
+	const char *also_fixed;
 };
 
 /* A composed mail: UTF-8 subject and body ('\n' line ends). Owned; free with mail_text_release(). */

@@ -65,7 +65,7 @@ struct slot {
 	struct config_slot cfg;
 	enum slot_state state;
 	/* Where the slot's time goes (/metrics): per state, and with a trial in flight. */
-	uint64_t state_since, state_ns[SLOT_STOPPED + 1];
+	uint64_t state_since, state_ns[SLOT_STATES];
 	uint64_t trial_since, trial_ns;
 	uv_timer_t wake;     /* claim polling and restart backoff */
 	uv_timer_t deadline; /* hello or trial deadline */
@@ -1012,7 +1012,8 @@ static void probe_now(void *data)
 	bool infra_failed = s->infra_failed;
 	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
 	char *seeds = malloc(cap);
-	char id[24], commit[24], check[16], trials[16], failures[16], lo[24] = "0", hi[24] = "0";
+	char id[24], commit[24], check[16], trials[16], failures[16], lo[24], hi[24];
+	unsigned long long first = 0, last = 0;
 	unsigned ran = 0, failed = 0;
 
 	if (!seeds) {
@@ -1026,10 +1027,9 @@ static void probe_now(void *data)
 		if (s->seeds[i].v.first == OUTCOME_NONE)
 			continue; /* a probe that stopped at its first failure left these */
 		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", ran ? "," : "", s->seeds[i].seed);
-		/* The seeds' range, beside the list: an index range however stale the table's statistics. */
-		snprintf(ran ? hi : lo, 24, "%llu", s->seeds[i].seed);
 		if (!ran)
-			snprintf(hi, sizeof(hi), "%s", lo);
+			first = s->seeds[i].seed;
+		last = s->seeds[i].seed;
 		ran++;
 		failed += outcome_is_failure(s->seeds[i].v.first);
 	}
@@ -1040,6 +1040,9 @@ static void probe_now(void *data)
 	snprintf(check, sizeof(check), "%d", s->job.check_id);
 	snprintf(trials, sizeof(trials), "%u", ran);
 	snprintf(failures, sizeof(failures), "%u", failed);
+	/* The seeds' range, beside the list: an index range however stale the table's statistics. */
+	snprintf(lo, sizeof(lo), "%llu", first);
+	snprintf(hi, sizeof(hi), "%llu", last);
 	{
 		const char *params[10] = {id,    commit, check,    s->job.dtype,
 					  seeds, trials, failures, infra_failed ? "failed" : "done",

@@ -27,7 +27,11 @@ static void fuzz_fail(const char *fmt, ...)
 	abort();
 }
 
-/* Length of the well-formed UTF-8 sequence at 's' (n bytes left), or 0 (RFC 3629, as PostgreSQL). */
+/*
+ * Length of the well-formed UTF-8 sequence at 's' (n bytes left), or 0 (RFC 3629, as PostgreSQL).
+ * Written again on purpose, not proto_utf8_len(): the targets check the daemon's output with it,
+ * and an oracle sharing the code under test could not catch that code's mistakes.
+ */
 static inline size_t fuzz_utf8_len(const unsigned char *s, size_t n)
 {
 	unsigned char lo = 0x80, hi = 0xBF;
