@@ -116,9 +116,7 @@ fi
 log "postgresql"
 db=$(gpu_postgres "$W/pg") || die "cannot start postgresql"
 gpu_mps_start
-"${gpu_host_env[@]}" nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 200 \
-	>"$OUT/gpu-util.csv" 2>/dev/null &
-smi=$!
+gpu_util_start "$OUT/gpu-util.csv"
 daemon=
 # shellcheck disable=SC2317 # run by the trap
 finish() {

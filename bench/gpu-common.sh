@@ -70,6 +70,15 @@ gpu_build_command() {
 		"chmod +x \"\$NUMWATCH_BUILD_DIR\"/numwatch-runner-*"
 }
 
+# gpu_util_start FILE: samples every GPU's utilization.gpu every 0.2 s into FILE (CSV: timestamp,
+# index, percent; gpu_busy reads it) until killed; sets smi to the sampler's pid.
+gpu_util_start() {
+	"${gpu_host_env[@]}" nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits \
+		-lms 200 >"$1" 2>/dev/null &
+	# shellcheck disable=SC2034 # the caller's finish stops it
+	smi=$!
+}
+
 # gpu_mps_start: CUDA MPS for the slots sharing a GPU (one control daemon serves every GPU);
 # sets mps=on or none. gpu_mps_stop ends it.
 gpu_mps_start() {

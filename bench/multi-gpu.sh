@@ -37,13 +37,12 @@ log "$ngpu x $gpu"
 pg=$(gpu_postgres /tmp/nwpg) || { echo "cannot start postgresql"; exit 1; }
 # pg_stat_statements: which statements took the server's time in each throughput phase.
 pgsql() { "$NW_PGBIN/psql" -XAtq -d "$pg" -c "$1"; }
-pgsql "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null &&
-	scripts/pgcluster restart /tmp/nwpg >/dev/null && pgsql "CREATE EXTENSION pg_stat_statements" >/dev/null ||
+if ! { pgsql "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null &&
+	scripts/pgcluster restart /tmp/nwpg >/dev/null && pgsql "CREATE EXTENSION pg_stat_statements" >/dev/null; }; then
 	log "no pg_stat_statements"
+fi
 gpu_mps_start
-nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms 200 \
-	>"$OUT/gpu-util.csv" 2>/dev/null &
-smi=$!
+gpu_util_start "$OUT/gpu-util.csv"
 daemon=
 # shellcheck disable=SC2317 # run by the trap
 finish() {
