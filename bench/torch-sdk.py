@@ -19,6 +19,7 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
+    python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
 """
 import argparse
 import os
@@ -170,6 +171,55 @@ def bench_busy(slots, gpu, check, dtype, count):
             print("| %d | %d | %.1f | %.1f | %.0f%% |" % (k, k * count, sec, k * count / sec, busy), flush=True)
 
 
+def profile(fc, device, names, dtypes, seeds, repeats):
+    """Where a trial's time goes, for each check x dtype: the SDK's Python functions (cProfile,
+    cumulative) and both sides' torch operators (torch.profiler, self CPU time), over the same seeds."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    import numwatch_runner as nw
+
+    runner = nw.Runner(fc.checks(), name="bench")
+    by_name = {c.name: c for c in fc.checks()}
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    for name in names:
+        for dtype in dtypes:
+            c = by_name[name]
+            sides = {"sdk": lambda s: runner.trial(name, dtype, s, None, repeats),
+                     "plain": lambda s: plain_trial(torch, c, dtype, s, device)}
+            for s in range(seeds):  # warm-up: every Triton specialisation compiled
+                sides["plain"](s)
+                sides["sdk"](s)
+            for side, fn in sides.items():
+                sync(torch, device)
+                t0 = time.perf_counter()
+                for s in range(seeds):
+                    fn(s)
+                sync(torch, device)
+                per = (time.perf_counter() - t0) / seeds * 1e6
+                print("\n## %s %s %s: %.0f us a trial\n" % (name, dtype, side, per))
+                if side == "sdk":
+                    prof = cProfile.Profile()
+                    prof.enable()
+                    for s in range(seeds):
+                        fn(s)
+                    prof.disable()
+                    out = io.StringIO()
+                    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
+                    print("```\n" + out.getvalue()[-6000:] + "\n```")
+                with tprofile(activities=acts) as p:
+                    for s in range(seeds):
+                        fn(s)
+                    sync(torch, device)
+                print("```\n" + p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25,
+                                                         max_name_column_width=40) + "\n```", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
@@ -182,6 +232,8 @@ def main():
     ap.add_argument("--busy-check", default="attention.bwd")
     ap.add_argument("--busy-dtype", default="bf16")
     ap.add_argument("--busy-count", type=int, default=300, help="seeds per runner for the busy fraction")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     a = ap.parse_args()
     fc = setup(a.device)
     import torch
@@ -192,6 +244,9 @@ def main():
         a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
         time.strftime("%Y-%m-%d")))
     print()
+    if a.profile:
+        profile(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.profile, a.repeats)
+        return
     bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats)
     slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
     if slots and a.device != "cpu":

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "attention.h"
+#include "nw_device.h"
 #include "common.h"
 
 static const char *const families[ATTN_FAMILIES] = {
@@ -286,7 +287,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct attn_ref_in in = {0};
 	struct nw_output out[2] = {{0}};
 	struct launch_ctx ctx;
-	double *ref_o = NULL, *ref_lse = NULL, *err_o = NULL, *err_lse = NULL, t0;
+	const struct attention_refs *refs = refs_of(k);
+	double *ref_o = NULL, *ref_lse = NULL, *err_o = NULL, *err_lse = NULL, *ref_dev = NULL, t0;
 	void *q_dev = NULL, *k_dev = NULL, *v_dev = NULL;
 	long D, sq;
 	int rc, i;
@@ -296,13 +298,15 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		goto out;
 	D = a.s.head_dim;
 	sq = a.s.seqlen_q;
-	ref_o = ck_doubles(a.nq);
-	ref_lse = ck_doubles(a.nlse);
-	err_o = ck_doubles(a.nq);
-	err_lse = ck_doubles(a.nlse);
-	if (!ref_o || !ref_lse || !err_o || !err_lse) {
-		rc = -ENOMEM;
-		goto out;
+	if (!refs->fwd_dev) {
+		ref_o = ck_doubles(a.nq);
+		ref_lse = ck_doubles(a.nlse);
+		err_o = ck_doubles(a.nq);
+		err_lse = ck_doubles(a.nlse);
+		if (!ref_o || !ref_lse || !err_o || !err_lse) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	if ((rc = upload(t, &q_dev, a.q_s, a.nq, d)) || (rc = upload(t, &k_dev, a.k_s, a.nk, d)) ||
 	    (rc = upload(t, &v_dev, a.v_s, a.nk, d)))
@@ -311,7 +315,10 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	in = (struct attn_ref_in){
 	    .q = a.q, .k = a.k, .v = a.v, .q_dev = q_dev, .k_dev = k_dev, .v_dev = v_dev, .orders = a.orders};
 	t0 = nw_now();
-	rc = nw_reference_done(t, refs_of(k)->fwd(d, &a.s, &in, ref_o, ref_lse, err_o, err_lse), t0);
+	rc = nw_reference_done(t,
+			       refs->fwd_dev ? refs->fwd_dev(d, &a.s, &in, &ref_dev)
+					     : refs->fwd(d, &a.s, &in, ref_o, ref_lse, err_o, err_lse),
+			       t0);
 	if (rc)
 		goto out;
 	if ((rc = nw_output_init(t, &out[0], "o", d, (size_t)a.nq)) ||
@@ -334,6 +341,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .out = &out[0],
 				       .ref = ref_o,
 				       .plain_err = err_o,
+				       .ref_dev = ref_dev,
+				       .plain_err_dev = ref_dev ? ref_dev + a.nq : NULL,
 				       .factor = c->budget_factor,
 				       .floor_scale = ck_floor_scale(d, ck_max_abs(a.v, a.nk), 0.0),
 				       .dims = odims,
@@ -344,17 +353,20 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 				       .out = &out[1],
 				       .ref = ref_lse,
 				       .plain_err = err_lse,
+				       .ref_dev = ref_dev ? ref_dev + 2 * a.nq : NULL,
+				       .plain_err_dev = ref_dev ? ref_dev + 2 * a.nq + a.nlse : NULL,
 				       .factor = c->budget_factor,
 				       .dims = ldims,
 				       .ndim = 3,
 				       .tail_width = ATTN_TILE};
 
-		ck_compare(t, &ot);
-		ck_compare(t, &lt);
+		if ((rc = ck_compare(t, &ot)) || (rc = ck_compare(t, &lt)))
+			goto out;
 	}
 out:
 	for (i = 0; i < 2; i++)
 		nw_output_release(&out[i]);
+	nw_dev_free(ref_dev);
 	nw_input_release(q_dev);
 	nw_input_release(k_dev);
 	nw_input_release(v_dev);

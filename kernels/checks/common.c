@@ -65,7 +65,7 @@ void ck_store_all(enum nw_dtype d, void *buf, double *v, long n)
 		nw_store_n(d, buf, v, (size_t)n);
 }
 
-void ck_compare(struct nw_trial *t, const struct ck_tensor *c)
+int ck_compare(struct nw_trial *t, const struct ck_tensor *c)
 {
 	struct nw_compare_spec spec = {0};
 	unsigned o;
@@ -78,6 +78,8 @@ void ck_compare(struct nw_trial *t, const struct ck_tensor *c)
 		spec.nplain = c->plain->n;
 	}
 	spec.plain_err = c->plain_err;
+	spec.ref_dev = c->ref_dev;
+	spec.plain_err_dev = c->plain_err_dev;
 	spec.factor = c->factor;
 	spec.floor_scale = c->floor_scale;
 	spec.atol = c->atol;
@@ -87,8 +89,10 @@ void ck_compare(struct nw_trial *t, const struct ck_tensor *c)
 	spec.ndim = c->ndim;
 	spec.tail_width = c->tail_width;
 	spec.tail_axis = c->tail_axis;
-	nw_compare(&t->tensors[t->ntensors], c->name, &spec);
+	if (nw_compare(&t->tensors[t->ntensors], c->name, &spec))
+		return nw_trial_device_error(t);
 	t->ntensors++;
+	return 0;
 }
 
 void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n)

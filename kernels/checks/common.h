@@ -67,6 +67,7 @@ struct ck_tensor {
 	const double *ref;
 	const struct ck_plain *plain; /* NULL: fixed atol / rtol */
 	const double *plain_err;      /* or already reduced (nw_compare_spec.plain_err) */
+	const double *ref_dev, *plain_err_dev; /* or on the device (nw_compare_spec.ref_dev) */
 	double factor;
 	double floor_scale; /* 0: max|ref| */
 	const unsigned char *exclude;
@@ -76,8 +77,8 @@ struct ck_tensor {
 	double atol, rtol;
 };
 
-/* nw_compare() into t->tensors[t->ntensors++]. */
-void ck_compare(struct nw_trial *t, const struct ck_tensor *c);
+/* nw_compare() into t->tensors[t->ntensors++]; a device error is recorded in t and returned. */
+int ck_compare(struct nw_trial *t, const struct ck_tensor *c);
 
 /*
  * The permutation of reduction order o over n elements (nw_order_index for

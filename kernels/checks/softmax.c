@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nw_device.h"
 #include "softmax.h"
 
 static const char *const families[SOFTMAX_FAMILIES] = {
@@ -188,7 +189,8 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain_err = NULL, t0;
+	const struct softmax_refs *refs = refs_of(k);
+	double *logits = NULL, *ref = NULL, *plain_err = NULL, *ref_dev = NULL, t0;
 	void *x = NULL, *x_dev = NULL;
 	long rows, cols, n;
 	struct nw_rng r;
@@ -198,10 +200,12 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	set_shape(t, rows, cols);
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
-	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-	plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+	if (!refs->fwd_dev) {
+		ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+		plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+	}
 	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || !ref || !plain_err || !x) {
+	if (!logits || (!refs->fwd_dev && (!ref || !plain_err)) || !x) {
 		rc = nw_trial_error(t, false, "out of memory");
 		goto out;
 	}
@@ -215,7 +219,10 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 		goto out;
 	/* Before the kernel runs: a kernel that scribbles on its input cannot bend the reference. */
 	t0 = nw_now();
-	rc = nw_reference_done(t, refs_of(k)->fwd(d, x, x_dev, rows, cols, ref, plain_err), t0);
+	rc = nw_reference_done(t,
+			       refs->fwd_dev ? refs->fwd_dev(d, x_dev, rows, cols, &ref_dev)
+					     : refs->fwd(d, x, x_dev, rows, cols, ref, plain_err),
+			       t0);
 	if (rc)
 		goto out;
 	rc = nw_output_init(t, &y, "y", d, (size_t)n);
@@ -230,15 +237,21 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	spec = (struct nw_compare_spec){.out = &y,
 					.ref = ref,
 					.plain_err = plain_err,
+					.ref_dev = ref_dev,
+					.plain_err_dev = ref_dev ? ref_dev + n : NULL,
 					.factor = c->budget_factor,
 					.dims = t->shape,
 					.ndim = 2,
 					.tail_width = 4};
-	nw_compare(&t->tensors[0], "y", &spec);
+	if (nw_compare(&t->tensors[0], "y", &spec)) {
+		rc = nw_trial_device_error(t);
+		goto out;
+	}
 	t->ntensors = 1;
 out:
 	nw_output_release(&y);
 	nw_input_release(x_dev);
+	nw_dev_free(ref_dev);
 	free(logits);
 	free(ref);
 	free(plain_err);
@@ -254,7 +267,8 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	struct nw_output dx = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
-	double *logits = NULL, *ref = NULL, *plain_err = NULL, scale = 0.0, t0;
+	const struct softmax_refs *refs = refs_of(k);
+	double *logits = NULL, *ref = NULL, *plain_err = NULL, *ref_dev = NULL, scale = 0.0, t0;
 	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
 	long rows, cols, n, i, j;
 	struct nw_rng r;
@@ -264,11 +278,13 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	set_shape(t, rows, cols);
 	n = rows * cols;
 	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
-	ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+	if (!refs->bwd_dev) {
+		ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+		plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+	}
 	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
 	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
-	if (!logits || !ref || !plain_err || !y || !dy) {
+	if (!logits || (!refs->bwd_dev && (!ref || !plain_err)) || !y || !dy) {
 		rc = nw_trial_error(t, false, "out of memory");
 		goto out;
 	}
@@ -308,8 +324,10 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	if (rc)
 		goto out;
 	t0 = nw_now();
-	rc = nw_reference_done(
-	    t, refs_of(k)->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale), t0);
+	rc = nw_reference_done(t,
+			       refs->bwd_dev ? refs->bwd_dev(d, y_dev, dy_dev, rows, cols, &ref_dev)
+					     : refs->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale),
+			       t0);
 	if (rc)
 		goto out;
 	rc = nw_output_init(t, &dx, "dx", d, (size_t)n);
@@ -329,15 +347,23 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 	spec = (struct nw_compare_spec){.out = &dx,
 					.ref = ref,
 					.plain_err = plain_err,
+					.ref_dev = ref_dev,
+					.plain_err_dev = ref_dev ? ref_dev + n : NULL,
+					.floor_scale_dev = ref_dev ? ref_dev + 2 * n : NULL,
+					.floor_scale_count = n ? (size_t)rows : 0,
 					.factor = c->budget_factor,
 					.floor_scale = scale,
 					.dims = t->shape,
 					.ndim = 2,
 					.tail_width = 4};
-	nw_compare(&t->tensors[0], "dx", &spec);
+	if (nw_compare(&t->tensors[0], "dx", &spec)) {
+		rc = nw_trial_device_error(t);
+		goto out;
+	}
 	t->ntensors = 1;
 out:
 	nw_output_release(&dx);
+	nw_dev_free(ref_dev);
 	nw_input_release(y_dev);
 	nw_input_release(dy_dev);
 	free(logits);

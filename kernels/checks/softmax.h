@@ -23,6 +23,14 @@ struct softmax_refs {
 		   double *plain_err);
 	int (*bwd)(enum nw_dtype d, const void *y, const void *dy, const void *y_dev, const void *dy_dev,
 		   long rows, long cols, double *ref, double *plain_err, double *scale);
+	/*
+	 * Or the same left on the device, to be compared there
+	 * (nw_compare_spec.ref_dev): *out is ref, then plain_err (n each), then
+	 * for bwd each row's scale; the caller's to nw_dev_free(). A backend
+	 * gives these or the two above.
+	 */
+	int (*fwd_dev)(enum nw_dtype d, const void *x_dev, long rows, long cols, double **out);
+	int (*bwd_dev)(enum nw_dtype d, const void *y_dev, const void *dy_dev, long rows, long cols, double **out);
 };
 
 extern const struct softmax_refs softmax_refs_host;

@@ -261,6 +261,96 @@ int nw_dev_download(void *dst, const void *src, size_t bytes)
 	return 0;
 }
 
+/*
+ * Page-locked blocks: cudaMallocHost costs milliseconds, so blocks are kept
+ * and reused (sizes in powers of two from 64 KiB; a handful are in use at
+ * once: a trial's outputs and the arming images).
+ */
+#define PINNED_MIN   (64u << 10)
+#define PINNED_SLOTS 64
+
+static struct {
+	void *p;
+	size_t size;
+	bool used;
+} pinned[PINNED_SLOTS];
+
+void *nw_dev_pinned(size_t bytes)
+{
+	size_t want = PINNED_MIN;
+	unsigned i, spare = PINNED_SLOTS;
+	void *p;
+
+	if (!info.available || broken)
+		return NULL;
+	while (want < bytes)
+		want *= 2;
+	for (i = 0; i < PINNED_SLOTS; i++) {
+		if (pinned[i].p && !pinned[i].used && pinned[i].size == want) {
+			pinned[i].used = true;
+			return pinned[i].p;
+		}
+		if (!pinned[i].p && spare == PINNED_SLOTS)
+			spare = i;
+	}
+	/* Every slot taken: give back an unused block of another size. */
+	for (i = 0; spare == PINNED_SLOTS && i < PINNED_SLOTS; i++)
+		if (!pinned[i].used && cudaFreeHost(pinned[i].p) == cudaSuccess) {
+			pinned[i].p = NULL;
+			spare = i;
+		}
+	if (spare == PINNED_SLOTS || cudaMallocHost(&p, want) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return NULL;
+	}
+	pinned[spare].p = p;
+	pinned[spare].size = want;
+	pinned[spare].used = true;
+	return p;
+}
+
+void nw_dev_unpin(void *p)
+{
+	unsigned i;
+
+	for (i = 0; p && i < PINNED_SLOTS; i++)
+		if (pinned[i].p == p)
+			pinned[i].used = false;
+}
+
+int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, NULL);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpyAsync to device");
+}
+
+int nw_dev_download_pinned(void *dst, const void *src, size_t bytes)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, NULL);
+	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpyAsync from device");
+}
+
+int nw_dev_sync(const char *what)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaStreamSynchronize(NULL);
+	if (e != cudaSuccess)
+		return fail(e, what);
+	arena_used = 0; /* the stream has run past every queued upload */
+	return 0;
+}
+
 int nw_dev_timer_start(void)
 {
 	cudaError_t e;
@@ -271,7 +361,18 @@ int nw_dev_timer_start(void)
 	return e == cudaSuccess ? 0 : fail(e, "cudaEventRecord");
 }
 
-int nw_dev_timer_stop(double *us)
+int nw_dev_timer_stop(void)
+{
+	cudaError_t e;
+
+	if (!info.available || broken)
+		return refuse();
+	e = cudaEventRecord(ev_stop, NULL);
+	return e == cudaSuccess ? 0 : fail(e, "cudaEventRecord");
+}
+
+/* After nw_dev_sync(): errors raised while the kernel ran surfaced there. */
+int nw_dev_timer_us(double *us)
 {
 	cudaError_t e;
 	float ms = 0.0f;
@@ -279,14 +380,6 @@ int nw_dev_timer_stop(double *us)
 	*us = 0.0;
 	if (!info.available || broken)
 		return refuse();
-	e = cudaEventRecord(ev_stop, NULL);
-	if (e != cudaSuccess)
-		return fail(e, "cudaEventRecord");
-	/* Errors raised while the kernel ran surface here. */
-	e = cudaEventSynchronize(ev_stop);
-	if (e != cudaSuccess)
-		return fail(e, "kernel");
-	arena_used = 0; /* the stream has run past every upload before the kernel */
 	e = cudaEventElapsedTime(&ms, ev_start, ev_stop);
 	if (e != cudaSuccess)
 		return fail(e, "cudaEventElapsedTime");

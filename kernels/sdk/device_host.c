@@ -3,17 +3,20 @@
  * monotonic clock. Nothing here is ever fatal.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "numwatch_check.h"
+#include "nw_compare_fold.h"
 #include "nw_device.h"
 
 static struct nw_device_info info;
 static bool probed;
 static char last_error[128];
-static struct timespec t0;
+static struct timespec t0, t1;
 
 /* The CPU's model name, so trials on different hosts can be told apart. */
 static void cpu_name(char *buf, size_t len)
@@ -84,18 +87,69 @@ int nw_dev_download(void *dst, const void *src, size_t bytes)
 	return 0;
 }
 
+void *nw_dev_pinned(size_t bytes)
+{
+	void *p;
+
+	return nw_dev_alloc(&p, bytes) ? NULL : p;
+}
+
+void nw_dev_unpin(void *p)
+{
+	free(p);
+}
+
+int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+int nw_dev_download_pinned(void *dst, const void *src, size_t bytes)
+{
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+int nw_dev_sync(const char *what)
+{
+	(void)what;
+	return 0;
+}
+
 int nw_dev_timer_start(void)
 {
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	return 0;
 }
 
-int nw_dev_timer_stop(double *us)
+int nw_dev_timer_stop(void)
 {
-	struct timespec t1;
-
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return 0;
+}
+
+int nw_dev_timer_us(double *us)
+{
 	*us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+	return 0;
+}
+
+/* Device memory is host memory here: the host's fold, on the same pointers. */
+int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s)
+{
+	struct nw_compare_spec h = *s;
+	size_t i;
+
+	h.ref = s->ref_dev;
+	h.plain_err = s->plain_err_dev;
+	h.ref_dev = h.plain_err_dev = NULL;
+	nw_fold_host(f, rule, &h);
+	if (s->floor_scale_dev) {
+		f->floor_scale = 0.0;
+		for (i = 0; i < s->floor_scale_count; i++)
+			f->floor_scale = fmax(f->floor_scale, s->floor_scale_dev[i]);
+	}
 	return 0;
 }
 

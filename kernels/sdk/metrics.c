@@ -18,19 +18,14 @@
  * (or of a different class than the reference's NaN/Inf) fails the tensor
  * whatever its error.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "numwatch_check.h"
-
-static long ordered_f32(float f)
-{
-	int32_t i;
-
-	memcpy(&i, &f, sizeof(i));
-	return i < 0 ? -(long)(i & 0x7fffffff) : (long)i;
-}
+#include "nw_compare_fold.h"
+#include "nw_device.h"
 
 /*
  * Element i of an output as float, and whether it still holds the poison
@@ -60,13 +55,6 @@ static inline float element(enum nw_dtype d, const unsigned char *buf, size_t i,
 	return f;
 }
 
-static bool same_class(double a, double b)
-{
-	if (isnan(a) || isnan(b))
-		return isnan(a) && isnan(b);
-	return a == b; /* both infinite here */
-}
-
 static void unravel(size_t i, const long *dims, unsigned ndim, long *idx)
 {
 	unsigned k;
@@ -80,123 +68,77 @@ static void unravel(size_t i, const long *dims, unsigned ndim, long *idx)
 }
 
 /*
- * One pass over the elements. The running maxima live in locals, not in *r
- * (which the compiler must assume the inputs may alias), and a relative
- * error is divided out only when it may be a new maximum: a trial compares
- * tens of thousands of elements, and this is host time on every trial.
+ * One pass over the host's copies, from first to last element
+ * (nw_compare_fold.h): the fold is inlined, and the dtype's branch is the
+ * same for every element. This is host time on every trial of a host runner.
  */
-static int compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
+void nw_fold_host(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s)
 {
 	const struct nw_output *out = s->out;
-	double eps = nw_dtype_eps(out->dtype), max_ref = 0.0, max_tol_ratio = 0.0;
-	double max_abs = 0.0, max_rel = 0.0, max_ulp = 0.0, plain_max = 0.0;
-	long unwritten = 0, nonfinite = 0, ref_nonfinite = 0, mismatch = 0, excluded = 0;
-	size_t i, worst = 0, hard = 0;
-	bool have_worst = false, have_hard = false, budgeted = s->nplain > 0 || s->plain_err;
-	bool has_ulp = out->dtype == NW_F32, poisoned;
 	uint32_t poison = nw_poison_bits(out->dtype);
 	const float *f16 = out->dtype == NW_F16 ? nw_f16_values() : NULL;
+	/* A local copy: f may alias the inputs for all the compiler knows, a local lives in registers. */
+	struct nw_fold acc = *f;
+	struct nw_fold_rule r = *rule;
+	size_t i;
+
+	for (i = 0; i < out->count; i++) {
+		double ref = s->ref[i], pe = 0.0;
+		bool poisoned;
+		float k = element(out->dtype, out->host, i, poison, f16, &poisoned);
+		unsigned p;
+
+		if (!poisoned) {
+			for (p = 0; p < s->nplain; p++)
+				if (isfinite(s->plain[p][i]) && fabs(s->plain[p][i] - ref) > pe)
+					pe = fabs(s->plain[p][i] - ref);
+			if (s->plain_err && s->plain_err[i] > pe)
+				pe = s->plain_err[i];
+		}
+		nw_fold_elem(&acc, &r, (int64_t)i, (double)k, poisoned, ref, pe, s->exclude && s->exclude[i]);
+	}
+	acc.floor_scale = s->floor_scale;
+	*f = acc;
+}
+
+/* The tensor's result from its merged fold: the budget, the ratio, the worst element. */
+static void finish(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s,
+		   const struct nw_fold *f, bool budgeted)
+{
+	double eps = nw_dtype_eps(s->out->dtype);
+	int64_t at = f->hard != NW_NO_INDEX ? f->hard : f->worst;
 
 	memset(r, 0, sizeof(*r));
 	strncpy(r->name, name, sizeof(r->name) - 1);
-	r->has_ulp = has_ulp;
-	r->canary = out->canary;
-
-	for (i = 0; i < out->count; i++) {
-		double k, ref = s->ref[i], err, aref;
-		bool kfin, rfin;
-		unsigned p;
-
-		k = element(out->dtype, out->host, i, poison, f16, &poisoned);
-		if (poisoned) {
-			unwritten++;
-			if (!have_hard)
-				hard = i;
-			have_hard = true;
-			continue;
-		}
-		kfin = isfinite(k);
-		rfin = isfinite(ref);
-		nonfinite += !kfin;
-		ref_nonfinite += !rfin;
-		if (kfin != rfin || (!kfin && !same_class(k, ref))) {
-			mismatch++;
-			if (!have_hard)
-				hard = i;
-			have_hard = true;
-			continue;
-		}
-		/* A kink excuses a value, not a NaN: the hard checks above apply to excluded elements too. */
-		if (s->exclude && s->exclude[i]) {
-			excluded++;
-			continue;
-		}
-		if (!rfin)
-			continue;
-
-		aref = fabs(ref);
-		if (aref > max_ref)
-			max_ref = aref;
-		err = fabs(k - ref);
-		for (p = 0; p < s->nplain; p++)
-			if (isfinite(s->plain[p][i]) && fabs(s->plain[p][i] - ref) > plain_max)
-				plain_max = fabs(s->plain[p][i] - ref);
-		if (s->plain_err && s->plain_err[i] > plain_max)
-			plain_max = s->plain_err[i];
-		/* err / aref > max_rel, without a division for every element */
-		if (ref != 0.0 && err > max_rel * aref && err / aref > max_rel)
-			max_rel = err / aref;
-		if (has_ulp && isfinite((float)ref)) {
-			double ulp = (double)labs(ordered_f32((float)k) - ordered_f32((float)ref));
-
-			if (ulp > max_ulp)
-				max_ulp = ulp;
-		}
-		if (budgeted) {
-			if (err > max_abs) {
-				max_abs = err;
-				worst = i;
-				have_worst = true;
-			}
-		} else {
-			double q = err / (s->atol + s->rtol * aref);
-
-			if (err > max_abs)
-				max_abs = err;
-			if (q > max_tol_ratio) {
-				max_tol_ratio = q;
-				worst = i;
-				have_worst = true;
-			}
-		}
-	}
-	r->max_abs = max_abs;
-	r->max_rel = max_rel;
-	r->max_ulp = max_ulp;
-	r->plain_max_abs = plain_max;
-	r->unwritten = unwritten;
-	r->nonfinite = nonfinite;
-	r->ref_nonfinite = ref_nonfinite;
-	r->mismatch = mismatch;
-	r->excluded = excluded;
+	r->has_ulp = s->out->dtype == NW_F32;
+	r->canary = s->out->canary;
+	r->max_abs = f->max_abs;
+	r->max_rel = f->max_rel;
+	r->max_ulp = f->max_ulp;
+	r->plain_max_abs = f->plain_max;
+	r->unwritten = f->unwritten;
+	r->nonfinite = f->nonfinite;
+	r->ref_nonfinite = f->ref_nonfinite;
+	r->mismatch = f->mismatch;
+	r->excluded = f->excluded;
 
 	if (budgeted) {
 		double floor_eps = s->floor_eps > 0 ? s->floor_eps : NW_FLOOR_EPS;
-		double scale = s->floor_scale > 0 ? s->floor_scale : max_ref;
+		double scale = f->floor_scale > 0 ? f->floor_scale : f->max_ref;
 
 		r->budget = s->factor * r->plain_max_abs + floor_eps * eps * scale;
 		if (r->budget <= 0.0)
-			r->budget = nw_dtype_tiny(out->dtype);
+			r->budget = nw_dtype_tiny(s->out->dtype);
 		r->ratio = r->max_abs / r->budget;
 	} else {
 		r->budget = s->atol;
-		r->ratio = max_tol_ratio;
+		r->ratio = f->max_tol_ratio;
 	}
 
-	if (have_hard || have_worst) {
+	if (at != NW_NO_INDEX) {
 		long *idx = r->worst;
 
-		unravel(have_hard ? hard : worst, s->dims, s->ndim, idx);
+		unravel((size_t)at, s->dims, s->ndim, idx);
 		r->worst_ndim = s->ndim;
 		if (s->tail_width > 1 && s->tail_axis < s->ndim) {
 			unsigned ax = s->ndim - 1 - s->tail_axis;
@@ -205,6 +147,27 @@ static int compare(struct nw_tensor_result *r, const char *name, const struct nw
 			r->tail = idx[ax] >= d - d % (long)s->tail_width;
 		}
 	}
+}
+
+static int compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
+{
+	struct nw_fold_rule rule = {.budgeted = s->nplain > 0 || s->plain_err || s->plain_err_dev,
+				    .has_ulp = s->out->dtype == NW_F32,
+				    .atol = s->atol,
+				    .rtol = s->rtol};
+	struct nw_fold f;
+
+	nw_fold_init(&f);
+	if (!s->ref_dev && nw_run_settle())
+		return -EIO;
+	if (s->ref_dev) {
+		/* Where the reference was left: the device compares, only the fold comes back. */
+		if (nw_dev_compare(&f, &rule, s))
+			return -EIO;
+	} else {
+		nw_fold_host(&f, &rule, s);
+	}
+	finish(r, name, s, &f, rule.budgeted);
 	return 0;
 }
 

@@ -288,8 +288,9 @@ struct nw_output {
 	long canary; /* guard elements found overwritten in any repeat */
 	/* private */
 	void *dev_alloc;
-	unsigned char *image; /* guard + poison + guard, uploaded before each launch */
-	unsigned char *fetch;
+	unsigned char *first; /* guard + the first repeat's data + guard (page-locked): host points into it */
+	unsigned char *fetch; /* the same for later repeats */
+	bool dev_is_first;    /* dev still holds the first repeat's data (a single repeat) */
 };
 
 /* Allocates and arms o. On failure records an error answer in t and returns it. */
@@ -318,6 +319,13 @@ void nw_input_release(void *dev);
  */
 int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
 		  int (*launch)(void *ctx), void *ctx);
+/*
+ * The last repeat of nw_run_kernel() is queued, not waited for: this waits
+ * and fills what it leaves (digest, kernel_us, canaries, the host copy).
+ * nw_compare() and nw_output_release() call it; a check that reads an output
+ * otherwise must too. Returns 0 or the error already recorded in its trial.
+ */
+int nw_run_settle(void);
 
 /* ---- metrics ------------------------------------------------------------------ */
 
@@ -354,6 +362,15 @@ struct nw_compare_spec {
 	double floor_scale;
 	double atol, rtol;            /* fixed tolerance, used when nplain is 0 */
 	const unsigned char *exclude; /* per element, non-zero: left out as non-smooth; may be NULL */
+	/*
+	 * Or the reference left on the device where it was computed (a GPU
+	 * reference): ref_dev and plain_err_dev (or atol / rtol) replace ref,
+	 * plain and plain_err, the device compares them with the output's first
+	 * repeat, and only the metrics come back. floor_scale_dev: the floor's
+	 * scale is the largest of these floor_scale_count values.
+	 */
+	const double *ref_dev, *plain_err_dev, *floor_scale_dev;
+	size_t floor_scale_count;
 	const long *dims;             /* shape for the worst index */
 	unsigned ndim;
 	/*

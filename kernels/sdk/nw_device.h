@@ -32,9 +32,34 @@ int nw_dev_launched(const char *what);
 int nw_dev_upload(void *dst, const void *src, size_t bytes);
 int nw_dev_download(void *dst, const void *src, size_t bytes);
 
-/* Brackets one kernel launch; stop waits for the kernel and reports its errors. */
+/*
+ * Page-locked host memory (plain memory on the host backend), from a pool
+ * kept for the runner's life: what the device copies to and from without
+ * waiting. nw_dev_unpin() gives a block back to the pool.
+ */
+void *nw_dev_pinned(size_t bytes);
+void nw_dev_unpin(void *p);
+/* Queued copies that do not wait; src / dst must be nw_dev_pinned() memory, untouched until nw_dev_sync(). */
+int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes);
+int nw_dev_download_pinned(void *dst, const void *src, size_t bytes);
+/* Waits for everything queued; an error is reported as what's ("kernel: an illegal memory access"). */
+int nw_dev_sync(const char *what);
+
+/* Brackets one kernel launch; nw_dev_timer_us() reads the time after an nw_dev_sync(). */
 int nw_dev_timer_start(void);
-int nw_dev_timer_stop(double *us);
+int nw_dev_timer_stop(void);
+int nw_dev_timer_us(double *us);
+
+/*
+ * Folds a comparison whose reference stayed where it was computed
+ * (nw_compare_spec.ref_dev) into f: on the GPU, only the partial results
+ * come back (compare_cuda.cu); on the host backend, device memory is host
+ * memory and the host's fold runs.
+ */
+struct nw_fold;
+struct nw_fold_rule;
+struct nw_compare_spec;
+int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s);
 
 /* The last error's message (borrowed), and whether it left the context unusable. */
 const char *nw_dev_error(bool *fatal);

@@ -214,6 +214,8 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 	timing.started = t0;
 	timing.generated = false;
 	rc = c->run(c, t);
+	if (nw_run_settle() && !rc) /* a check that left its last run pending */
+		rc = -EIO;
 	if (timing.on) {
 		timing.last_end = nw_now();
 		if (timing.trials++ == 0)
