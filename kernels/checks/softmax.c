@@ -182,38 +182,83 @@ static void set_shape(struct nw_trial *t, long rows, long cols)
 	t->ndim = 2;
 }
 
-static int fwd_run(const struct nw_check *c, struct nw_trial *t)
+/* A trial's host part (nw_check.prepare): the shape and the stored inputs, hashed. */
+struct prepared {
+	long rows, cols, n;
+	void *in[2]; /* x; or y and dy */
+};
+
+static void release(void *arg)
+{
+	struct prepared *p = arg;
+
+	free(p->in[0]);
+	free(p->in[1]);
+	free(p);
+}
+
+static struct prepared *prepared_new(struct nw_trial *t, unsigned ninputs, double **scratch)
+{
+	struct prepared *p = calloc(1, sizeof(*p));
+	size_t n;
+	unsigned i;
+
+	if (!p)
+		return NULL;
+	softmax_shape(t->family, t->seed, t->index, &p->rows, &p->cols);
+	set_shape(t, p->rows, p->cols);
+	p->n = p->rows * p->cols;
+	n = (size_t)(p->n ? p->n : 1);
+	*scratch = malloc(n * sizeof(**scratch));
+	for (i = 0; i < ninputs; i++)
+		p->in[i] = malloc(n * nw_dtype_size(t->dtype));
+	if (!*scratch || !p->in[0] || (ninputs > 1 && !p->in[1])) {
+		free(*scratch);
+		release(p);
+		return NULL;
+	}
+	return p;
+}
+
+static int fwd_prepare(const struct nw_check *c, struct nw_trial *t, void **out)
+{
+	double *logits;
+	struct nw_rng r;
+	struct prepared *p = prepared_new(t, 1, &logits);
+
+	if (!p)
+		return nw_trial_error(t, false, "out of memory");
+	nw_rng_init(&r, c->name, t->seed, STREAM_X);
+	gen_logits(&r, t->family, true, p->rows, p->cols, logits);
+	nw_store_n(t->dtype, p->in[0], logits, (size_t)p->n);
+	free(logits);
+	nw_input_hash(t, p->in[0], (size_t)p->n * nw_dtype_size(t->dtype));
+	*out = p;
+	return 0;
+}
+
+static int fwd_run(const struct nw_check *c, struct nw_trial *t, void *arg)
 {
 	const struct softmax_kernels *k = c->kernels;
+	const struct prepared *p = arg;
 	enum nw_dtype d = t->dtype;
 	struct nw_output y = {0};
 	struct launch_ctx ctx = {0};
 	struct nw_compare_spec spec = {0};
 	const struct softmax_refs *refs = refs_of(k);
-	double *logits = NULL, *ref = NULL, *plain_err = NULL, *ref_dev = NULL, t0;
-	void *x = NULL, *x_dev = NULL;
-	long rows, cols, n;
-	struct nw_rng r;
+	double *ref = NULL, *plain_err = NULL, *ref_dev = NULL, t0;
+	void *x = p->in[0], *x_dev = NULL;
+	long rows = p->rows, cols = p->cols, n = p->n;
 	int rc;
 
-	softmax_shape(t->family, t->seed, t->index, &rows, &cols);
-	set_shape(t, rows, cols);
-	n = rows * cols;
-	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
 	if (!refs->fwd_dev) {
 		ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
 		plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+		if (!ref || !plain_err) {
+			rc = nw_trial_error(t, false, "out of memory");
+			goto out;
+		}
 	}
-	x = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || (!refs->fwd_dev && (!ref || !plain_err)) || !x) {
-		rc = nw_trial_error(t, false, "out of memory");
-		goto out;
-	}
-
-	nw_rng_init(&r, c->name, t->seed, STREAM_X);
-	gen_logits(&r, t->family, true, rows, cols, logits);
-	nw_store_n(d, x, logits, (size_t)n);
-
 	rc = nw_input_upload(t, &x_dev, x, (size_t)n * nw_dtype_size(d));
 	if (rc)
 		goto out;
@@ -252,43 +297,24 @@ out:
 	nw_output_release(&y);
 	nw_input_release(x_dev);
 	nw_dev_free(ref_dev);
-	free(logits);
 	free(ref);
 	free(plain_err);
-	free(x);
 	return rc;
 }
 
-static int bwd_run(const struct nw_check *c, struct nw_trial *t)
+static int bwd_prepare(const struct nw_check *c, struct nw_trial *t, void **out)
 {
 	static const double dy_scales[] = {1.0, 1e-3, 1e3};
-	const struct softmax_kernels *k = c->kernels;
 	enum nw_dtype d = t->dtype;
-	struct nw_output dx = {0};
-	struct launch_ctx ctx = {0};
-	struct nw_compare_spec spec = {0};
-	const struct softmax_refs *refs = refs_of(k);
-	double *logits = NULL, *ref = NULL, *plain_err = NULL, *ref_dev = NULL, scale = 0.0, t0;
-	void *y = NULL, *dy = NULL, *y_dev = NULL, *dy_dev = NULL;
-	long rows, cols, n, i, j;
+	double *logits;
 	struct nw_rng r;
-	int rc;
+	struct prepared *p = prepared_new(t, 2, &logits);
+	long rows, cols, i, j;
 
-	softmax_shape(t->family, t->seed, t->index, &rows, &cols);
-	set_shape(t, rows, cols);
-	n = rows * cols;
-	logits = malloc((size_t)(n ? n : 1) * sizeof(*logits));
-	if (!refs->bwd_dev) {
-		ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
-		plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
-	}
-	y = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	dy = malloc((size_t)(n ? n : 1) * nw_dtype_size(d));
-	if (!logits || (!refs->bwd_dev && (!ref || !plain_err)) || !y || !dy) {
-		rc = nw_trial_error(t, false, "out of memory");
-		goto out;
-	}
-
+	if (!p)
+		return nw_trial_error(t, false, "out of memory");
+	rows = p->rows;
+	cols = p->cols;
 	/* y is a softmax output (rounded to the dtype), as a backward pass receives it. */
 	nw_rng_init(&r, c->name, t->seed, STREAM_X);
 	gen_logits(&r, t->family, false, rows, cols, logits);
@@ -304,7 +330,7 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		}
 		for (j = 0; j < cols; j++)
 			logits[i * cols + j] /= s;
-		nw_store_n(d, (char *)y + i * cols * (long)nw_dtype_size(d), logits + i * cols, (size_t)cols);
+		nw_store_n(d, (char *)p->in[0] + i * cols * (long)nw_dtype_size(d), logits + i * cols, (size_t)cols);
 	}
 	nw_rng_init(&r, c->name, t->seed, STREAM_DY);
 	for (i = 0; i < rows; i++) {
@@ -314,9 +340,37 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t)
 		nw_rng_normals(&r, row, cols);
 		for (j = 0; j < cols; j++)
 			row[j] *= dy_scale;
-		nw_store_n(d, (char *)dy + i * cols * (long)nw_dtype_size(d), row, (size_t)cols);
+		nw_store_n(d, (char *)p->in[1] + i * cols * (long)nw_dtype_size(d), row, (size_t)cols);
 	}
+	free(logits);
+	nw_input_hash(t, p->in[0], (size_t)p->n * nw_dtype_size(d));
+	nw_input_hash(t, p->in[1], (size_t)p->n * nw_dtype_size(d));
+	*out = p;
+	return 0;
+}
 
+static int bwd_run(const struct nw_check *c, struct nw_trial *t, void *arg)
+{
+	const struct softmax_kernels *k = c->kernels;
+	const struct prepared *p = arg;
+	enum nw_dtype d = t->dtype;
+	struct nw_output dx = {0};
+	struct launch_ctx ctx = {0};
+	struct nw_compare_spec spec = {0};
+	const struct softmax_refs *refs = refs_of(k);
+	double *ref = NULL, *plain_err = NULL, *ref_dev = NULL, scale = 0.0, t0;
+	void *y = p->in[0], *dy = p->in[1], *y_dev = NULL, *dy_dev = NULL;
+	long rows = p->rows, cols = p->cols, n = p->n;
+	int rc;
+
+	if (!refs->bwd_dev) {
+		ref = malloc((size_t)(n ? n : 1) * sizeof(*ref));
+		plain_err = malloc((size_t)(n ? n : 1) * sizeof(*plain_err));
+		if (!ref || !plain_err) {
+			rc = nw_trial_error(t, false, "out of memory");
+			goto out;
+		}
+	}
 	rc = nw_input_upload(t, &y_dev, y, (size_t)n * nw_dtype_size(d));
 	if (rc)
 		goto out;
@@ -366,11 +420,8 @@ out:
 	nw_dev_free(ref_dev);
 	nw_input_release(y_dev);
 	nw_input_release(dy_dev);
-	free(logits);
 	free(ref);
 	free(plain_err);
-	free(y);
-	free(dy);
 	return rc;
 }
 
@@ -384,7 +435,9 @@ const struct nw_check softmax_fwd_check = {
     .deterministic = true,
     .budget_factor = 2.0,
     .kernels = &softmax_kernels,
-    .run = fwd_run,
+    .prepare = fwd_prepare,
+    .run_prepared = fwd_run,
+    .release_prepared = release,
 };
 
 const struct nw_check softmax_bwd_check = {
@@ -397,5 +450,7 @@ const struct nw_check softmax_bwd_check = {
     .deterministic = true,
     .budget_factor = 2.0,
     .kernels = &softmax_kernels,
-    .run = bwd_run,
+    .prepare = bwd_prepare,
+    .run_prepared = bwd_run,
+    .release_prepared = release,
 };

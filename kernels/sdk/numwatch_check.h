@@ -171,6 +171,7 @@ struct nw_trial {
 	/* the inputs' bytes so far, chained through nw_digest (nw_input_upload) */
 	uint64_t inputs_hash;
 	unsigned ninputs;
+	unsigned hashed_ahead; /* inputs hashed by nw_input_hash(), not yet uploaded */
 	/* case.digest: nw_case_digest() of the finished case (nw_trial_run) */
 	uint64_t case_digest;
 
@@ -205,6 +206,19 @@ struct nw_check {
 	 * failed nw_run_kernel(), which records the device error itself).
 	 */
 	int (*run)(const struct nw_check *check, struct nw_trial *t);
+	/*
+	 * Or the trial in two parts, for a device runner to prepare the next
+	 * trial's inputs while this one's device work runs (sdk/prepare.c).
+	 * prepare() does the host's part: the shape, the params, the inputs from
+	 * the seed, each hashed with nw_input_hash() in upload order. It may run
+	 * on another thread ahead of time, so it touches nothing but t and what
+	 * it allocates: no device, no globals. run_prepared() does the rest
+	 * (uploads, references, kernel, comparisons); release_prepared() frees
+	 * what prepare() made, after the trial's end. run is then NULL.
+	 */
+	int (*prepare)(const struct nw_check *check, struct nw_trial *t, void **prepared);
+	int (*run_prepared)(const struct nw_check *check, struct nw_trial *t, void *prepared);
+	void (*release_prepared)(void *prepared);
 };
 
 /* All checks this runner knows, in hello order (checks/registry.c). */
@@ -308,6 +322,12 @@ bool nw_is_poison(enum nw_dtype d, const void *buf, size_t i);
  * error answer in t and returns it.
  */
 int nw_input_upload(struct nw_trial *t, void **dev, const void *host, size_t bytes);
+/*
+ * An input's bytes into the case digest ahead of its upload, in
+ * nw_check.prepare(): the upload then skips hashing it. Inputs must be
+ * hashed in the order they are uploaded.
+ */
+void nw_input_hash(struct nw_trial *t, const void *host, size_t bytes);
 void nw_input_release(void *dev);
 
 /*

@@ -10,6 +10,7 @@
 
 #include "numwatch_check.h"
 #include "nw_device.h"
+#include "nw_prepare.h"
 
 const struct nw_check *nw_check_find(const char *name)
 {
@@ -178,9 +179,47 @@ static void timing_report(void)
 			(double)(timing.trials - 1) / (timing.last_end - timing.first_end));
 }
 
+int nw_trial_setup(const struct nw_check *c, struct nw_trial *t)
+{
+	memset(&t->index, 0, sizeof(*t) - offsetof(struct nw_trial, index));
+	if (!(c->dtypes & NW_DTYPE_BIT(t->dtype)))
+		return nw_trial_error(t, false, "check '%s' does not run at dtype '%s'", c->name,
+				      nw_dtype_name(t->dtype));
+	if (t->family >= (int)c->nfamilies)
+		return nw_trial_error(t, false, "no family %d in check '%s'", t->family, c->name);
+	if (t->repeats < 1 || t->repeats > NW_REPEATS_MAX)
+		return nw_trial_error(t, false, "repeats must be 1..%d", NW_REPEATS_MAX);
+	/* Consecutive seeds walk through the families; seed / n is the step within one. */
+	if (t->family < 0)
+		t->family = (int)(t->seed % c->nfamilies);
+	t->index = t->seed / c->nfamilies;
+	return 0;
+}
+
+/* A split check's trial: prepared ahead if it was, the next seed's started, then the rest. */
+static int run_split(const struct nw_check *c, const struct nw_trial *req, struct nw_trial *t)
+{
+	struct nw_trial next = *req;
+	void *prepared = NULL;
+	int rc;
+
+	if (!nw_prepare_take(c, req, t, &prepared, &rc))
+		rc = c->prepare(c, t, &prepared);
+	next.seed++;
+	nw_prepare_ahead(c, &next);
+	if (rc == 0)
+		rc = c->run_prepared(c, t, prepared);
+	if (prepared) {
+		(void)nw_run_settle(); /* the device is done with what prepare() made */
+		c->release_prepared(prepared);
+	}
+	return rc;
+}
+
 int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 {
 	const struct nw_device_info *dev;
+	struct nw_trial req = *t;
 	double t0;
 	unsigned i;
 	int rc;
@@ -194,26 +233,16 @@ int nw_trial_run(const struct nw_check *c, struct nw_trial *t)
 			atexit(timing_report);
 	}
 
-	memset(&t->index, 0, sizeof(*t) - offsetof(struct nw_trial, index));
-	if (!(c->dtypes & NW_DTYPE_BIT(t->dtype)))
-		return nw_trial_error(t, false, "check '%s' does not run at dtype '%s'", c->name,
-				      nw_dtype_name(t->dtype));
-	if (t->family >= (int)c->nfamilies)
-		return nw_trial_error(t, false, "no family %d in check '%s'", t->family, c->name);
-	if (t->repeats < 1 || t->repeats > NW_REPEATS_MAX)
-		return nw_trial_error(t, false, "repeats must be 1..%d", NW_REPEATS_MAX);
-	/* Consecutive seeds walk through the families; seed / n is the step within one. */
-	if (t->family < 0)
-		t->family = (int)(t->seed % c->nfamilies);
-	t->index = t->seed / c->nfamilies;
-
+	rc = nw_trial_setup(c, t);
+	if (rc)
+		return rc;
 	dev = nw_dev_init();
 	if (!dev->available)
 		return nw_trial_error(t, false, "%s", dev->name);
 	t0 = nw_now();
 	timing.started = t0;
 	timing.generated = false;
-	rc = c->run(c, t);
+	rc = c->prepare ? run_split(c, &req, t) : c->run(c, t);
 	if (nw_run_settle() && !rc) /* a check that left its last run pending */
 		rc = -EIO;
 	if (timing.on) {

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include "numwatch_check.h"
+#include "nw_compare_fold.h"
+#include "nw_device.h"
 #include "runner.h"
 
 static uint32_t bits(float f)
@@ -523,6 +525,131 @@ static void test_metrics_plain_exact_uses_floor(void **state)
 	assert_true(r.max_ulp == 1.0);
 }
 
+/*
+ * The GPU's comparison folds the elements in strided parts and merges the
+ * partial results (sdk/compare_cuda.cu); the host folds them first to last.
+ * Every split, merged in any order, must give the host's fold bit for bit:
+ * ties of the largest error (the first element wins), hard failures, NaN
+ * and infinite references, zero references (no relative error), poison.
+ */
+#define FOLD_N 997
+
+static void fold_fixture(struct nw_output *o, double *ref, double *plain_err)
+{
+	uint32_t poison = nw_poison_bits(NW_F32);
+	long i;
+
+	for (i = 0; i < FOLD_N; i++) {
+		float k;
+
+		ref[i] = (i % 13 == 0) ? 0.0 : sin((double)i) * (1.0 + (double)(i % 5));
+		k = (float)ref[i];
+		if (i % 17 == 3)
+			k = nextafterf(k, 10.0f); /* one ulp off */
+		if (i == 100 || i == 700) {
+			ref[i] = 0.5; /* two equal largest errors: 100 is the worst */
+			k = 0.75f;
+		}
+		if (i == 50 || i == 51) {
+			ref[i] = NAN;
+			k = i == 50 ? NAN : 1.0f; /* matched, then a mismatch */
+		}
+		if (i == 60) {
+			ref[i] = INFINITY;
+			k = INFINITY;
+		}
+		plain_err[i] = 1e-7 * (double)(i % 11);
+		nw_store(NW_F32, o->host, (size_t)i, k);
+		if (i == 900)
+			memcpy((unsigned char *)o->host + 4 * i, &poison, 4);
+	}
+}
+
+static void test_fold_any_split_merges_to_the_sequential_pass(void **state)
+{
+	struct nw_trial t = {0};
+	struct nw_output o;
+	double ref[FOLD_N], plain_err[FOLD_N];
+	long dims[1] = {FOLD_N};
+	int budgeted, parts;
+
+	(void)state;
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, FOLD_N), 0);
+	fold_fixture(&o, ref, plain_err);
+	for (budgeted = 0; budgeted < 2; budgeted++) {
+		struct nw_compare_spec s = {.out = &o,
+					    .ref = ref,
+					    .plain_err = budgeted ? plain_err : NULL,
+					    .atol = 1e-6,
+					    .rtol = 1e-5,
+					    .dims = dims,
+					    .ndim = 1};
+		struct nw_fold_rule rule = {.budgeted = budgeted, .has_ulp = true, .atol = 1e-6, .rtol = 1e-5};
+		struct nw_fold whole;
+
+		nw_fold_init(&whole);
+		nw_fold_host(&whole, &rule, &s);
+		assert_int_equal(whole.worst, 100);
+		assert_int_equal(whole.hard, 51);
+		assert_int_equal(whole.unwritten, 1);
+		assert_int_equal(whole.mismatch, 1);
+		for (parts = 1; parts <= 9; parts++) {
+			struct nw_fold part[9], merged;
+			uint32_t poison = nw_poison_bits(NW_F32);
+			int p, q;
+			long i;
+
+			for (p = 0; p < parts; p++) {
+				nw_fold_init(&part[p]);
+				for (i = p; i < FOLD_N; i += parts) {
+					uint32_t u;
+					float k;
+
+					memcpy(&u, (unsigned char *)o.host + 4 * i, 4);
+					memcpy(&k, &u, 4);
+					nw_fold_elem(&part[p], &rule, i, (double)k, u == poison, ref[i],
+						     budgeted && u != poison ? plain_err[i] : 0.0, false);
+				}
+			}
+			/* Merged last part first, as a tree would in any order. */
+			nw_fold_init(&merged);
+			for (q = parts - 1; q >= 0; q--)
+				nw_fold_merge(&merged, &part[q], &rule);
+			merged.floor_scale = whole.floor_scale;
+			assert_memory_equal(&merged, &whole, sizeof(whole));
+		}
+	}
+	nw_output_release(&o);
+}
+
+/* nw_compare_spec.ref_dev on the host backend: the same answer as the host arrays, floor scale included. */
+static void test_compare_on_the_device_equals_the_host(void **state)
+{
+	struct nw_trial t = {0};
+	struct nw_output o;
+	double ref[FOLD_N], plain_err[FOLD_N], scales[3] = {0.5, 7.0, 2.0};
+	long dims[1] = {FOLD_N};
+	struct nw_tensor_result host, dev;
+
+	(void)state;
+	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, FOLD_N), 0);
+	fold_fixture(&o, ref, plain_err);
+	o.dev_is_first = true;
+	{
+		struct nw_compare_spec h = {.out = &o, .ref = ref, .plain_err = plain_err, .factor = 2.0,
+					    .floor_scale = 7.0, .dims = dims, .ndim = 1};
+		struct nw_compare_spec d = {.out = &o, .ref_dev = ref, .plain_err_dev = plain_err, .factor = 2.0,
+					    .floor_scale_dev = scales, .floor_scale_count = 3, .dims = dims,
+					    .ndim = 1};
+
+		assert_int_equal(nw_compare(&host, "y", &h), 0);
+		assert_int_equal(nw_compare(&dev, "y", &d), 0);
+	}
+	assert_memory_equal(&host, &dev, sizeof(host));
+	assert_int_equal(host.worst[0], 51);
+	nw_output_release(&o);
+}
+
 /* ---- outputs: canaries, repeats, digests ----------------------------------- */
 
 struct writer {
@@ -1021,6 +1148,8 @@ int main(void)
 	    cmocka_unit_test(test_rng_is_a_function_of_its_key),
 	    cmocka_unit_test(test_rng_fill_normals_matches_the_loop),
 	    cmocka_unit_test(test_digest_sees_every_bit),
+	    cmocka_unit_test(test_fold_any_split_merges_to_the_sequential_pass),
+	    cmocka_unit_test(test_compare_on_the_device_equals_the_host),
 	    cmocka_unit_test_setup_teardown(test_metrics_correct_output_passes, setup_f32, teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_wrong_value_fails_with_its_index, setup_f32,
 					    teardown),
