@@ -279,11 +279,39 @@ static int upload(struct nw_trial *t, void **dev, const void *host, long n, enum
 	return nw_input_upload(t, dev, host, (size_t)n * nw_dtype_size(d));
 }
 
-static int fwd_run(const struct nw_check *c, struct nw_trial *t)
+/* The forward's host part (nw_check.prepare): the case and its stored inputs, hashed in upload order. */
+static int fwd_prepare(const struct nw_check *c, struct nw_trial *t, void **prepared)
+{
+	struct attn_data *a = calloc(1, sizeof(*a));
+	enum nw_dtype d = t->dtype;
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	rc = gen_data(c, t, a, false);
+	if (rc) {
+		data_free(a);
+		free(a);
+		return rc;
+	}
+	nw_input_hash(t, a->q_s, (size_t)a->nq * nw_dtype_size(d));
+	nw_input_hash(t, a->k_s, (size_t)a->nk * nw_dtype_size(d));
+	nw_input_hash(t, a->v_s, (size_t)a->nk * nw_dtype_size(d));
+	*prepared = a;
+	return 0;
+}
+
+static void fwd_release(void *prepared)
+{
+	data_free(prepared);
+	free(prepared);
+}
+
+static int fwd_run(const struct nw_check *c, struct nw_trial *t, void *prepared)
 {
 	const struct attention_kernels *k = c->kernels;
 	enum nw_dtype d = t->dtype;
-	struct attn_data a = {0};
+	struct attn_data a = *(struct attn_data *)prepared;
 	struct attn_ref_in in = {0};
 	struct nw_output out[2] = {{0}};
 	struct launch_ctx ctx;
@@ -293,9 +321,6 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t)
 	long D, sq;
 	int rc, i;
 
-	rc = gen_data(c, t, &a, false);
-	if (rc)
-		goto out;
 	D = a.s.head_dim;
 	sq = a.s.seqlen_q;
 	if (!refs->fwd_dev) {
@@ -374,7 +399,6 @@ out:
 	free(ref_lse);
 	free(err_o);
 	free(err_lse);
-	data_free(&a);
 	return rc;
 }
 
@@ -522,7 +546,9 @@ const struct nw_check attention_fwd_check = {
     .deterministic = true,
     .budget_factor = 2.0,
     .kernels = &attention_kernels,
-    .run = fwd_run,
+    .prepare = fwd_prepare,
+    .run_prepared = fwd_run,
+    .release_prepared = fwd_release,
 };
 
 const struct nw_check attention_bwd_check = {

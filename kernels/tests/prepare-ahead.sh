@@ -13,7 +13,7 @@ fail() {
 	exit 1
 }
 strip() { sed -E 's/"kernel_us":[-0-9.e+]+,?//'; }
-for check in softmax.fwd softmax.bwd; do
+for check in softmax.fwd softmax.bwd attention.fwd; do
 	for dtype in f32 f16 bf16; do
 		for a in 0 1; do
 			NW_PREPARE_AHEAD=$a "$runner" --check $check --dtype $dtype --seed 0 --count 25 --repeats 2 \
@@ -30,7 +30,7 @@ reqs = [("softmax.fwd", "f32", 5, None, 1), ("softmax.fwd", "f32", 6, None, 1),
         ("softmax.fwd", "bf16", 5, None, 2), ("layernorm.fwd", "f32", 6, None, 1),
         ("softmax.bwd", "bf16", 7, "tail", 2), ("softmax.bwd", "bf16", 8, "tail", 2),
         ("softmax.bwd", "f64", 9, None, 1), ("softmax.bwd", "bf16", 9, None, 2),
-        ("softmax.fwd", "f32", 10, None, 1)] + [("softmax.bwd", "f16", s, None, 1) for s in range(40)]
+        ("softmax.fwd", "f32", 10, None, 1), ("attention.fwd", "bf16", 3, None, 1), ("attention.fwd", "bf16", 4, None, 1)] + [("softmax.bwd", "f16", s, None, 1) for s in range(40)]
 print(json.dumps({"op": "hello", "protocol": 1}))
 for i, (c, d, s, f, r) in enumerate(reqs):
     print(json.dumps({"op": "trial", "id": i, "check": c, "dtype": d, "seed": s, "repeats": r, "family": f}))
@@ -39,7 +39,7 @@ PY
 for a in 0 1; do
 	NUMWATCH_PROTOCOL=1 NW_PREPARE_AHEAD=$a "$runner" <"$work/requests" 2>/dev/null | strip >"$work/proto-$a"
 done
-[[ $(wc -l <"$work/proto-1") == 53 ]] || fail "$(wc -l <"$work/proto-1") protocol answers of 53"
+[[ $(wc -l <"$work/proto-1") == 55 ]] || fail "$(wc -l <"$work/proto-1") protocol answers of 55"
 grep -q '"error"' "$work/proto-1" || fail "the bad request was not answered with an error"
 cmp -s "$work/proto-0" "$work/proto-1" || fail "protocol answers differ when prepared ahead"
-echo "ok: 150 command-line and 51 protocol answers the same prepared ahead and in line"
+echo "ok: 225 command-line and 53 protocol answers the same prepared ahead and in line"
