@@ -65,7 +65,7 @@ void ck_store_all(enum nw_dtype d, void *buf, double *v, long n)
 		nw_store_n(d, buf, v, (size_t)n);
 }
 
-int ck_compare(struct nw_trial *t, const struct ck_tensor *c)
+static struct nw_compare_spec spec_of(const struct ck_tensor *c)
 {
 	struct nw_compare_spec spec = {0};
 	unsigned o;
@@ -89,10 +89,30 @@ int ck_compare(struct nw_trial *t, const struct ck_tensor *c)
 	spec.ndim = c->ndim;
 	spec.tail_width = c->tail_width;
 	spec.tail_axis = c->tail_axis;
-	if (nw_compare(&t->tensors[t->ntensors], c->name, &spec))
+	return spec;
+}
+
+int ck_compare_n(struct nw_trial *t, const struct ck_tensor *c, unsigned n)
+{
+	struct nw_compare_spec spec[NW_TENSORS_MAX];
+	const char *names[NW_TENSORS_MAX];
+	unsigned i;
+
+	if (t->ntensors + n > NW_TENSORS_MAX)
+		return nw_trial_error(t, false, "more than %d tensors", NW_TENSORS_MAX);
+	for (i = 0; i < n; i++) {
+		spec[i] = spec_of(&c[i]);
+		names[i] = c[i].name;
+	}
+	if (nw_compare_n(&t->tensors[t->ntensors], names, spec, n))
 		return nw_trial_device_error(t);
-	t->ntensors++;
+	t->ntensors += n;
 	return 0;
+}
+
+int ck_compare(struct nw_trial *t, const struct ck_tensor *c)
+{
+	return ck_compare_n(t, c, 1);
 }
 
 void ck_set_shape(struct nw_trial *t, const long *dims, unsigned n)

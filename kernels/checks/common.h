@@ -79,6 +79,8 @@ struct ck_tensor {
 
 /* nw_compare() into t->tensors[t->ntensors++]; a device error is recorded in t and returned. */
 int ck_compare(struct nw_trial *t, const struct ck_tensor *c);
+/* n tensors at once: those compared on the device share one wait (nw_compare_n). */
+int ck_compare_n(struct nw_trial *t, const struct ck_tensor *c, unsigned n);
 
 /*
  * The permutation of reduction order o over n elements (nw_order_index for

@@ -192,8 +192,8 @@ static void release(void *arg)
 {
 	struct prepared *p = arg;
 
-	free(p->in[0]);
-	free(p->in[1]);
+	nw_dev_unpin(p->in[0]);
+	nw_dev_unpin(p->in[1]);
 	free(p);
 }
 
@@ -210,8 +210,9 @@ static struct prepared *prepared_new(struct nw_trial *t, unsigned ninputs, doubl
 	p->n = p->rows * p->cols;
 	n = (size_t)(p->n ? p->n : 1);
 	*scratch = malloc(n * sizeof(**scratch));
+	/* Page-locked: uploaded from where they are (nw_dev_upload). */
 	for (i = 0; i < ninputs; i++)
-		p->in[i] = malloc(n * nw_dtype_size(t->dtype));
+		p->in[i] = nw_dev_pinned(n * nw_dtype_size(t->dtype));
 	if (!*scratch || !p->in[0] || (ninputs > 1 && !p->in[1])) {
 		free(*scratch);
 		release(p);

@@ -60,52 +60,81 @@ __global__ static void fold_blocks(int d, const void *out, uint32_t poison, int6
 		partial[blockIdx.x] = part[0];
 }
 
-extern "C" int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s)
+/* Where the comparison's blocks are: how many, and their place in the one copy back. */
+struct launch {
+	unsigned blocks, first;
+	void *copy; /* the first repeat's data uploaded again, or NULL */
+};
+
+static unsigned blocks_for(const struct nw_compare_spec *s)
+{
+	int64_t n = (int64_t)s->out->count, nscales = s->floor_scale_dev ? (int64_t)s->floor_scale_count : 0;
+	int64_t work = n > nscales ? n : nscales, b = (work + PER_BLOCK_MIN - 1) / PER_BLOCK_MIN;
+
+	return (unsigned)(b < 1 ? 1 : b > BLOCKS_MAX ? BLOCKS_MAX : b);
+}
+
+static int launch_one(const struct nw_compare_spec *s, const struct nw_fold_rule *rule, struct launch *l,
+		      struct nw_fold *partial)
 {
 	const struct nw_output *o = s->out;
-	int64_t n = (int64_t)o->count, nscales = s->floor_scale_dev ? (int64_t)s->floor_scale_count : 0;
-	int64_t work = n > nscales ? n : nscales;
-	unsigned blocks = (unsigned)((work + PER_BLOCK_MIN - 1) / PER_BLOCK_MIN), b;
 	size_t bytes = o->count * nw_dtype_size(o->dtype);
 	const void *data = o->dev;
-	void *copy = NULL;
-	struct nw_fold *dev = NULL, *host = NULL;
 	int rc;
 
-	if (blocks < 1)
-		blocks = 1;
-	if (blocks > BLOCKS_MAX)
-		blocks = BLOCKS_MAX;
 	if (s->exclude || s->nplain || (rule->budgeted && !s->plain_err_dev))
 		return -EINVAL; /* host arrays: not a device comparison */
-	host = (struct nw_fold *)nw_dev_pinned(blocks * sizeof(*host));
+	if (!o->dev_is_first) {
+		/* Later repeats overwrote the device's copy: the first repeat's data goes back up. */
+		rc = nw_dev_alloc(&l->copy, bytes);
+		if (!rc)
+			rc = nw_dev_upload(l->copy, o->host, bytes);
+		if (rc)
+			return rc;
+		data = l->copy;
+	}
+	fold_blocks<<<l->blocks, THREADS>>>((int)o->dtype, data, nw_poison_bits(o->dtype), (int64_t)o->count,
+					     s->ref_dev, s->plain_err_dev, *rule, s->floor_scale_dev,
+					     s->floor_scale_dev ? (int64_t)s->floor_scale_count : 0, partial);
+	return nw_dev_launched("comparison");
+}
+
+extern "C" int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s,
+			      unsigned n)
+{
+	struct launch l[NW_TENSORS_MAX] = {};
+	struct nw_fold *dev = NULL, *host = NULL;
+	unsigned k, b, total = 0;
+	int rc = 0;
+
+	if (n > NW_TENSORS_MAX)
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		l[k].blocks = blocks_for(&s[k]);
+		l[k].first = total;
+		total += l[k].blocks;
+	}
+	host = (struct nw_fold *)nw_dev_pinned(total * sizeof(*host));
 	if (!host)
 		return -ENOMEM;
-	rc = nw_dev_alloc((void **)&dev, blocks * sizeof(*dev));
-	if (!rc && !o->dev_is_first) {
-		/* Later repeats overwrote the device's copy: the first repeat's data goes back up. */
-		rc = nw_dev_alloc(&copy, bytes);
-		if (!rc)
-			rc = nw_dev_upload(copy, o->host, bytes);
-		data = copy;
-	}
-	if (!rc) {
-		fold_blocks<<<blocks, THREADS>>>((int)o->dtype, data, nw_poison_bits(o->dtype), n, s->ref_dev,
-						  s->plain_err_dev, *rule, s->floor_scale_dev, nscales, dev);
-		rc = nw_dev_launched("comparison");
-	}
+	rc = nw_dev_alloc((void **)&dev, total * sizeof(*dev));
+	for (k = 0; !rc && k < n; k++)
+		rc = launch_one(&s[k], &rule[k], &l[k], dev + l[k].first);
 	if (!rc)
-		rc = nw_dev_download_pinned(host, dev, blocks * sizeof(*host));
-	/* One wait for the kernel's last repeat (if still pending) and this. */
+		rc = nw_dev_download_pinned(host, dev, total * sizeof(*host));
+	/* One wait for the kernel's last repeat (if still pending) and all of this. */
 	if (!rc)
 		rc = nw_run_settle();
 	if (!rc)
 		rc = nw_dev_sync("comparison");
-	for (b = 0; !rc && b < blocks; b++)
-		nw_fold_merge(f, &host[b], rule);
-	if (!rc && !s->floor_scale_dev)
-		f->floor_scale = s->floor_scale;
-	nw_dev_free(copy);
+	for (k = 0; !rc && k < n; k++) {
+		for (b = 0; b < l[k].blocks; b++)
+			nw_fold_merge(&f[k], &host[l[k].first + b], &rule[k]);
+		if (!s[k].floor_scale_dev)
+			f[k].floor_scale = s[k].floor_scale;
+	}
+	for (k = 0; k < n; k++)
+		nw_dev_free(l[k].copy);
 	nw_dev_free(dev);
 	nw_dev_unpin(host);
 	return rc;

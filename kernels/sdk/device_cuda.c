@@ -6,6 +6,7 @@
  * error is fatal; every later call fails at once.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,8 +155,12 @@ int nw_dev_launched(const char *what)
  * copy: a download or a timer stop waits for the stream, which frees the
  * whole arena; an upload that does not fit waits for it first. Like the
  * kernel timer, this takes the library's kernels to run on the default
- * stream (or streams that synchronise with it).
+ * stream (or streams that synchronise with it). Bytes already in the pool's
+ * page-locked blocks (a trial's prepared inputs) are copied from where they
+ * are, without the arena's copy.
  */
+static bool is_pinned(const void *p, size_t bytes);
+
 #define ARENA_MIN   (1u << 20)
 #define ARENA_ALIGN 256
 
@@ -179,6 +184,8 @@ int nw_dev_upload(void *dst, const void *src, size_t bytes)
 
 	if (!info.available || broken)
 		return refuse();
+	if (is_pinned(src, bytes))
+		return nw_dev_upload_pinned(dst, src, bytes);
 	if (arena_used + need > arena_size) {
 		if (arena_wait())
 			return -EIO;
@@ -269,20 +276,20 @@ int nw_dev_download(void *dst, const void *src, size_t bytes)
 #define PINNED_MIN   (64u << 10)
 #define PINNED_SLOTS 64
 
+/* Locked: a trial prepared ahead (sdk/prepare.c) takes blocks on the worker thread. */
+static pthread_mutex_t pinned_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	void *p;
 	size_t size;
 	bool used;
 } pinned[PINNED_SLOTS];
 
-void *nw_dev_pinned(size_t bytes)
+static void *pinned_take(size_t bytes)
 {
 	size_t want = PINNED_MIN;
 	unsigned i, spare = PINNED_SLOTS;
 	void *p;
 
-	if (!info.available || broken)
-		return NULL;
 	while (want < bytes)
 		want *= 2;
 	for (i = 0; i < PINNED_SLOTS; i++) {
@@ -309,13 +316,42 @@ void *nw_dev_pinned(size_t bytes)
 	return p;
 }
 
+void *nw_dev_pinned(size_t bytes)
+{
+	void *p;
+
+	if (!info.available || broken)
+		return NULL;
+	pthread_mutex_lock(&pinned_mu);
+	p = pinned_take(bytes);
+	pthread_mutex_unlock(&pinned_mu);
+	return p;
+}
+
 void nw_dev_unpin(void *p)
 {
 	unsigned i;
 
+	pthread_mutex_lock(&pinned_mu);
 	for (i = 0; p && i < PINNED_SLOTS; i++)
 		if (pinned[i].p == p)
 			pinned[i].used = false;
+	pthread_mutex_unlock(&pinned_mu);
+}
+
+/* Whether [p, p + bytes) lies in a block of the pool. */
+static bool is_pinned(const void *p, size_t bytes)
+{
+	const unsigned char *c = p;
+	bool in = false;
+	unsigned i;
+
+	pthread_mutex_lock(&pinned_mu);
+	for (i = 0; !in && i < PINNED_SLOTS; i++)
+		in = pinned[i].p && c >= (const unsigned char *)pinned[i].p &&
+		     c + bytes <= (const unsigned char *)pinned[i].p + pinned[i].size;
+	pthread_mutex_unlock(&pinned_mu);
+	return in;
 }
 
 int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)

@@ -136,19 +136,26 @@ int nw_dev_timer_us(double *us)
 }
 
 /* Device memory is host memory here: the host's fold, on the same pointers. */
-int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s)
+int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s,
+		   unsigned n)
 {
-	struct nw_compare_spec h = *s;
+	unsigned k;
 	size_t i;
 
-	h.ref = s->ref_dev;
-	h.plain_err = s->plain_err_dev;
-	h.ref_dev = h.plain_err_dev = NULL;
-	nw_fold_host(f, rule, &h);
-	if (s->floor_scale_dev) {
-		f->floor_scale = 0.0;
-		for (i = 0; i < s->floor_scale_count; i++)
-			f->floor_scale = fmax(f->floor_scale, s->floor_scale_dev[i]);
+	if (nw_run_settle())
+		return -EIO;
+	for (k = 0; k < n; k++) {
+		struct nw_compare_spec h = s[k];
+
+		h.ref = s[k].ref_dev;
+		h.plain_err = s[k].plain_err_dev;
+		h.ref_dev = h.plain_err_dev = NULL;
+		nw_fold_host(&f[k], &rule[k], &h);
+		if (s[k].floor_scale_dev) {
+			f[k].floor_scale = 0.0;
+			for (i = 0; i < s[k].floor_scale_count; i++)
+				f[k].floor_scale = fmax(f[k].floor_scale, s[k].floor_scale_dev[i]);
+		}
 	}
 	return 0;
 }

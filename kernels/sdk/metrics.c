@@ -149,35 +149,64 @@ static void finish(struct nw_tensor_result *r, const char *name, const struct nw
 	}
 }
 
-static int compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
+static struct nw_fold_rule rule_of(const struct nw_compare_spec *s)
 {
-	struct nw_fold_rule rule = {.budgeted = s->nplain > 0 || s->plain_err || s->plain_err_dev,
-				    .has_ulp = s->out->dtype == NW_F32,
-				    .atol = s->atol,
-				    .rtol = s->rtol};
-	struct nw_fold f;
+	return (struct nw_fold_rule){.budgeted = s->nplain > 0 || s->plain_err || s->plain_err_dev,
+				     .has_ulp = s->out->dtype == NW_F32,
+				     .atol = s->atol,
+				     .rtol = s->rtol};
+}
 
-	nw_fold_init(&f);
-	if (!s->ref_dev && nw_run_settle())
-		return -EIO;
-	if (s->ref_dev) {
-		/* Where the reference was left: the device compares, only the fold comes back. */
-		if (nw_dev_compare(&f, &rule, s))
-			return -EIO;
-	} else {
-		nw_fold_host(&f, &rule, s);
+/* Tensors whose reference stayed on the device go there together, to share one wait. */
+#define COMPARE_MAX NW_TENSORS_MAX
+
+static int compare(struct nw_tensor_result *r, const char *const *names, const struct nw_compare_spec *s,
+		   unsigned n)
+{
+	struct nw_fold f[COMPARE_MAX], dev_f[COMPARE_MAX];
+	struct nw_fold_rule rule[COMPARE_MAX], dev_rule[COMPARE_MAX];
+	struct nw_compare_spec dev_s[COMPARE_MAX];
+	unsigned i, ndev = 0;
+
+	if (n > COMPARE_MAX)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		rule[i] = rule_of(&s[i]);
+		nw_fold_init(&f[i]);
+		if (s[i].ref_dev) {
+			dev_s[ndev] = s[i];
+			dev_rule[ndev] = rule[i];
+			nw_fold_init(&dev_f[ndev++]);
+		}
 	}
-	finish(r, name, s, &f, rule.budgeted);
+	/* Where the reference was left: the device compares, only the folds come back. */
+	if (ndev && nw_dev_compare(dev_f, dev_rule, dev_s, ndev))
+		return -EIO;
+	if (ndev < n && nw_run_settle())
+		return -EIO;
+	for (i = 0, ndev = 0; i < n; i++) {
+		if (s[i].ref_dev)
+			f[i] = dev_f[ndev++];
+		else
+			nw_fold_host(&f[i], &rule[i], &s[i]);
+		finish(&r[i], names[i], &s[i], &f[i], rule[i].budgeted);
+	}
 	return 0;
+}
+
+int nw_compare_n(struct nw_tensor_result *r, const char *const *names, const struct nw_compare_spec *s,
+		 unsigned n)
+{
+	double t0 = nw_now();
+	int rc = compare(r, names, s, n);
+
+	nw_phase_add(NW_PHASE_COMPARE, t0);
+	return rc;
 }
 
 int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s)
 {
-	double t0 = nw_now();
-	int rc = compare(r, name, s);
-
-	nw_phase_add(NW_PHASE_COMPARE, t0);
-	return rc;
+	return nw_compare_n(r, &name, s, 1);
 }
 
 bool nw_tensor_failed(const struct nw_tensor_result *r)

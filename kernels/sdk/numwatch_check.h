@@ -410,8 +410,14 @@ struct nw_compare_spec {
  */
 #define NW_FLOOR_EPS 4.0
 
-/* Fills r (name included) from s. Returns 0. */
+/* Fills r (name included) from s. Returns 0, or -EIO after a device error. */
 int nw_compare(struct nw_tensor_result *r, const char *name, const struct nw_compare_spec *s);
+/*
+ * n tensors at once (r[i] from s[i], named names[i]): those compared on the
+ * device share one wait. Returns 0, or -EIO after a device error.
+ */
+int nw_compare_n(struct nw_tensor_result *r, const char *const *names, const struct nw_compare_spec *s,
+		 unsigned n);
 bool nw_tensor_failed(const struct nw_tensor_result *r);
 
 /*

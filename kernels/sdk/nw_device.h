@@ -29,6 +29,7 @@ int nw_dev_alloc(void **p, size_t bytes);
 void nw_dev_free(void *p);
 /* After launching kernels of one's own (a reference on the device): their launch errors. */
 int nw_dev_launched(const char *what);
+/* Queued; src may be reused at once, unless it is nw_dev_pinned() memory: then not before nw_dev_sync(). */
 int nw_dev_upload(void *dst, const void *src, size_t bytes);
 int nw_dev_download(void *dst, const void *src, size_t bytes);
 
@@ -51,15 +52,16 @@ int nw_dev_timer_stop(void);
 int nw_dev_timer_us(double *us);
 
 /*
- * Folds a comparison whose reference stayed where it was computed
- * (nw_compare_spec.ref_dev) into f: on the GPU, only the partial results
- * come back (compare_cuda.cu); on the host backend, device memory is host
- * memory and the host's fold runs.
+ * Folds n comparisons whose references stayed where they were computed
+ * (nw_compare_spec.ref_dev) into f[0..n): on the GPU, only the partial
+ * results come back, with one wait for all (compare_cuda.cu); on the host
+ * backend, device memory is host memory and the host's fold runs.
  */
 struct nw_fold;
 struct nw_fold_rule;
 struct nw_compare_spec;
-int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s);
+int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s,
+		   unsigned n);
 
 /* The last error's message (borrowed), and whether it left the context unusable. */
 const char *nw_dev_error(bool *fatal);
