@@ -15,9 +15,9 @@ extern "C" {
 }
 #include "nw_compare_fold.h"
 
-#define THREADS 256
-#define BLOCKS_MAX 64
-#define PER_BLOCK_MIN 4096 /* elements a block is given before another is worth launching */
+#define THREADS       128
+#define BLOCKS_MAX    128
+#define PER_BLOCK_MIN 512 /* elements a block is given before another is worth launching */
 
 __global__ static void fold_blocks(int d, const void *out, uint32_t poison, int64_t n, const double *ref,
 				   const double *plain_err, struct nw_fold_rule rule, const double *scales,

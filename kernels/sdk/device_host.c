@@ -99,6 +99,22 @@ void nw_dev_unpin(void *p)
 	free(p);
 }
 
+int nw_dev_arm(const struct nw_arm *a, unsigned n)
+{
+	unsigned k;
+	size_t i;
+
+	for (k = 0; k < n; k++) {
+		unsigned char *p = a[k].alloc, *body = p + a[k].guard_bytes;
+
+		for (i = 0; i < a[k].guard_bytes; i++)
+			p[i] = body[a[k].count * a[k].elem_size + i] = (unsigned char)NW_CANARY[i % 8];
+		for (i = 0; i < a[k].count; i++)
+			memcpy(body + i * a[k].elem_size, &a[k].poison, a[k].elem_size); /* little endian */
+	}
+	return 0;
+}
+
 int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)
 {
 	memcpy(dst, src, bytes);

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct nw_device_info {
 	const char *backend; /* "host" or "cuda" */
@@ -29,6 +30,20 @@ int nw_dev_alloc(void **p, size_t bytes);
 void nw_dev_free(void *p);
 /* After launching kernels of one's own (a reference on the device): their launch errors. */
 int nw_dev_launched(const char *what);
+/*
+ * Arms outputs before a launch: guard bytes of the canary pattern (NW_CANARY
+ * repeated) at both ends of count elements of poison, at alloc. One queued
+ * step for all of them (a kernel on the GPU).
+ */
+#define NW_CANARY "nwCANARY" /* recognisable in a hex dump of a corrupted buffer */
+struct nw_arm {
+	void *alloc; /* guard, count elements, guard */
+	size_t count, guard_bytes;
+	unsigned elem_size; /* 2 or 4 */
+	uint32_t poison;    /* its low elem_size bytes, little endian */
+};
+int nw_dev_arm(const struct nw_arm *a, unsigned n);
+
 /* Queued; src may be reused at once, unless it is nw_dev_pinned() memory: then not before nw_dev_sync(). */
 int nw_dev_upload(void *dst, const void *src, size_t bytes);
 int nw_dev_download(void *dst, const void *src, size_t bytes);

@@ -22,5 +22,7 @@ bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struc
 		     int *rc);
 /* Starts preparing request req (the guess at the next one) on the worker thread. */
 void nw_prepare_ahead(const struct nw_check *c, const struct nw_trial *req);
+/* c->release_prepared(prepared), on the worker thread if there is one (the device must be done with it). */
+void nw_prepare_release(const struct nw_check *c, void *prepared);
 
 #endif

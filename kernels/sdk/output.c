@@ -9,8 +9,6 @@
 #include "numwatch_check.h"
 #include "nw_device.h"
 
-/* Guard bytes: "nwCANARY", recognisable in a hex dump of a corrupted buffer. */
-static const unsigned char canary_pattern[8] = {'n', 'w', 'C', 'A', 'N', 'A', 'R', 'Y'};
 
 /*
  * Quiet NaNs with a payload that arithmetic never produces (a computed NaN
@@ -47,51 +45,21 @@ int nw_trial_device_error(struct nw_trial *t)
 	return nw_trial_error(t, fatal, "%s", msg);
 }
 
-/*
- * Per dtype, page-locked for the runner's life: a guard, then poison for the
- * largest output seen. An output is armed from it with three queued copies
- * (guard, poison, guard: the same pattern both ends), without building an
- * image per trial.
- */
-static unsigned char *arming[NW_DTYPE_COUNT];
-static size_t arming_count[NW_DTYPE_COUNT];
-
-static const unsigned char *arming_image(enum nw_dtype d, size_t count)
+/* Every output of a launch armed in one step: guards and poison (nw_dev_arm). */
+static int arm(struct nw_output *outs, unsigned nouts)
 {
-	size_t es = nw_dtype_size(d), want = arming_count[d] ? arming_count[d] : 4096, i;
-	uint32_t poison = nw_poison_bits(d);
-	unsigned char *img;
+	struct nw_arm a[NW_TENSORS_MAX];
+	unsigned j;
 
-	if (arming[d] && count <= arming_count[d])
-		return arming[d];
-	while (want < count)
-		want *= 2;
-	img = nw_dev_pinned(NW_GUARD_BYTES + want * es);
-	if (!img)
-		return NULL;
-	for (i = 0; i < NW_GUARD_BYTES; i++)
-		img[i] = canary_pattern[i % sizeof(canary_pattern)];
-	for (i = 0; i < want; i++)
-		memcpy(img + NW_GUARD_BYTES + i * es, &poison, es); /* little endian */
-	nw_dev_unpin(arming[d]);
-	arming[d] = img;
-	arming_count[d] = want;
-	return img;
-}
-
-static int arm(struct nw_output *o)
-{
-	size_t bytes = o->count * nw_dtype_size(o->dtype);
-	const unsigned char *img = arming_image(o->dtype, o->count);
-	unsigned char *dev = o->dev_alloc;
-
-	if (!img)
-		return -ENOMEM;
-	if (nw_dev_upload_pinned(dev, img, NW_GUARD_BYTES) ||
-	    (bytes && nw_dev_upload_pinned(dev + NW_GUARD_BYTES, img + NW_GUARD_BYTES, bytes)) ||
-	    nw_dev_upload_pinned(dev + NW_GUARD_BYTES + bytes, img, NW_GUARD_BYTES))
-		return -EIO;
-	return 0;
+	if (nouts > NW_TENSORS_MAX)
+		return -EINVAL;
+	for (j = 0; j < nouts; j++)
+		a[j] = (struct nw_arm){.alloc = outs[j].dev_alloc,
+				       .count = outs[j].count,
+				       .guard_bytes = NW_GUARD_BYTES,
+				       .elem_size = (unsigned)nw_dtype_size(outs[j].dtype),
+				       .poison = nw_poison_bits(outs[j].dtype)};
+	return nw_dev_arm(a, nouts);
 }
 
 static int nw_output_init_untimed(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d,
@@ -104,7 +72,7 @@ static int nw_output_init_untimed(struct nw_trial *t, struct nw_output *o, const
 	o->dtype = d;
 	o->count = count;
 	o->first = nw_dev_pinned(total);
-	if (!o->first || !arming_image(d, count)) {
+	if (!o->first) {
 		nw_output_release(o);
 		return nw_trial_error(t, false, "out of memory");
 	}
@@ -130,9 +98,12 @@ void nw_output_release(struct nw_output *o)
 static long count_canary(const struct nw_output *o, const unsigned char *fetched)
 {
 	size_t es = nw_dtype_size(o->dtype), bytes = o->count * es, i;
-	const unsigned char *tail = fetched + NW_GUARD_BYTES + bytes, *guard = arming[o->dtype];
+	const unsigned char *tail = fetched + NW_GUARD_BYTES + bytes;
+	unsigned char guard[NW_GUARD_BYTES];
 	long n = 0;
 
+	for (i = 0; i < NW_GUARD_BYTES; i++)
+		guard[i] = (unsigned char)NW_CANARY[i % 8];
 	for (i = 0; i < NW_GUARD_BYTES; i += es) {
 		n += memcmp(fetched + i, guard + i, es) != 0;
 		n += memcmp(tail + i, guard + i, es) != 0;
@@ -183,11 +154,9 @@ static int queue_repeat(struct nw_trial *t, struct nw_output *outs, unsigned nou
 	unsigned j;
 	int rc;
 
-	for (j = 0; j < nouts; j++) {
-		rc = arm(&outs[j]);
-		if (rc)
-			return rc == -ENOMEM ? nw_trial_error(t, false, "out of memory") : nw_trial_device_error(t);
-	}
+	rc = arm(outs, nouts);
+	if (rc)
+		return nw_trial_device_error(t);
 	rc = nw_dev_timer_start();
 	if (!rc) {
 		*krc = launch(ctx);

@@ -6,6 +6,7 @@
  * command line runs them in order. A request that is not the one prepared
  * has the prepared one thrown away; after misses the worker rests (it only
  * probes every PROBE_EVERY trials), so out-of-order work costs little.
+ * The worker also frees what finished trials prepared, off the trial's path.
  *
  * By default only where a device does the rest: on the host backend the
  * trial is all host work, and a second thread would only take another core.
@@ -21,6 +22,12 @@
 #include "nw_prepare.h"
 
 #define PROBE_EVERY 16
+#define GARBAGE_MAX 4
+
+struct garbage {
+	const struct nw_check *c;
+	void *prepared;
+};
 
 static struct {
 	pthread_mutex_t mu;
@@ -32,20 +39,35 @@ static struct {
 	struct nw_trial t;   /* its trial, set up and prepared */
 	void *prepared;
 	int rc;
+	struct garbage garbage[GARBAGE_MAX]; /* trials done with, for the worker to free */
+	unsigned ngarbage;
 } ahead = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void *worker(void *arg)
 {
+	struct garbage g[GARBAGE_MAX];
+	unsigned n, i;
+	bool job;
+
 	(void)arg;
 	pthread_mutex_lock(&ahead.mu);
 	for (;;) {
-		while (!ahead.queued || ahead.done)
+		while (!ahead.ngarbage && (!ahead.queued || ahead.done))
 			pthread_cond_wait(&ahead.cv, &ahead.mu);
+		n = ahead.ngarbage;
+		memcpy(g, ahead.garbage, n * sizeof(g[0]));
+		ahead.ngarbage = 0;
+		job = ahead.queued && !ahead.done;
 		pthread_mutex_unlock(&ahead.mu);
-		ahead.rc = ahead.c->prepare(ahead.c, &ahead.t, &ahead.prepared);
+		for (i = 0; i < n; i++)
+			g[i].c->release_prepared(g[i].prepared);
+		if (job)
+			ahead.rc = ahead.c->prepare(ahead.c, &ahead.t, &ahead.prepared);
 		pthread_mutex_lock(&ahead.mu);
-		ahead.done = true;
-		pthread_cond_broadcast(&ahead.cv);
+		if (job) {
+			ahead.done = true;
+			pthread_cond_broadcast(&ahead.cv);
+		}
 	}
 	return NULL;
 }
@@ -126,4 +148,21 @@ void nw_prepare_ahead(const struct nw_check *c, const struct nw_trial *req)
 	ahead.done = false;
 	pthread_cond_broadcast(&ahead.cv);
 	pthread_mutex_unlock(&ahead.mu);
+}
+
+void nw_prepare_release(const struct nw_check *c, void *prepared)
+{
+	bool queued = false;
+
+	if (enabled()) {
+		pthread_mutex_lock(&ahead.mu);
+		if (ahead.ngarbage < GARBAGE_MAX) {
+			ahead.garbage[ahead.ngarbage++] = (struct garbage){c, prepared};
+			queued = true;
+			pthread_cond_broadcast(&ahead.cv);
+		}
+		pthread_mutex_unlock(&ahead.mu);
+	}
+	if (!queued)
+		c->release_prepared(prepared);
 }

@@ -211,7 +211,7 @@ static int run_split(const struct nw_check *c, const struct nw_trial *req, struc
 		rc = c->run_prepared(c, t, prepared);
 	if (prepared) {
 		(void)nw_run_settle(); /* the device is done with what prepare() made */
-		c->release_prepared(prepared);
+		nw_prepare_release(c, prepared);
 	}
 	return rc;
 }
