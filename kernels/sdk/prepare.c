@@ -25,7 +25,7 @@
 #define GARBAGE_MAX 4
 
 struct garbage {
-	const struct nw_check *c;
+	void (*release)(void *prepared);
 	void *prepared;
 };
 
@@ -34,7 +34,7 @@ static struct {
 	pthread_cond_t cv;
 	bool on, checked, started, queued, done, missed;
 	unsigned since_probe;
-	const struct nw_check *c;
+	struct nw_check c;   /* a copy: the caller's may change meanwhile (a test's twin of a check) */
 	struct nw_trial req; /* the request prepared for, as asked */
 	struct nw_trial t;   /* its trial, set up and prepared */
 	void *prepared;
@@ -60,9 +60,9 @@ static void *worker(void *arg)
 		job = ahead.queued && !ahead.done;
 		pthread_mutex_unlock(&ahead.mu);
 		for (i = 0; i < n; i++)
-			g[i].c->release_prepared(g[i].prepared);
+			g[i].release(g[i].prepared);
 		if (job)
-			ahead.rc = ahead.c->prepare(ahead.c, &ahead.t, &ahead.prepared);
+			ahead.rc = ahead.c.prepare(&ahead.c, &ahead.t, &ahead.prepared);
 		pthread_mutex_lock(&ahead.mu);
 		if (job) {
 			ahead.done = true;
@@ -103,6 +103,13 @@ static bool collect(void)
 	return had;
 }
 
+/* The same check: its name, its library's entry points and its code. */
+static bool same_check(const struct nw_check *a, const struct nw_check *b)
+{
+	return strcmp(a->name, b->name) == 0 && a->kernels == b->kernels && a->prepare == b->prepare &&
+	       a->run_prepared == b->run_prepared;
+}
+
 static bool same_request(const struct nw_trial *a, const struct nw_trial *b)
 {
 	return a->dtype == b->dtype && a->seed == b->seed && a->family == b->family && a->repeats == b->repeats;
@@ -116,11 +123,11 @@ bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struc
 	*prepared = NULL;
 	if (!enabled() || !collect())
 		return false;
-	hit = ahead.c == c && same_request(&ahead.req, req);
+	hit = same_check(&ahead.c, c) && same_request(&ahead.req, req);
 	ahead.missed = !hit;
 	if (!hit) {
 		if (ahead.rc == 0)
-			ahead.c->release_prepared(ahead.prepared);
+			ahead.c.release_prepared(ahead.prepared);
 		return false;
 	}
 	*t = ahead.t;
@@ -136,7 +143,7 @@ void nw_prepare_ahead(const struct nw_check *c, const struct nw_trial *req)
 	if (ahead.missed && ++ahead.since_probe % PROBE_EVERY != 0)
 		return;
 	pthread_mutex_lock(&ahead.mu);
-	ahead.c = c;
+	ahead.c = *c;
 	ahead.req = *req;
 	ahead.t = *req;
 	if (nw_trial_setup(c, &ahead.t)) { /* a request that cannot run: nothing to prepare */
@@ -157,7 +164,7 @@ void nw_prepare_release(const struct nw_check *c, void *prepared)
 	if (enabled()) {
 		pthread_mutex_lock(&ahead.mu);
 		if (ahead.ngarbage < GARBAGE_MAX) {
-			ahead.garbage[ahead.ngarbage++] = (struct garbage){c, prepared};
+			ahead.garbage[ahead.ngarbage++] = (struct garbage){c->release_prepared, prepared};
 			queued = true;
 			pthread_cond_broadcast(&ahead.cv);
 		}

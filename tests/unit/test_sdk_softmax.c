@@ -413,6 +413,32 @@ static void test_case_digest_does_not_depend_on_the_library(void **state)
 	assert_true(failed > 0);
 }
 
+/*
+ * Trials prepared ahead (sdk/prepare.c; this test runs with
+ * NW_PREPARE_AHEAD=1) belong to a check, not to the address of its struct:
+ * a caller that rewrites one struct with another check between trials (as
+ * tests/gpu/gpu_refs does with its twins) gets every answer as if nothing
+ * had been prepared.
+ */
+static void test_prepared_ahead_follows_the_check_not_its_address(void **state)
+{
+	uint64_t seed;
+
+	(void)state;
+	for (seed = 0; seed < 24; seed++) {
+		const struct nw_check *orig = seed % 2 ? &softmax_bwd_check : &softmax_fwd_check;
+		struct nw_check twin = *orig;
+		struct nw_trial a = run(&twin, NW_F32, seed, -1), b;
+
+		twin = softmax_fwd_check; /* rewritten while the worker may still read it */
+		b = run(orig, NW_F32, seed, -1);
+		assert_false(a.error);
+		assert_int_equal(a.case_digest, b.case_digest);
+		assert_int_equal(a.digest, b.digest);
+		assert_true(a.tensors[0].ratio == b.tensors[0].ratio);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -427,6 +453,7 @@ int main(void)
 	    cmocka_unit_test(test_planted_overrun_is_caught),
 	    cmocka_unit_test(test_tail_bug_is_found_within_64_seeds),
 	    cmocka_unit_test(test_case_digest_does_not_depend_on_the_library),
+	    cmocka_unit_test(test_prepared_ahead_follows_the_check_not_its_address),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
