@@ -329,6 +329,7 @@ class Case:
         self.family = self.dtype = self.seed = self.index = None
         self.device = DEVICE
         self._buffers = {}
+        self._loaded = False
         self._dev = {}  # input name -> the input on the device (one copy per trial)
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
@@ -403,6 +404,9 @@ def case_digest(case):
 HOST_READS = [0]
 _MASK64 = (1 << 64) - 1
 _INF = math.inf
+#: The smallest float64 magnitude that rounds to an infinite float32 (2^128 - 2^103, halfway
+#: between FLT_MAX and 2^128): a reference at or past it has no float32 ULP.
+_F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103
 
 
 def _host(t):
@@ -420,53 +424,135 @@ def _upload(t, device):
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def _ordered(x, dtype):
-    """x (float64) rounded to dtype (f32, f64) as integers that order like the values."""
-    if dtype == "f32":
-        i = (x if x.dtype == torch.float32 else x.to(torch.float32)).view(torch.int32).to(torch.int64)
-        return torch.where(i < 0, -2147483648 - i, i)  # -(i & 0x7FFFFFFF) for the sign-extended i < 0
-    i = x.view(torch.int64)
-    return torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+def _upload_all(ts, device, also64=False):
+    """The CPU tensors ts (of one dtype) on device with one copy (packed end to end on the host,
+    moved at once, handed back as views of the one device tensor with ts' shapes), and when
+    also64 in float64 too (one conversion): (tensors, float64 tensors or None)."""
+    if len(ts) == 1:
+        d = _upload(ts[0], device)
+        return [d], ([d.to(torch.float64)] if also64 else None)
+    flat = _upload(torch.cat([t.reshape(-1) for t in ts]), device)
+    return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
 
 
-def _class(x, finite):
-    """x's class for the mismatch test: 0 where finite, else x with NaN as 5 (+-Inf stay)."""
-    return torch.where(finite, 0.0, x.nan_to_num(5.0, _INF, -_INF))
+def _load(case):
+    """The case's tensor inputs on the device, once per trial: those of one dtype with one copy
+    (_upload_all), floating ones also in float64 (one conversion per dtype)."""
+    groups = {}
+    for k, v in case.inputs.items():
+        if isinstance(v, torch.Tensor):
+            groups.setdefault(v.dtype, []).append(k)
+    for keys in groups.values():
+        ts = [case.inputs[k].detach() for k in keys]
+        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point())
+        case._dev.update(zip(keys, d))
+        if d64 is not None:
+            case._dev64.update(zip(keys, d64))
+    case._loaded = True
 
 
-def _maxes(ts, gpu):
-    """The maximum of each of ts (1-dimensional, of one length and dtype) as one tensor: on a GPU
-    one launch over their stack, on the CPU one reduction each (the stack would copy them)."""
-    if gpu and len(ts) > 1:
-        return torch.stack(ts).amax(1)
-    return torch.stack([t.max() for t in ts])
+def _unpack(flat, like):
+    """Views of the 1-dimensional flat, end to end, with the shapes of the tensors 'like'."""
+    out, at = [], 0
+    for t in like:
+        n = t.numel()
+        out.append(flat[at:at + n].view(t.shape))
+        at += n
+    return out
 
 
-def _counts(ts, gpu):
-    """The number of true elements of each of the boolean tensors ts, as one int64 tensor."""
-    if gpu and len(ts) > 1:
-        return torch.stack(ts).sum(1)
-    return torch.stack([t.sum() for t in ts])
+#: (kind, device, dtype) -> a constant tensor, made once: 0-dimensional zero and NaN for where(),
+#: and zeros to pad rows with (the longest asked so far: a shorter pad is a prefix).
+_CONST = {}
 
 
-class _Measure:
-    """compare()'s work for one tensor, split where the values come back from the device:
-    start() queues the reductions and returns them as one int64 tensor (floats by their bits),
-    finish() takes those values as ints and builds compare()'s dict. A trial concatenates the
-    tensors of all its outputs and brings them back in one read."""
+def _const(kind, device, dtype, n=0):
+    key = (kind, str(device), dtype)
+    t = _CONST.get(key)
+    if t is None or t.numel() < n:
+        if kind == "pad":
+            t = torch.zeros(max(n, 1024), dtype=dtype, device=device)
+        else:
+            t = torch.full((), math.nan if kind == "nan" else 0.0, dtype=dtype, device=device)
+        _CONST[key] = t
+    return t[:n] if kind == "pad" else t
 
-    def __init__(self, name, dtype, n, shape, fixed, factor, floor_eps, floor_scale, atol, rtol, canary,
-                 tail_width):
-        self.name, self.dtype, self.n, self.shape, self.fixed = name, dtype, n, shape, fixed
-        self.factor, self.floor_eps, self.floor_scale = factor, floor_eps, floor_scale
-        self.atol, self.rtol, self.canary, self.tail_width = atol, rtol, canary, tail_width
+
+def _padded(ts, width, dtype, device):
+    """The pieces of one torch.cat() that lays the 1-dimensional tensors ts out as the rows of a
+    (len(ts), width) matrix: each followed by zeros (False for masks) up to width."""
+    pieces = []
+    for t in ts:
+        pieces.append(t)
+        if t.numel() < width:
+            pieces.append(_const("pad", device, dtype, width - t.numel()))
+    return pieces
+
+
+class _Tensor:
+    """One output tensor of a _Batch: what compare() was given, and what finish() needs."""
+
+    __slots__ = ("name", "n", "shape", "got", "ref", "plains", "unwritten", "exclude", "factor", "floor_eps",
+                 "floor_scale", "canary", "tail_width")
+
+
+class _Batch:
+    """compare()'s work for all output tensors of a trial at once, split where the values come
+    back from the device: start() queues the reductions of every tensor together and returns them
+    as one int64 tensor (floats by their bits), finish() takes those values as ints and builds
+    compare()'s dict of each tensor.
+
+    The tensors (of one dtype, with one fixed tolerance or none and one number of plain
+    programs) are laid out as the rows of matrices, each padded with zeros to the longest: the
+    kernel's values, each plain program's and the reference's as one float64 tensor X of shape
+    (2 + plains, tensors, longest), so that each step of the C SDK's compare loop
+    (kernels/sdk/metrics.c) is one device operation for all of them, and each reduction one
+    operation over the last dimension. A pad is finite, written, not excluded and exact in every
+    program: it adds 0 to every maximum (all of them >= 0), is never the first hard element nor
+    ahead of a real one, and counts as finite (finish() takes the pads off those counts)."""
+
+    def __init__(self, dtype, atol=None, rtol=0.0):
+        self.dtype, self.atol, self.rtol = dtype, atol, rtol
+        self.fixed = atol is not None
         self.ulp = has_ulp(dtype)
-        self.nplain = 0
-        self.unw = self.exc = False
-        self.width = 0  # values start() returns
+        self.items = []
+        self.nplain = None
+        self.width = 0  # the longest tensor's elements
+        self.layout = None
 
-    def start(self, got, ref, plains, unwritten, exclude):
-        """The reductions (the C SDK's compare loop, kernels/sdk/metrics.c, element for element):
+    def add(self, name, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
+            unwritten=None, exclude=None, canary=0, tail_width=0):
+        """compare()'s checks of its arguments. got may be None when start() is given the kernel's
+        values already laid out."""
+        ref = ref.detach().reshape(-1)
+        n = ref.numel()
+        if got is not None:
+            got = got.detach().reshape(-1)
+            if got.numel() != n:
+                raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
+        plains = [p.detach().reshape(-1) for p in plains]
+        if not self.fixed and not plains:
+            raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
+        for p in plains:
+            if p.numel() != n:
+                raise ValueError("tensor '%s': plain program has %d values for %d" % (name, p.numel(), n))
+        if self.nplain is not None and len(plains) != self.nplain:
+            raise ValueError("tensor '%s': %d plain programs, the batch's others %d" % (name, len(plains),
+                                                                                       self.nplain))
+        self.nplain = len(plains)
+        it = _Tensor()
+        it.name, it.n, it.got, it.ref, it.plains = name, n, got, ref, plains
+        it.shape = list(shape) if shape is not None else [n]
+        it.unwritten = None if unwritten is None else unwritten.reshape(-1).to(device=ref.device,
+                                                                                 dtype=torch.bool)
+        it.exclude = None if exclude is None else exclude.reshape(-1).to(device=ref.device, dtype=torch.bool)
+        it.factor, it.floor_eps, it.floor_scale = factor, floor_eps, floor_scale
+        it.canary, it.tail_width = canary, tail_width
+        self.items.append(it)
+        self.width = max(self.width, n)
+
+    def start(self, gots=None, tail=()):
+        """The reductions, queued on the device, element for element the C SDK's compare loop:
         - an unwritten element (still the poison) counts as unwritten and nothing else;
         - every written element counts in nonfinite/ref_nonfinite where it is NaN/Inf, and as a
           mismatch where it is non-finite on one side only or of another class (NaN, +Inf, -Inf)
@@ -475,172 +561,196 @@ class _Measure:
         - the others with a finite reference ("ok") are measured: max_abs, max_rel, max|ref|,
           max_ulp, the plain programs' errors where those are finite, the fixed tolerance's ratio;
         - worst: the first ok element of the largest error (or tolerance ratio), hard: the first
-          unwritten or mismatched one."""
-        gpu = got.device.type == "cuda"
+          unwritten or mismatched one.
+        gots: the kernel's values laid out already (1-dimensional, tensors x width, padded with
+        zeros), else each tensor's own. tail: int64 tensors to bring back with the values (after
+        them; finish() returns their values). Returns one int64 tensor, or None for no values."""
+        items, T, L, P = self.items, len(self.items), self.width, self.nplain or 0
+        dev = items[0].ref.device if items else torch.device("cpu")
         parts = []
-        if self.n:
-            g32 = got if got.dtype == torch.float32 else None
-            got = got if got.dtype == torch.float64 else got.to(torch.float64)
-            kfin = torch.isfinite(got)
-            rfin = torch.isfinite(ref)
-            ok = kfin & rfin
+        self.layout = None
+        if L:
+            f64 = torch.float64
+            K = 2 + P
+            zero = _const("zero", dev, f64)
+            pieces = [gots] if gots is not None else _padded([it.got for it in items], L, f64, dev)
+            for j in range(P):
+                pieces += _padded([it.plains[j] for it in items], L, f64, dev)
+            pieces += _padded([it.ref for it in items], L, f64, dev)
+            X = torch.cat(pieces)  # float64 by type promotion: the reference is float64
+            if X.dtype != f64:
+                X = X.to(f64)
+            X = X.view(K, T, L)  # rows: kernel, plain programs, reference
+            A = X.abs()
+            F = A < _INF  # finite (NaN compares false)
+            ok = F[0] & F[-1]
+            unw = exc = None
+            if any(it.unwritten is not None for it in items):
+                bools = [it.unwritten if it.unwritten is not None else _const("pad", dev, torch.bool, it.n)
+                         for it in items]
+                unw = torch.cat(_padded(bools, L, torch.bool, dev)).view(T, L)
+                written = ~unw
+                ok &= written
+            if any(it.exclude is not None for it in items):
+                bools = [it.exclude if it.exclude is not None else _const("pad", dev, torch.bool, it.n)
+                         for it in items]
+                exc = torch.cat(_padded(bools, L, torch.bool, dev)).view(T, L)
+                ok &= ~exc
             # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
             # that the classes compare with one !=.
-            mism = _class(got, kfin) != _class(ref, rfin)
-            counts = []
-            if unwritten is not None:
-                self.unw = True
-                unw = unwritten.reshape(-1).to(device=got.device, dtype=torch.bool)
-                written = ~unw
-                mism = mism & written
-                ok = ok & written
-                hard = unw | mism
-                counts += [unw, kfin & written, rfin & written]
-            else:
-                hard = mism
-                counts += [kfin, rfin]
-            if exclude is not None:
-                self.exc = True
-                exc = exclude.reshape(-1).to(device=got.device, dtype=torch.bool)
-                counts.append(exc & ~mism if unwritten is None else exc & written & ~mism)
-                ok = ok & ~exc
-            counts.append(mism)
-            err = torch.where(ok, (got - ref).abs_(), 0.0)
-            absr = torch.where(ok, ref.abs(), 0.0)
-            rel = torch.where(absr > 0, err / absr, 0.0)
-            fl = [err, rel, absr]
-            for p in plains:
-                fl.append(torch.where(ok & torch.isfinite(p), (p - ref).abs_(), 0.0))
-            self.nplain = len(plains)
+            S = X[::K - 1]  # the kernel's row and the reference's
+            cls = torch.where(F[::K - 1], zero, S.nan_to_num(5.0, _INF, -_INF))
+            mism = cls[0] != cls[1]
+            if unw is not None:
+                mism &= written
+            rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
+            B = torch.empty((rows, T, L), dtype=f64, device=dev)
+            # The errors of the kernel and of each plain program where it is finite, on the ok elements.
+            torch.where(F[:-1] & ok, (X[:-1] - X[-1]).abs_(), zero, out=B[:1 + P])
+            err, absr, rel = B[0], B[1 + P], B[2 + P]
+            torch.where(ok, A[-1], zero, out=absr)
+            torch.where(absr > 0, err / absr, zero, out=rel)
+            r = 3 + P
+            key = err
             if self.fixed:
-                tol = self.atol + self.rtol * absr if self.rtol else self.atol
+                key = B[r]
+                r += 1
+                tol = absr * self.rtol + self.atol if self.rtol else self.atol
                 # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
-                key = (err / tol).nan_to_num_(0.0, _INF, -_INF)
-                fl.append(key)
-            else:
-                key = err
-            ints = [_counts(counts, gpu), key.argmax().reshape(1), hard.to(torch.uint8).argmax().reshape(1)]
-            if self.ulp:
-                if self.dtype == "f32":
-                    r32 = ref.to(torch.float32)
-                    sel = ok & torch.isfinite(r32)
-                    d = (_ordered(g32 if g32 is not None else got, "f32") - _ordered(r32, "f32")).abs()
-                else:
-                    sel = ok
-                    d = (_ordered(got, self.dtype) - _ordered(ref, self.dtype)).abs()
-                ints.append(torch.where(sel, d, 0).max().reshape(1))
-            parts = [_maxes(fl, gpu).view(torch.int64)] + ints
-        extra = []
-        if isinstance(self.canary, torch.Tensor):
-            extra.append(self.canary.reshape(1).to(torch.int64))
-        if isinstance(self.floor_scale, torch.Tensor):
-            extra.append(self.floor_scale.detach().reshape(1).to(torch.float64).view(torch.int64))
-        parts += [e.to(ref.device) for e in extra]
+                torch.div(err, tol, out=key).nan_to_num_(0.0, _INF, -_INF)
+            ulp64 = None
+            if self.dtype == "f32":
+                # The distance of the float32 values in ULPs: the magnitude's bits with the value's
+                # sign, as float64 (exact), differenced; none where the reference is past f32's range.
+                Y = S.to(torch.float32)
+                o = torch.copysign((Y.view(torch.int32) & 0x7FFFFFFF).to(f64), Y)
+                torch.where(ok & (A[-1] < _F32_OVERFLOW), (o[0] - o[1]).abs_(), zero, out=B[r])
+            elif self.ulp:
+                i = S.view(torch.int64)
+                o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+                ulp64 = torch.where(ok, (o[0] - o[1]).abs_(), 0).amax(-1)
+            hard = mism if unw is None else mism | unw
+            # The first hard element if any (NaN wins an argmax, the first of them), else the
+            # first of the largest key.
+            pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
+            counts = [F[::K - 1] if unw is None else F[::K - 1] & written, mism[None]]
+            if unw is not None:
+                counts.append(unw[None])
+            if exc is not None:
+                e = exc > mism  # excluded and not a mismatch
+                counts.append((e if unw is None else e & written)[None])
+            parts = [B.amax(-1).view(torch.int64).reshape(-1), pos, torch.cat(counts).sum(-1).reshape(-1)]
+            if ulp64 is not None:
+                parts.append(ulp64)
+            self.layout = (rows, len(counts) + 1, unw is not None, exc is not None)  # the first is 2 rows
+        fscales = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
+        if fscales:
+            fs = torch.stack([f.detach().reshape(()) for f in fscales]).to(dev)
+            parts.append(fs.to(torch.float64).view(torch.int64))
+        parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
+        self.ntail = [t.numel() for t in tail]
+        parts += [t.reshape(-1) for t in tail]
         if not parts:
             return None
-        out = torch.cat(parts) if len(parts) > 1 else parts[0]
-        self.width = out.numel()
-        return out
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
     def finish(self, vals):
-        """compare()'s dict from the values start() queued (a list of ints; [] for none)."""
-        n, fixed = self.n, self.fixed
+        """compare()'s dict of each tensor from the values start() queued (a list of ints), and the
+        values of its tail tensors: (dicts, [values of each tail tensor])."""
+        items, T, L, P, fixed = self.items, len(self.items), self.width, self.nplain or 0, self.fixed
         vals = list(vals)
-        canary, floor_scale = self.canary, self.floor_scale
-        if isinstance(floor_scale, torch.Tensor):
-            floor_scale = _bits_to_float(vals.pop())
-        if isinstance(canary, torch.Tensor):
-            canary = vals.pop()
-        nfl = 3 + self.nplain + (1 if fixed else 0)
-        max_ulp = 0
-        if n:
-            fl = [_bits_to_float(b) for b in vals[:nfl]]
-            ints = vals[nfl:]
-            max_abs, max_rel, max_ref = fl[:3]
-            plain_max = max([0.0] + fl[3:3 + self.nplain])
-            max_q = fl[-1] if fixed else 0.0
-            nc = 3 + self.unw + self.exc
-            cs = ints[:nc]
-            n_unwritten = cs.pop(0) if self.unw else 0
-            n_kfin, n_rfin = cs.pop(0), cs.pop(0)  # finite and written
-            n_nonfinite, n_ref_nonfinite = n - n_unwritten - n_kfin, n - n_unwritten - n_rfin
-            n_excluded = cs.pop(0) if self.exc else 0
-            n_mismatch = cs.pop(0)
-            worst_i, hard_i = ints[nc:nc + 2]
-            if self.ulp:
-                max_ulp = ints[nc + 2]
-        else:
-            max_abs = max_rel = max_ref = plain_max = max_q = 0.0
-            n_unwritten = n_excluded = n_nonfinite = n_ref_nonfinite = n_mismatch = 0
-        if fixed:
-            budget = self.atol
-            ratio = max_q
-        else:
-            scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
-            budget = self.factor * plain_max + self.floor_eps * EPS[self.dtype] * scale
-            if budget <= 0.0:
-                budget = TINY[self.dtype]
-            ratio = max_abs / budget
-        if n_unwritten or n_mismatch:
-            pos = hard_i
-        elif (max_q if fixed else max_abs) > 0:
-            pos = worst_i
-        else:
-            pos = None
-        shape = self.shape
-        idx = unravel(pos, shape) if pos is not None else None
-        tail = False
-        if idx and self.tail_width > 1 and shape:
-            dlast = shape[-1]
-            tail = idx[-1] >= dlast - dlast % self.tail_width
-        failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
-        fin = _finite_or_none
-        return {
-            "name": self.name,
-            "ratio": fin(ratio),
-            "max_abs": fin(max_abs),
-            "max_rel": fin(max_rel),
-            "max_ulp": max_ulp if self.ulp else None,
-            "nonfinite": n_nonfinite,
-            "ref_nonfinite": n_ref_nonfinite,
-            "unwritten": n_unwritten,
-            "canary": canary,
-            "excluded": n_excluded,
-            "worst": idx,
-            "tail": tail,
-            "mismatch": n_mismatch,
-            "plain_max_abs": None if fixed else fin(plain_max),
-            "budget": fin(budget),
-            "failed": failed,
-        }
+        tails = []
+        for k in reversed(self.ntail):
+            tails.insert(0, vals[len(vals) - k:])
+            del vals[len(vals) - k:]
+        canaries = [it.canary for it in items]
+        ct = [j for j, it in enumerate(items) if isinstance(it.canary, torch.Tensor)]
+        for j, v in zip(ct, vals[len(vals) - len(ct):]):
+            canaries[j] = v
+        del vals[len(vals) - len(ct):]
+        scales = [it.floor_scale for it in items]
+        ft = [j for j, it in enumerate(items) if isinstance(it.floor_scale, torch.Tensor)]
+        for j, v in zip(ft, vals[len(vals) - len(ft):]):
+            scales[j] = _bits_to_float(v)
+        del vals[len(vals) - len(ft):]
+        if self.layout:
+            rows, ncounts, has_unw, has_exc = self.layout
+            fl = [_bits_to_float(b) for b in vals[:rows * T]]
+            at = rows * T
+            pos = vals[at:at + T]
+            at += T
+            cnt = vals[at:at + ncounts * T]
+            at += ncounts * T
+            ulp64 = vals[at:at + T]
+        out = []
+        for j, it in enumerate(items):
+            n = it.n
+            max_ulp = 0
+            if n:
+                row = [fl[r * T + j] for r in range(rows)]
+                max_abs, max_ref, max_rel = row[0], row[1 + P], row[2 + P]
+                plain_max = max([0.0] + row[1:1 + P])
+                max_q = row[3 + P] if fixed else 0.0
+                if self.dtype == "f32":
+                    max_ulp = int(row[-1])
+                elif self.ulp:
+                    max_ulp = ulp64[j]
+                c = [cnt[i * T + j] for i in range(ncounts)]
+                pad = L - n  # pads are finite and written
+                n_kfin, n_rfin, n_mismatch = c[0] - pad, c[1] - pad, c[2]
+                n_unwritten = c[3] if has_unw else 0
+                n_excluded = c[-1] if has_exc else 0
+                n_nonfinite, n_ref_nonfinite = n - n_unwritten - n_kfin, n - n_unwritten - n_rfin
+                hard_or_worst = pos[j]
+            else:
+                max_abs = max_rel = max_ref = plain_max = max_q = 0.0
+                n_unwritten = n_excluded = n_nonfinite = n_ref_nonfinite = n_mismatch = 0
+                hard_or_worst = None
+            canary, floor_scale = canaries[j], scales[j]
+            if fixed:
+                budget = self.atol
+                ratio = max_q
+            else:
+                scale = floor_scale if floor_scale is not None and floor_scale > 0 else max_ref
+                budget = it.factor * plain_max + it.floor_eps * EPS[self.dtype] * scale
+                if budget <= 0.0:
+                    budget = TINY[self.dtype]
+                ratio = max_abs / budget
+            if n_unwritten or n_mismatch or (max_q if fixed else max_abs) > 0:
+                pos_j = hard_or_worst
+            else:
+                pos_j = None
+            shape = it.shape
+            idx = unravel(pos_j, shape) if pos_j is not None else None
+            tail = False
+            if idx and it.tail_width > 1 and shape:
+                dlast = shape[-1]
+                tail = idx[-1] >= dlast - dlast % it.tail_width
+            failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
+            fin = _finite_or_none
+            out.append({
+                "name": it.name,
+                "ratio": fin(ratio),
+                "max_abs": fin(max_abs),
+                "max_rel": fin(max_rel),
+                "max_ulp": max_ulp if self.ulp else None,
+                "nonfinite": n_nonfinite,
+                "ref_nonfinite": n_ref_nonfinite,
+                "unwritten": n_unwritten,
+                "canary": canary,
+                "excluded": n_excluded,
+                "worst": idx,
+                "tail": tail,
+                "mismatch": n_mismatch,
+                "plain_max_abs": None if fixed else fin(plain_max),
+                "budget": fin(budget),
+                "failed": failed,
+            })
+        return out, tails
 
 
 def _bits_to_float(b):
     return _D.unpack(_Q.pack(b & _MASK64))[0]
-
-
-def _measure(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
-             atol=None, rtol=0.0, unwritten=None, exclude=None, canary=0, tail_width=0):
-    """compare()'s checks of its arguments, then its reductions queued on the device:
-    (a _Measure, the int64 tensor of its values or None)."""
-    got = got.detach().reshape(-1)
-    ref = ref.detach().reshape(-1)
-    if ref.dtype != torch.float64:
-        ref = ref.to(torch.float64)
-    n = ref.numel()
-    if got.numel() != n:
-        raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
-    shape = list(shape) if shape is not None else [n]
-    fixed = atol is not None
-    plains = [p.detach().reshape(-1) for p in plains]
-    if not fixed and not plains:
-        raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
-    for p in plains:
-        if p.numel() != n:
-            raise ValueError("tensor '%s': plain program has %d values for %d" % (name, p.numel(), n))
-    plains = [p if p.dtype == torch.float64 else p.to(torch.float64) for p in plains]
-    m = _Measure(name, dtype, n, shape, fixed, factor, floor_eps, floor_scale, atol, rtol, canary, tail_width)
-    return m, m.start(got, ref, plains, unwritten, exclude)
 
 
 def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
@@ -650,9 +760,10 @@ def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=
     canary and floor_scale may also be 0-dimensional tensors on the device) and the same dict,
     field for field, with one read from the device. got is taken as it is: round it to the
     dtype first, as a store into a buffer of the dtype would (the SDK does)."""
-    m, vals = _measure(name, dtype, got, ref, plains, shape, factor, floor_eps, floor_scale, atol, rtol,
-                       unwritten, exclude, canary, tail_width)
-    return m.finish(_host(vals) if vals is not None else [])
+    b = _Batch(dtype, atol, rtol)
+    b.add(name, got, ref, plains, shape, factor, floor_eps, floor_scale, unwritten, exclude, canary, tail_width)
+    vals = b.start()
+    return b.finish(_host(vals) if vals is not None else [])[0][0]
 
 
 def _finite_or_none(x):
@@ -688,20 +799,24 @@ def _digest_weights(n, device, high):
     return w[:n]
 
 
+def _digest_rows(m):
+    """The digest of each row of the matrix m (of a floating dtype or int64), as digest_tensor()
+    computes it for that row alone: one int64 tensor of m's rows, on m's device. A row padded
+    with zeros hashes as the row without its pads (a zero's bits weigh nothing)."""
+    rows, n = m.shape
+    if n == 0:
+        return torch.zeros(rows, dtype=torch.int64, device=m.device)
+    bits = m.view(_INT_VIEW[m.dtype]).to(torch.int64) if m.dtype in _INT_VIEW else m.to(torch.int64)
+    h = ((bits & 0xFFFFFFFF) * _digest_weights(n, m.device, False)).sum(-1)
+    if m.dtype in (torch.float64, torch.int64):  # the high halves, where there are any
+        h = h + (((bits >> 32) & 0xFFFFFFFF) * _digest_weights(n, m.device, True)).sum(-1)
+    return h
+
+
 def _digest_on_device(t):
     """digest_tensor() as a 0-dimensional int64 tensor on t's device (no transfer)."""
     t = t.detach().contiguous().reshape(-1)
-    n = t.numel()
-    if n == 0:
-        return torch.zeros((), dtype=torch.int64, device=t.device)
-    if t.dtype in _INT_VIEW:
-        bits = t.view(_INT_VIEW[t.dtype]).to(torch.int64)
-    else:
-        bits = t.to(torch.int64)
-    h = ((bits & 0xFFFFFFFF) * _digest_weights(n, t.device, False)).sum()
-    if t.dtype in (torch.float64, torch.int64):  # the high halves, where there are any
-        h = h + (((bits >> 32) & 0xFFFFFFFF) * _digest_weights(n, t.device, True)).sum()
-    return h
+    return _digest_rows(t.view(1, t.numel()))[0]
 
 
 # ---- the check ----------------------------------------------------------------------------------
@@ -789,20 +904,15 @@ class TorchCheck(Check):
 
     def _inputs(self, case, kind):
         """The inputs of one program on the device: "ref" float64, "plain" or "kernel" as made.
-        Each input is copied to the device once per trial, and made float64 once; the kernel
-        gets its own copy of it on the device (a kernel that writes into an input must not
+        The inputs go to the device once per trial (_load), and to float64 once; the kernel
+        gets its own copy of each on the device (a kernel that writes into an input must not
         change the next repeat's)."""
+        if not case._loaded:
+            _load(case)
         out = {}
         for k, v in case.inputs.items():
             if isinstance(v, torch.Tensor):
-                t = case._dev.get(k)
-                if t is None:
-                    t = case._dev[k] = _upload(v, case.device)
-                if kind == "ref" and t.is_floating_point():
-                    t64 = case._dev64.get(k)
-                    if t64 is None:
-                        t64 = case._dev64[k] = t.to(torch.float64)
-                    t = t64
+                t = case._dev64[k] if kind == "ref" and k in case._dev64 else case._dev[k]
                 if kind == "kernel":
                     t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
                 if self.backward and k in self.grads:
@@ -814,39 +924,68 @@ class TorchCheck(Check):
 
     def _douts(self, case, k, dtype):
         """The output gradient of output k on the device, in dtype (float64 made once)."""
-        t = case._dev_douts[k]
         if dtype == torch.float64:
-            t64 = case._dev_douts64.get(k)
-            if t64 is None:
-                t64 = case._dev_douts64[k] = t.to(torch.float64)
-            return t64
-        return t.to(dtype)
+            return case._dev_douts64[k]
+        return case._dev_douts[k].to(dtype)
 
-    def _run(self, program, case, kind, douts):
-        """One program forward (and backward for a bwd check): its outputs by name."""
-        inputs = self._inputs(case, kind)
-        outs = _as_dict(program(case, **inputs), list(self.outputs))
-        if not self.backward:
-            return outs, None
-        names = list(outs)
-        if douts is None:  # the reference runs first: the output gradient is drawn for its shapes
-            douts = {}
-            for k in names:
-                douts[k] = case.gen.normal(tuple(outs[k].shape), case.dtype)
-        ys = [outs[k] for k in names]
-        dev = case._dev_douts
-        for k in names:
-            if k not in dev:
-                dev[k] = _upload(douts[k], case.device)
-        gs = [self._douts(case, k, torch.float64 if kind == "ref" else outs[k].dtype) for k in names]
-        wrt = [inputs[k] for k in self.grads]
-        res = torch.autograd.grad(ys, wrt, gs, allow_unused=True)
+    def _grads(self, inputs, res):
         grads = {}
         for k, gr in zip(self.grads, res):
             if gr is None:
                 gr = torch.zeros_like(inputs[k])
             grads["d" + k] = gr
-        return grads, douts
+        return grads
+
+    def _programs(self, case, plain_fns):
+        """The reference (float64 inputs) and the plain programs (the dtype's), forward and, for a
+        bwd check, backward, with the check's floor scales: (ref, [plain, ...]), each a dict of
+        outputs (of gradients "d<input>"). The output gradients are drawn for the reference's
+        outputs, after the inputs; one autograd pass takes every program's backward."""
+        names = list(self.outputs)
+        ins = self._inputs(case, "ref")
+        ref = _as_dict(self.reference(case, **ins), names)
+        if self.backward:
+            douts = [case.gen.normal(tuple(ref[k].shape), case.dtype) for k in ref]
+            d, d64 = _upload_all(douts, case.device, True)
+            case._dev_douts, case._dev_douts64 = dict(zip(ref, d)), dict(zip(ref, d64))
+        hook = getattr(self, "floor_scales", None)
+        if hook is not None:
+            with torch.no_grad():
+                dd = dict(case._dev_douts64) if self.backward else None
+                for k, v in (hook(case, {k: (t.detach() if isinstance(t, torch.Tensor) else t)
+                                         for k, t in ins.items()}, dd) or {}).items():
+                    # A tensor stays on the device until the trial's one read.
+                    case.floor_scale[k] = v.detach() if isinstance(v, torch.Tensor) else float(v)
+        runs = []
+        for fn in plain_fns:
+            pins = self._inputs(case, "plain")
+            runs.append((_as_dict(fn(case, **pins), names), pins))
+        if not self.backward:
+            return ref, [p for p, _ in runs]
+        ys, gs, wrt = [], [], []
+        for outs, pins, is_ref in [(ref, ins, True)] + [(p, pins, False) for p, pins in runs]:
+            for k in outs:
+                ys.append(outs[k])
+                gs.append(self._douts(case, k, torch.float64 if is_ref else outs[k].dtype))
+            wrt += [pins[k] for k in self.grads]
+        res = torch.autograd.grad(ys, wrt, gs, allow_unused=True)
+        g = len(self.grads)
+        out = [self._grads(ins, res[:g])]
+        for j, (_, pins) in enumerate(runs):
+            out.append(self._grads(pins, res[g * (j + 1):g * (j + 2)]))
+        return out[0], out[1:]
+
+    def _kernel(self, case):
+        """The kernel forward (and backward with the drawn output gradients for a bwd check):
+        its outputs (gradients) by name."""
+        inputs = self._inputs(case, "kernel")
+        outs = _as_dict(self.kernel(case, **inputs), list(self.outputs))
+        if not self.backward:
+            return outs
+        ys = [outs[k] for k in outs]
+        gs = [self._douts(case, k, outs[k].dtype) for k in outs]
+        res = torch.autograd.grad(ys, [inputs[k] for k in self.grads], gs, allow_unused=True)
+        return self._grads(inputs, res)
 
     def run_trial(self, dtype, seed, family, index, repeats):
         """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
@@ -881,24 +1020,12 @@ class TorchCheck(Check):
         gpu = torch.device(case.device).type == "cuda"
 
         with torch.no_grad() if not self.backward else contextlib.nullcontext():
-            ref, douts = self._run(self.reference, case, "ref", None)
-            hook = getattr(self, "floor_scales", None)
-            if hook is not None:
-                with torch.no_grad():
-                    ins = self._inputs(case, "ref")
-                    dd = None if douts is None else {k: self._douts(case, k, torch.float64) for k in douts}
-                    for k, v in (hook(case, {k: (t.detach() if isinstance(t, torch.Tensor) else t)
-                                             for k, t in ins.items()}, dd) or {}).items():
-                        # A tensor stays on the device until the trial's one read.
-                        case.floor_scale[k] = v.detach() if isinstance(v, torch.Tensor) else float(v)
-            plains = []
+            plain_fns = []
             if not fixed:
                 overridden = type(self).plain is not Check.plain
-                plain_fn = self.plain if overridden else self.reference
                 multi = getattr(self, "plain_programs", None)
-                for fn in (multi() if multi else [plain_fn]):
-                    p, _ = self._run(fn, case, "plain", douts)
-                    plains.append(p)
+                plain_fns = multi() if multi else [self.plain if overridden else self.reference]
+            ref, plains = self._programs(case, plain_fns)
             names = list(ref)
             if not 1 <= len(names) <= TENSORS_MAX:
                 raise TrialError("%s: 1 to %d outputs, not %d" % (self.name, TENSORS_MAX, len(names)))
@@ -910,69 +1037,78 @@ class TorchCheck(Check):
                         raise TrialError("%s: the plain program's '%s' does not match the reference's" % (
                             self.name, k))
 
-            first = None
-            hashes = []  # per repeat, per output: the digest on the device
+            # Each repeat's outputs, rounded to the dtype, laid out as the rows of a (tensors, width)
+            # matrix padded with zeros (a copy: a later repeat cannot change it): the first is what
+            # the metrics measure, and every one is digested.
+            td = TORCH_DTYPES[dtype]
+            width = max(ref[k].numel() for k in names)
+            first_unw = None
+            laid = []  # repeats' rows not digested yet
+            digests_dev = []
             canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
             events = []
-            td = TORCH_DTYPES[dtype]
-            for _ in range(repeats):
+            for rep in range(repeats):
                 case._buffers = {}
                 if gpu:
                     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                 else:
                     t0 = time.perf_counter_ns()
-                outs, _ = self._run(self.kernel, case, "kernel", douts)
+                outs = self._kernel(case)
                 if gpu:
                     stop.record()
                     events.append((start, stop))
                 else:
                     times.append((time.perf_counter_ns() - t0) / 1000.0)
-                read = {}
-                for k in names:
-                    if k not in outs:
-                        raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
-                    o = outs[k].detach()
-                    if o.numel() != ref[k].numel():
-                        raise TrialError("%s: the kernel's '%s' has %d elements, the reference's %d" % (
-                            self.name, k, o.numel(), ref[k].numel()))
-                    unw = None
-                    for store, view, nb in case._buffers.values():
-                        if view.numel() and o.data_ptr() == view.data_ptr() and o.dtype == view.dtype:
-                            ibits = store.view(_INT_VIEW[store.dtype])
-                            pb = _signed(POISON_BITS[store.dtype], store.dtype)
-                            unw = ibits[GUARD:GUARD + nb] == pb
-                            c = (ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()
-                            canaries[k] = c if k not in canaries else torch.maximum(canaries[k], c)
-                            break
-                    got = o.to(td)  # as a store into a buffer of the dtype
-                    hashes.append(_digest_on_device(got))
-                    read[k] = (got, unw)
-                if first is None:
-                    first = read
+                gots, unws = [], {}
+                with torch.no_grad():
+                    for k in names:
+                        if k not in outs:
+                            raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
+                        o = outs[k].detach()
+                        if o.numel() != ref[k].numel():
+                            raise TrialError("%s: the kernel's '%s' has %d elements, the reference's %d" % (
+                                self.name, k, o.numel(), ref[k].numel()))
+                        for store, view, nb in case._buffers.values():
+                            if view.numel() and o.data_ptr() == view.data_ptr() and o.dtype == view.dtype:
+                                ibits = store.view(_INT_VIEW[store.dtype])
+                                pb = _signed(POISON_BITS[store.dtype], store.dtype)
+                                unws[k] = ibits[GUARD:GUARD + nb] == pb
+                                c = (ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()
+                                canaries[k] = c if k not in canaries else torch.maximum(canaries[k], c)
+                                break
+                        gots.append(o.to(td).reshape(-1))  # as a store into a buffer of the dtype
+                    if len(gots) == 1 and repeats == 1:
+                        laid.append(gots[0])  # no later repeat to change it
+                    else:
+                        laid.append(torch.cat(_padded(gots, width, td, gots[0].device)))
+                    if first_unw is None:
+                        first_unw = unws
+                        first = laid[-1]
+                    if sum(t.numel() for t in laid) >= 1 << 22 and rep < repeats - 1:
+                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), width)))
+                        laid = []
 
-            pending = []
-            for k in names:
-                got, unw = first[k]
-                m, vals = _measure(k, dtype, got, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
-                                   factor=self.budget_factor, floor_eps=self.floor_eps,
-                                   floor_scale=case.floor_scale.get(k), atol=self.atol, rtol=self.rtol,
-                                   unwritten=unw, exclude=case.excluded.get(k), canary=canaries.get(k, 0),
-                                   tail_width=self.tail_width)
-                pending.append((m, vals))
-            dev_vals = [v for _, v in pending if v is not None] + [torch.stack(hashes)]
-            vals = _host(torch.cat(dev_vals) if len(dev_vals) > 1 else dev_vals[0])
-            tensors = []
-            at = 0
-            for m, v in pending:
-                tensors.append(m.finish(vals[at:at + m.width]))
-                at += m.width
+            with torch.no_grad():
+                if laid:
+                    rows = torch.cat(laid) if len(laid) > 1 else laid[0]
+                    digests_dev.append(_digest_rows(rows.view(len(laid) * len(names), width)))
+                batch = _Batch(dtype, self.atol, self.rtol)
+                for k in names:
+                    batch.add(k, None, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
+                              factor=self.budget_factor, floor_eps=self.floor_eps,
+                              floor_scale=case.floor_scale.get(k), unwritten=first_unw.get(k),
+                              exclude=case.excluded.get(k), canary=canaries.get(k, 0),
+                              tail_width=self.tail_width)
+                hashes = torch.cat(digests_dev) if len(digests_dev) > 1 else digests_dev[0]
+                tensors, (hashes,) = batch.finish(_host(batch.start(gots=first if width else None,
+                                                                    tail=[hashes])))
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
                 for j, k in enumerate(names):
-                    v = vals[at + r * len(names) + j] & _MASK64
+                    v = hashes[r * len(names) + j] & _MASK64
                     h.update(k.encode("utf-8") + b"\0" + v.to_bytes(8, "little"))
                 digests.append(h.hexdigest())
             if gpu:
