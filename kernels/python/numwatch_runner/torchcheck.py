@@ -524,13 +524,13 @@ class _Batch:
             unwritten=None, exclude=None, canary=0, tail_width=0):
         """compare()'s checks of its arguments. got may be None when start() is given the kernel's
         values already laid out."""
-        ref = ref.detach().reshape(-1)
+        ref = ref.reshape(-1)
         n = ref.numel()
         if got is not None:
-            got = got.detach().reshape(-1)
+            got = got.reshape(-1)
             if got.numel() != n:
                 raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
-        plains = [p.detach().reshape(-1) for p in plains]
+        plains = [p.reshape(-1) for p in plains]
         if not self.fixed and not plains:
             raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
         for p in plains:
@@ -565,12 +565,16 @@ class _Batch:
         gots: the kernel's values laid out already (1-dimensional, tensors x width, padded with
         zeros), else each tensor's own. tail: int64 tensors to bring back with the values (after
         them; finish() returns their values). Returns one int64 tensor, or None for no values."""
+        with torch.no_grad():
+            return self._start(gots, tail)
+
+    def _start(self, gots, tail):
         items, T, L, P = self.items, len(self.items), self.width, self.nplain or 0
         dev = items[0].ref.device if items else torch.device("cpu")
         parts = []
         self.layout = None
         if L:
-            f64 = torch.float64
+            f64, bool_ = torch.float64, torch.bool
             K = 2 + P
             zero = _const("zero", dev, f64)
             pieces = [gots] if gots is not None else _padded([it.got for it in items], L, f64, dev)
@@ -581,39 +585,54 @@ class _Batch:
             if X.dtype != f64:
                 X = X.to(f64)
             X = X.view(K, T, L)  # rows: kernel, plain programs, reference
-            A = X.abs()
-            F = A < _INF  # finite (NaN compares false)
-            ok = F[0] & F[-1]
-            unw = exc = None
-            if any(it.unwritten is not None for it in items):
-                bools = [it.unwritten if it.unwritten is not None else _const("pad", dev, torch.bool, it.n)
-                         for it in items]
-                unw = torch.cat(_padded(bools, L, torch.bool, dev)).view(T, L)
-                written = ~unw
-                ok &= written
+            has_unw = any(it.unwritten is not None for it in items)
+            exc = None
             if any(it.exclude is not None for it in items):
-                bools = [it.exclude if it.exclude is not None else _const("pad", dev, torch.bool, it.n)
-                         for it in items]
-                exc = torch.cat(_padded(bools, L, torch.bool, dev)).view(T, L)
-                ok &= ~exc
+                exc = torch.cat(_padded([it.exclude if it.exclude is not None else
+                                         _const("pad", dev, bool_, it.n) for it in items], L, bool_, dev))
+                exc = exc.view(T, L)
+            # The boolean rows whose true elements are counted, in one reduction: each program's
+            # finite and written elements, the mismatches, then the unwritten and the excluded ones.
+            nc = K + 1 + has_unw + (exc is not None)
+            C = torch.empty((nc, T, L), dtype=bool_, device=dev)
+            cs = C.unbind(0)
+            A = X.abs()
+            F = torch.lt(A, _INF, out=C[:K])  # finite (NaN compares false)
+            unw = None
+            if has_unw:
+                unw = cs[K + 1]
+                torch.cat(_padded([it.unwritten if it.unwritten is not None else _const("pad", dev, bool_, it.n)
+                                   for it in items], L, bool_, dev), out=unw.view(-1))
+                written = ~unw
+                F &= written
+            ok = cs[0] & cs[K - 1]
+            if exc is not None:
+                ok = ok > exc  # and not excluded
+            absref = A[-1]
             # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
-            # that the classes compare with one !=.
+            # that the classes compare with one != (an unwritten element is no mismatch: its
+            # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
             S = X[::K - 1]  # the kernel's row and the reference's
             cls = torch.where(F[::K - 1], zero, S.nan_to_num(5.0, _INF, -_INF))
-            mism = cls[0] != cls[1]
+            mism = torch.ne(cls[0], cls[1], out=cs[K])
             if unw is not None:
                 mism &= written
+            if exc is not None:
+                torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
+                if unw is not None:
+                    cs[-1].logical_and_(written)
             rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
             B = torch.empty((rows, T, L), dtype=f64, device=dev)
+            bs = B.unbind(0)
             # The errors of the kernel and of each plain program where it is finite, on the ok elements.
             torch.where(F[:-1] & ok, (X[:-1] - X[-1]).abs_(), zero, out=B[:1 + P])
-            err, absr, rel = B[0], B[1 + P], B[2 + P]
-            torch.where(ok, A[-1], zero, out=absr)
+            err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
+            torch.where(ok, absref, zero, out=absr)
             torch.where(absr > 0, err / absr, zero, out=rel)
             r = 3 + P
             key = err
             if self.fixed:
-                key = B[r]
+                key = bs[r]
                 r += 1
                 tol = absr * self.rtol + self.atol if self.rtol else self.atol
                 # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
@@ -624,7 +643,7 @@ class _Batch:
                 # sign, as float64 (exact), differenced; none where the reference is past f32's range.
                 Y = S.to(torch.float32)
                 o = torch.copysign((Y.view(torch.int32) & 0x7FFFFFFF).to(f64), Y)
-                torch.where(ok & (A[-1] < _F32_OVERFLOW), (o[0] - o[1]).abs_(), zero, out=B[r])
+                torch.where(ok & (absref < _F32_OVERFLOW), (o[0] - o[1]).abs_(), zero, out=bs[r])
             elif self.ulp:
                 i = S.view(torch.int64)
                 o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
@@ -633,19 +652,13 @@ class _Batch:
             # The first hard element if any (NaN wins an argmax, the first of them), else the
             # first of the largest key.
             pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
-            counts = [F[::K - 1] if unw is None else F[::K - 1] & written, mism[None]]
-            if unw is not None:
-                counts.append(unw[None])
-            if exc is not None:
-                e = exc > mism  # excluded and not a mismatch
-                counts.append((e if unw is None else e & written)[None])
-            parts = [B.amax(-1).view(torch.int64).reshape(-1), pos, torch.cat(counts).sum(-1).reshape(-1)]
+            parts = [B.amax(-1).view(torch.int64).view(-1), pos, C.sum(-1).view(-1)]
             if ulp64 is not None:
                 parts.append(ulp64)
-            self.layout = (rows, len(counts) + 1, unw is not None, exc is not None)  # the first is 2 rows
+            self.layout = (rows, nc, unw is not None, exc is not None)
         fscales = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         if fscales:
-            fs = torch.stack([f.detach().reshape(()) for f in fscales]).to(dev)
+            fs = torch.stack([f.reshape(()) for f in fscales]).to(dev)
             parts.append(fs.to(torch.float64).view(torch.int64))
         parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
         self.ntail = [t.numel() for t in tail]
@@ -697,8 +710,8 @@ class _Batch:
                     max_ulp = ulp64[j]
                 c = [cnt[i * T + j] for i in range(ncounts)]
                 pad = L - n  # pads are finite and written
-                n_kfin, n_rfin, n_mismatch = c[0] - pad, c[1] - pad, c[2]
-                n_unwritten = c[3] if has_unw else 0
+                n_kfin, n_rfin, n_mismatch = c[0] - pad, c[P + 1] - pad, c[P + 2]
+                n_unwritten = c[P + 3] if has_unw else 0
                 n_excluded = c[-1] if has_exc else 0
                 n_nonfinite, n_ref_nonfinite = n - n_unwritten - n_kfin, n - n_unwritten - n_rfin
                 hard_or_worst = pos[j]
