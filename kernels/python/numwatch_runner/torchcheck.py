@@ -383,7 +383,9 @@ def case_digest(case):
         v = case.inputs[name]
         h.update(b"\0i" + name.encode("utf-8") + b"\0")
         if isinstance(v, torch.Tensor):
-            t = v.detach().contiguous().cpu()
+            t = v.detach() if v.requires_grad else v  # (each call a dispatch: only where needed)
+            t = t.contiguous() if not t.is_contiguous() else t
+            t = t.cpu() if not t.is_cpu else t
             h.update(("%s%s" % (t.dtype, tuple(t.shape))).encode("utf-8"))
             if t.dtype == torch.bfloat16:
                 t = t.view(torch.int16)
@@ -453,25 +455,24 @@ def _load(case):
 
 def _unpack(flat, like):
     """Views of the 1-dimensional flat, end to end, with the shapes of the tensors 'like'."""
-    out, at = [], 0
-    for t in like:
-        n = t.numel()
-        out.append(flat[at:at + n].view(t.shape))
-        at += n
-    return out
+    parts = flat.split_with_sizes([t.numel() for t in like])
+    return [p if t.dim() == 1 else p.view(t.shape) for p, t in zip(parts, like)]
 
 
 #: (kind, device, dtype) -> a constant tensor, made once: 0-dimensional zero and NaN for where(),
-#: and zeros to pad rows with (the longest asked so far: a shorter pad is a prefix).
+#: the column of -1s and a 0 of _Batch's differences, and zeros to pad rows with (the longest
+#: asked so far: a shorter pad is a prefix).
 _CONST = {}
 
 
 def _const(kind, device, dtype, n=0):
-    key = (kind, str(device), dtype)
+    key = (kind, str(device), dtype) if kind != "neg" else (kind, str(device), dtype, n)
     t = _CONST.get(key)
-    if t is None or t.numel() < n:
-        if kind == "pad":
-            t = torch.zeros(max(n, 1024), dtype=dtype, device=device)
+    if t is None or (kind == "pad" and t.numel() < n):
+        if kind == "neg":  # -1 for each row but the last, 0 for it, as a column (n, 1, 1)
+            t = torch.tensor([-1.0] * (n - 1) + [0.0], dtype=dtype, device=device).view(n, 1, 1)
+        elif kind == "pad":
+            t = torch.zeros(1 << max(n - 1, 1023).bit_length(), dtype=dtype, device=device)
         else:
             t = torch.full((), math.nan if kind == "nan" else 0.0, dtype=dtype, device=device)
         _CONST[key] = t
@@ -608,13 +609,12 @@ class _Batch:
             ok = cs[0] & cs[K - 1]
             if exc is not None:
                 ok = ok > exc  # and not excluded
-            absref = A[-1]
             # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
             # that the classes compare with one != (an unwritten element is no mismatch: its
             # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
             S = X[::K - 1]  # the kernel's row and the reference's
             cls = torch.where(F[::K - 1], zero, S.nan_to_num(5.0, _INF, -_INF))
-            mism = torch.ne(cls[0], cls[1], out=cs[K])
+            mism = torch.ne(*cls.unbind(0), out=cs[K])
             if unw is not None:
                 mism &= written
             if exc is not None:
@@ -624,10 +624,12 @@ class _Batch:
             rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
             B = torch.empty((rows, T, L), dtype=f64, device=dev)
             bs = B.unbind(0)
-            # The errors of the kernel and of each plain program where it is finite, on the ok elements.
-            torch.where(F[:-1] & ok, (X[:-1] - X[-1]).abs_(), zero, out=B[:1 + P])
+            # |program - reference| of the kernel and each plain program, and |reference| (the
+            # reference's row takes 0 times itself: exact), each where it and the reference are
+            # finite, on the ok elements.
+            D = torch.addcmul(X, _const("neg", dev, f64, K), X[-1]).abs_()
+            torch.where(F & ok, D, zero, out=B[:K])
             err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
-            torch.where(ok, absref, zero, out=absr)
             torch.where(absr > 0, err / absr, zero, out=rel)
             r = 3 + P
             key = err
@@ -643,11 +645,11 @@ class _Batch:
                 # sign, as float64 (exact), differenced; none where the reference is past f32's range.
                 Y = S.to(torch.float32)
                 o = torch.copysign((Y.view(torch.int32) & 0x7FFFFFFF).to(f64), Y)
-                torch.where(ok & (absref < _F32_OVERFLOW), (o[0] - o[1]).abs_(), zero, out=bs[r])
+                torch.where(ok & (absr < _F32_OVERFLOW), torch.sub(*o.unbind(0)).abs_(), zero, out=bs[r])
             elif self.ulp:
                 i = S.view(torch.int64)
                 o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
-                ulp64 = torch.where(ok, (o[0] - o[1]).abs_(), 0).amax(-1)
+                ulp64 = torch.where(ok, torch.sub(*o.unbind(0)).abs_(), 0).amax(-1)
             hard = mism if unw is None else mism | unw
             # The first hard element if any (NaN wins an argmax, the first of them), else the
             # first of the largest key.
