@@ -401,6 +401,11 @@ def case_digest(case):
 
 # ---- metrics ------------------------------------------------------------------------------------
 
+#: Whether a trial measures all its outputs together, as rows padded to the longest (the fewest
+#: device operations: what a GPU's trial time is made of), or those of each size apart (the
+#: fewest elements: what the CPU's is made of). None: together on a GPU, apart on the CPU.
+BATCH_ALL = None
+
 #: Device-to-host reads of the SDK (each one a synchronisation on a GPU), counted so that a test
 #: can hold a trial to its one read: read by tests, never reset by the SDK.
 HOST_READS = [0]
@@ -1052,13 +1057,24 @@ class TorchCheck(Check):
                         raise TrialError("%s: the plain program's '%s' does not match the reference's" % (
                             self.name, k))
 
-            # Each repeat's outputs, rounded to the dtype, laid out as the rows of a (tensors, width)
-            # matrix padded with zeros (a copy: a later repeat cannot change it): the first is what
-            # the metrics measure, and every one is digested.
+            # Each repeat's outputs, rounded to the dtype (as a store into a buffer of the dtype):
+            # the first repeat's are measured, every repeat's digested. On a GPU, where a trial's
+            # time is the number of operations it launches, every output is measured in one
+            # _Batch and digested as one matrix of padded rows (a copy, which a later repeat
+            # cannot change); on the CPU, where it is their elements, without the padding: a
+            # _Batch for the outputs of each size, a digest for each output.
             td = TORCH_DTYPES[dtype]
-            width = max(ref[k].numel() for k in names)
-            first_unw = None
-            laid = []  # repeats' rows not digested yet
+            sizes = [ref[k].numel() for k in names]
+            width = max(sizes)
+            groups = [list(range(len(names)))]
+            batch_all = gpu if BATCH_ALL is None else BATCH_ALL
+            if not batch_all:
+                by_size = {}
+                for j, n in enumerate(sizes):
+                    by_size.setdefault(n, []).append(j)
+                groups = list(by_size.values())
+            first = first_unw = None
+            laid = []  # GPU: repeats' padded rows not digested yet
             digests_dev = []
             canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
@@ -1093,14 +1109,16 @@ class TorchCheck(Check):
                                 c = (ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()
                                 canaries[k] = c if k not in canaries else torch.maximum(canaries[k], c)
                                 break
-                        gots.append(o.to(td).reshape(-1))  # as a store into a buffer of the dtype
+                        gots.append(o.to(td).reshape(-1))
+                    if first is None:
+                        first, first_unw = gots, unws
+                    if not batch_all:
+                        digests_dev += [_digest_rows(t.view(1, t.numel())) for t in gots]
+                        continue
                     if len(gots) == 1 and repeats == 1:
                         laid.append(gots[0])  # no later repeat to change it
                     else:
                         laid.append(torch.cat(_padded(gots, width, td, gots[0].device)))
-                    if first_unw is None:
-                        first_unw = unws
-                        first = laid[-1]
                     if sum(t.numel() for t in laid) >= 1 << 22 and rep < repeats - 1:
                         digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), width)))
                         laid = []
@@ -1109,16 +1127,29 @@ class TorchCheck(Check):
                 if laid:
                     rows = torch.cat(laid) if len(laid) > 1 else laid[0]
                     digests_dev.append(_digest_rows(rows.view(len(laid) * len(names), width)))
-                batch = _Batch(dtype, self.atol, self.rtol)
-                for k in names:
-                    batch.add(k, None, ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
-                              factor=self.budget_factor, floor_eps=self.floor_eps,
-                              floor_scale=case.floor_scale.get(k), unwritten=first_unw.get(k),
-                              exclude=case.excluded.get(k), canary=canaries.get(k, 0),
-                              tail_width=self.tail_width)
+                batches = []
+                for group in groups:
+                    batch = _Batch(dtype, self.atol, self.rtol)
+                    for j in group:
+                        k = names[j]
+                        batch.add(k, first[j], ref[k], [p[k] for p in plains], shape=list(ref[k].shape),
+                                  factor=self.budget_factor, floor_eps=self.floor_eps,
+                                  floor_scale=case.floor_scale.get(k), unwritten=first_unw.get(k),
+                                  exclude=case.excluded.get(k), canary=canaries.get(k, 0),
+                                  tail_width=self.tail_width)
+                    batches.append(batch)
                 hashes = torch.cat(digests_dev) if len(digests_dev) > 1 else digests_dev[0]
-                tensors, (hashes,) = batch.finish(_host(batch.start(gots=first if width else None,
-                                                                    tail=[hashes])))
+                parts = [b.start() for b in batches]
+                vals = _host(torch.cat([p for p in parts if p is not None] + [hashes]))
+                measured = {}
+                at = 0
+                for group, batch, p in zip(groups, batches, parts):
+                    w = p.numel() if p is not None else 0
+                    for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
+                        measured[j] = t
+                    at += w
+                tensors = [measured[j] for j in range(len(names))]
+                hashes = vals[at:]
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
