@@ -178,6 +178,40 @@ class CompareTest(unittest.TestCase):
                                unwritten=unw, exclude=mask, **kw)
             self.assertEqual(have, want, "trial %d dtype %s kw %s" % (trial, dtype, kw))
 
+    def test_a_batch_measures_each_tensor_as_alone(self):
+        """A trial measures all its outputs at once (torchcheck._Batch: rows padded to the longest):
+        each tensor's dict is compare()'s of it alone, whatever the others hold."""
+        rnd = random.Random(11)
+        for trial in range(60):
+            dtype = ("f32", "f16", "bf16", "f64")[trial % 4]
+            atol = rnd.choice((1e-3, 0.0)) if trial % 5 == 1 else None
+            rtol = rnd.choice((0.0, 1e-2)) if atol is not None else 0.0
+            nplain = rnd.randint(1, 2)
+            batch = nwt._Batch(dtype, atol, rtol)
+            want = []
+            for j in range(rnd.randint(1, 4)):
+                n = rnd.choice((0, 1, 5, 64, 200))
+                got, ref, plains = self.data(rnd, n, dtype, special=rnd.random() < 0.5) if n else ([], [], [[]])
+                plains = (plains * 2)[:nplain] if atol is None else []
+                unwritten = [rnd.random() < 0.1 for _ in range(n)] if rnd.random() < 0.3 else None
+                exclude = {i for i in range(n) if rnd.random() < 0.1} if rnd.random() < 0.3 else None
+                kw = dict(shape=[n], factor=2.0, floor_eps=4.0, tail_width=rnd.choice((0, 8)),
+                          floor_scale=rnd.choice((None, 10.0)), canary=rnd.choice((0, 2)))
+                want.append(metrics.compare("t%d" % j, dtype, got, ref, plains, unwritten=unwritten,
+                                            exclude=exclude, atol=atol, rtol=rtol, **kw))
+                t = lambda xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
+                if rnd.random() < 0.5:  # scales and canaries also as tensors, read with the rest
+                    kw["floor_scale"] = None if kw["floor_scale"] is None else t(kw["floor_scale"])
+                    kw["canary"] = torch.tensor(kw["canary"])
+                batch.add("t%d" % j, t(got), t(ref), [t(p) for p in plains], unwritten=None if unwritten is None else
+                          torch.tensor(unwritten, dtype=torch.bool), exclude=None if exclude is None else
+                          torch.tensor([i in exclude for i in range(n)], dtype=torch.bool), **kw)
+            extra = torch.tensor([-5, 7])
+            vals = batch.start(tail=[extra])
+            have, tails = batch.finish(nwt._host(vals))
+            self.assertEqual(have, want, "trial %d" % trial)
+            self.assertEqual(tails, [[-5, 7]])
+
     def test_empty_tensor(self):
         e = torch.zeros(0, dtype=torch.float64)
         self.assertEqual(nwt.compare("e", "f32", e, e, [e], shape=[0, 4]),
@@ -324,6 +358,48 @@ class TrialTest(unittest.TestCase):
         self.assertEqual(d[0], d[1])
         self.assertNotEqual(d[0], d[2])  # the same family, other data
         self.assertNotEqual(d[0], d[3])
+
+    def test_outputs_together_or_apart(self):
+        """A GPU measures a trial's outputs together (rows padded to the longest), the CPU those of
+        each size apart: the answers are the same."""
+
+        class TwoSizes(Planted):  # outputs of other sizes: padded rows
+            op = "sizes"
+            outputs = ("y", "s")
+
+            def reference(self, case, x, w):
+                return x * w + 1, (x * x).sum(-1)
+
+            def kernel(self, case, x, w):
+                y = Planted.kernel(self, case, x, w)
+                return (y, (x * x).sum(-1)) if isinstance(y, torch.Tensor) else y
+
+        checks = Planted.both() + TwoSizes.both()
+        answers = {}
+        try:
+            for together in (True, False):
+                nwt.BATCH_ALL = together
+                r = nw.Runner(checks, name="sizes 1")
+                for c in checks:
+                    for family in ("ok", "scaled", "nan", "dtail", "unwritten", "canary", "kink", "view", "racy"):
+                        if c.backward and family in ("unwritten", "canary", "racy"):
+                            continue
+                        for dtype, repeats in (("f32", 1), ("bf16", 2)):
+                            Planted.calls = 0
+                            a = r.trial(c.name, dtype, seed_of(family), None, repeats)
+                            a.pop("kernel_us")
+                            answers.setdefault((c.name, family, dtype), []).append(a)
+        finally:
+            nwt.BATCH_ALL = None
+        for key, (a, b) in answers.items():
+            self.assertEqual(a, b, key)
+        self.assertEqual(answers[("sizes.fwd", "nan", "f32")][0]["tensors"][0]["nonfinite"], 1)
+
+    def test_case_digest_beside_the_trial(self):
+        g = nwt.Gen("planted.fwd", "f32", 3)
+        case = Planted().make_case(g, "ok", "f32")
+        self.assertEqual(nwt._case_digest_later(case, True)(), nwt.case_digest(case))
+        self.assertEqual(nwt._case_digest_later(case, False)(), nwt.case_digest(case))
 
     def test_declarations(self):
         h = planted_runner().hello()
