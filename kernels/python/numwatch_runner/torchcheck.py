@@ -583,7 +583,7 @@ class _Batch:
         self.items.append(it)
         self.width = max(self.width, n)
 
-    def start(self, gots=None, tail=()):
+    def start(self, tail=()):
         """The reductions, queued on the device, element for element the C SDK's compare loop:
         - an unwritten element (still the poison) counts as unwritten and nothing else;
         - every written element counts in nonfinite/ref_nonfinite where it is NaN/Inf, and as a
@@ -594,13 +594,20 @@ class _Batch:
           max_ulp, the plain programs' errors where those are finite, the fixed tolerance's ratio;
         - worst: the first ok element of the largest error (or tolerance ratio), hard: the first
           unwritten or mismatched one.
-        gots: the kernel's values laid out already (1-dimensional, tensors x width, padded with
-        zeros), else each tensor's own. tail: int64 tensors to bring back with the values (after
-        them; finish() returns their values). Returns one int64 tensor, or None for no values."""
-        with torch.no_grad():
-            return self._start(gots, tail)
+        tail: int64 tensors to bring back with the values (after them; finish() returns their
+        values). Returns one int64 tensor, or None for no values."""
+        parts = self.parts(tail)
+        if not parts:
+            return None
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
 
-    def _start(self, gots, tail):
+    def parts(self, tail=()):
+        """start()'s values as the 1-dimensional int64 tensors to concatenate (a trial joins
+        those of its batches and its digests in one read)."""
+        with torch.no_grad():
+            return self._start(tail)
+
+    def _start(self, tail):
         items, T, L, P = self.items, len(self.items), self.width, self.nplain or 0
         dev = items[0].ref.device if items else torch.device("cpu")
         parts = []
@@ -609,7 +616,7 @@ class _Batch:
             f64, bool_ = torch.float64, torch.bool
             K = 2 + P
             zero = _const("zero", dev, f64)
-            pieces = [gots] if gots is not None else _padded([it.got for it in items], L, f64, dev)
+            pieces = _padded([it.got for it in items], L, f64, dev)
             for j in range(P):
                 pieces += _padded([it.plains[j] for it in items], L, f64, dev)
             pieces += _padded([it.ref for it in items], L, f64, dev)
@@ -695,10 +702,7 @@ class _Batch:
             parts.append(fs.to(torch.float64).view(torch.int64))
         parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
         self.ntail = [t.numel() for t in tail]
-        parts += [t.reshape(-1) for t in tail]
-        if not parts:
-            return None
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
+        return parts + [t.reshape(-1) for t in tail]
 
     def finish(self, vals):
         """compare()'s dict of each tensor from the values start() queued (a list of ints), and the
@@ -1164,13 +1168,16 @@ class TorchCheck(Check):
                                   exclude=case.excluded.get(k), canary=canaries.get(k, 0),
                                   tail_width=self.tail_width)
                     batches.append(batch)
-                hashes = torch.cat(digests_dev) if len(digests_dev) > 1 else digests_dev[0]
-                parts = [b.start() for b in batches]
-                vals = _host(torch.cat([p for p in parts if p is not None] + [hashes]))
+                parts, widths = [], []
+                for batch in batches:
+                    ps = batch.parts()
+                    parts += ps
+                    widths.append(sum(p.numel() for p in ps))
+                parts += digests_dev
+                vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
                 measured = {}
                 at = 0
-                for group, batch, p in zip(groups, batches, parts):
-                    w = p.numel() if p is not None else 0
+                for group, batch, w in zip(groups, batches, widths):
                     for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
                         measured[j] = t
                     at += w
