@@ -556,13 +556,14 @@ class _Batch:
             unwritten=None, exclude=None, canary=0, tail_width=0):
         """compare()'s checks of its arguments. got may be None when start() is given the kernel's
         values already laid out."""
-        ref = ref.reshape(-1)
+        flat = lambda t: t.reshape(-1) if t.dim() != 1 else t  # noqa: E731  (no dispatch where flat)
+        ref = flat(ref)
         n = ref.numel()
         if got is not None:
-            got = got.reshape(-1)
+            got = flat(got)
             if got.numel() != n:
                 raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
-        plains = [p.reshape(-1) for p in plains]
+        plains = [flat(p) for p in plains]
         if not self.fixed and not plains:
             raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
         for p in plains:
@@ -616,10 +617,27 @@ class _Batch:
             f64, bool_ = torch.float64, torch.bool
             K = 2 + P
             zero = _const("zero", dev, f64)
-            pieces = _padded([it.got for it in items], L, f64, dev)
+            pads = [_const("pad", dev, f64, L - it.n) if it.n < L else None for it in items]
+
+            def laid(ts, pads):  # the pieces of a cat() that lays ts out as padded rows
+                out = []
+                for t, pad in zip(ts, pads):
+                    out += (t,) if pad is None else (t, pad)
+                return out
+
+            def masks(ms):  # boolean rows: each mask padded with False, all False for none
+                out = []
+                for m, it in zip(ms, items):
+                    if m is None:
+                        out.append(_const("pad", dev, bool_, L))
+                    else:
+                        out += (m,) if it.n == L else (m, _const("pad", dev, bool_, L - it.n))
+                return out
+
+            pieces = laid([it.got for it in items], pads)
             for j in range(P):
-                pieces += _padded([it.plains[j] for it in items], L, f64, dev)
-            pieces += _padded([it.ref for it in items], L, f64, dev)
+                pieces += laid([it.plains[j] for it in items], pads)
+            pieces += laid([it.ref for it in items], pads)
             X = torch.cat(pieces)  # float64 by type promotion: the reference is float64
             if X.dtype != f64:
                 X = X.to(f64)
@@ -627,8 +645,7 @@ class _Batch:
             has_unw = any(it.unwritten is not None for it in items)
             exc = None
             if any(it.exclude is not None for it in items):
-                exc = torch.cat(_padded([it.exclude if it.exclude is not None else
-                                         _const("pad", dev, bool_, it.n) for it in items], L, bool_, dev))
+                exc = torch.cat(masks([it.exclude for it in items]))
                 exc = exc.view(T, L)
             # The boolean rows whose true elements are counted, in one reduction: each program's
             # finite and written elements, the mismatches, then the unwritten and the excluded ones.
@@ -640,8 +657,7 @@ class _Batch:
             unw = None
             if has_unw:
                 unw = cs[K + 1]
-                torch.cat(_padded([it.unwritten if it.unwritten is not None else _const("pad", dev, bool_, it.n)
-                                   for it in items], L, bool_, dev), out=unw.view(-1))
+                torch.cat(masks([it.unwritten for it in items]), out=unw.view(-1))
                 written = ~unw
                 F &= written
             ok = cs[0] & cs[K - 1]
@@ -976,7 +992,8 @@ class TorchCheck(Check):
         """The output gradient of output k on the device, in dtype (float64 made once)."""
         if dtype == torch.float64:
             return case._dev_douts64[k]
-        return case._dev_douts[k].to(dtype)
+        t = case._dev_douts[k]
+        return t.to(dtype) if t.dtype != dtype else t
 
     def _grads(self, inputs, res):
         grads = {}
@@ -1127,7 +1144,8 @@ class TorchCheck(Check):
                     for k in names:
                         if k not in outs:
                             raise TrialError("%s: the kernel gave no output '%s'" % (self.name, k))
-                        o = outs[k].detach()
+                        o = outs[k]
+                        o = o.detach() if o.requires_grad else o
                         if o.numel() != ref[k].numel():
                             raise TrialError("%s: the kernel's '%s' has %d elements, the reference's %d" % (
                                 self.name, k, o.numel(), ref[k].numel()))
@@ -1139,7 +1157,8 @@ class TorchCheck(Check):
                                 c = (ibits[:GUARD] != pb).sum() + (ibits[GUARD + nb:] != pb).sum()
                                 canaries[k] = c if k not in canaries else torch.maximum(canaries[k], c)
                                 break
-                        gots.append(o.to(td).reshape(-1))
+                        o = o.to(td) if o.dtype != td else o  # as a store into a buffer of the dtype
+                        gots.append(o.reshape(-1) if o.dim() != 1 else o)
                     if first is None:
                         first, first_unw = gots, unws
                     if not batch_all:
