@@ -20,6 +20,7 @@ usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
     python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
+    python3 bench/torch-sdk.py --device cpu --ops 20       # torch operations per trial (what a GPU's time is)
 """
 import argparse
 import os
@@ -220,6 +221,86 @@ def profile(fc, device, names, dtypes, seeds, repeats):
                                                          max_name_column_width=40) + "\n```", flush=True)
 
 
+#: Operators that launch nothing: views, allocations, no-op conversions (counted as metadata).
+META_OPS = {"aten::view", "aten::empty", "aten::reshape", "aten::select", "aten::slice", "aten::expand",
+            "aten::transpose", "aten::t", "aten::detach", "aten::alias", "aten::unsqueeze", "aten::squeeze",
+            "aten::permute", "aten::resize_", "aten::empty_strided", "aten::_local_scalar_dense", "aten::item",
+            "aten::lift_fresh", "aten::set_", "aten::result_type", "aten::is_nonzero", "aten::_unsafe_view",
+            "aten::unbind", "aten::narrow", "aten::resolve_conj", "aten::resolve_neg", "aten::is_same_size",
+            "aten::view_as", "aten::expand_as", "aten::empty_like", "aten::split", "aten::chunk",
+            "aten::split_with_sizes", "aten::flatten", "aten::unflatten", "aten::numpy_T", "aten::lift",
+            "aten::_has_compatible_shallow_copy_type", "aten::record_stream"}
+#: The CUDA runtime's kernel launches, as the profiler names them.
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def ops(fc, device, names, dtypes, seeds, repeats):
+    """Torch operations per trial of each side (torch.profiler over N seeds): the top-level operator
+    calls (from Python or the autograd engine into the dispatcher) that compute (on a GPU each
+    launches one kernel or more) and those that only make views or allocate, the case generation
+    (make_case, on the CPU, the same on both sides: counted apart), and on a GPU the kernel launches.
+    A GPU runs these checks a few microseconds a kernel: a trial's time is its count of operations.
+    The SDK is counted as it runs on a GPU (torchcheck.BATCH_ALL) also with --device cpu."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as tprofile
+
+    import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
+
+    nwt.BATCH_ALL = True  # a trial's outputs measured together, as on a GPU (on the CPU too: the count to see)
+    checks = fc.checks()
+    for cls in {type(c) for c in checks}:
+        def make_case(self, *a, _f=cls.make_case, **k):
+            with record_function("bench::make_case"):
+                return _f(self, *a, **k)
+        cls.make_case = make_case
+    runner = nw.Runner(checks, name="bench")
+    by_name = {c.name: c for c in checks}
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+
+    def count(fn):
+        for s in range(seeds):  # warm-up: caches filled, every Triton specialisation compiled
+            fn(s)
+        with tprofile(activities=acts) as p:
+            for s in range(seeds):
+                fn(s)
+            sync(torch, device)
+        n = collections.Counter()
+        for e in p.events():
+            if e.name in LAUNCHES:
+                n["launches"] += 1
+            if not e.name.startswith("aten::") or e.name in ("aten::as_strided", "aten::_reshape_alias"):
+                continue  # (children of views, which the profiler sometimes leaves unnested)
+            q, top, gen = e.cpu_parent, True, False
+            while q is not None:
+                top = top and not q.name.startswith("aten::")
+                gen = gen or q.name == "bench::make_case"
+                q = q.cpu_parent
+            if top:
+                meta = e.name in META_OPS or (e.name in ("aten::to", "aten::contiguous") and not any(
+                    c.name in ("aten::_to_copy", "aten::copy_", "aten::clone") for c in e.cpu_children))
+                n[("make_case " if gen else "") + ("metadata" if meta else "compute")] += 1
+        return {k: v / seeds for k, v in n.items()}
+
+    gpu = device.startswith("cuda")
+    print("| check | dtype | SDK compute | SDK metadata |%s plain compute | plain metadata |%s make_case compute "
+          "/ metadata (each side) |" % (" SDK launches |" if gpu else "", " plain launches |" if gpu else ""))
+    print("| --- | --- |%s" % (" ---: |" * (7 if gpu else 5)))
+    for name in names:
+        for dtype in dtypes:
+            c = by_name[name]
+            s = count(lambda seed: runner.trial(name, dtype, seed, None, repeats))
+            p = count(lambda seed: plain_trial(torch, c, dtype, seed, device))
+            cols = [s.get("compute", 0), s.get("metadata", 0)] + ([s.get("launches", 0)] if gpu else [])
+            cols += [p.get("compute", 0), p.get("metadata", 0)] + ([p.get("launches", 0)] if gpu else [])
+            print("| %s | %s | %s | %.0f / %.0f |" % (name, dtype, " | ".join("%.0f" % v for v in cols),
+                                                      s.get("make_case compute", 0), s.get("make_case metadata", 0)),
+                  flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
@@ -232,6 +313,8 @@ def main():
     ap.add_argument("--busy-check", default="attention.bwd")
     ap.add_argument("--busy-dtype", default="bf16")
     ap.add_argument("--busy-count", type=int, default=300, help="seeds per runner for the busy fraction")
+    ap.add_argument("--ops", type=int, default=0, metavar="N",
+                    help="instead of the figures: torch operations per trial over N seeds (SDK and plain loop)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     a = ap.parse_args()
@@ -246,6 +329,9 @@ def main():
     print()
     if a.profile:
         profile(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.profile, a.repeats)
+        return
+    if a.ops:
+        ops(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.ops, a.repeats)
         return
     bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats)
     slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
