@@ -464,7 +464,7 @@ def _upload_all(ts, device, also64=False):
     if len(ts) == 1:
         d = _upload(ts[0], device)
         return [d], ([d.to(torch.float64)] if also64 else None)
-    flat = _upload(torch.cat([t.reshape(-1) for t in ts]), device)
+    flat = _upload(torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts]), device)
     return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
 
 
@@ -476,7 +476,7 @@ def _load(case):
         if isinstance(v, torch.Tensor):
             groups.setdefault(v.dtype, []).append(k)
     for keys in groups.values():
-        ts = [case.inputs[k].detach() for k in keys]
+        ts = [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
         d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point())
         case._dev.update(zip(keys, d))
         if d64 is not None:
