@@ -497,7 +497,7 @@ _CONST = {}
 
 
 def _const(kind, device, dtype, n=0):
-    key = (kind, str(device), dtype) if kind != "neg" else (kind, str(device), dtype, n)
+    key = (kind, device, dtype) if kind != "neg" else (kind, device, dtype, n)
     t = _CONST.get(key)
     if t is None or (kind == "pad" and t.numel() < n):
         if kind == "neg":  # -1 for each row but the last, 0 for it, as a column (n, 1, 1)
@@ -741,7 +741,7 @@ class _Batch:
         del vals[len(vals) - len(ft):]
         if self.layout:
             rows, ncounts, has_unw, has_exc = self.layout
-            fl = [_bits_to_float(b) for b in vals[:rows * T]]
+            fl = struct.unpack("<%dd" % (rows * T), struct.pack("<%dq" % (rows * T), *vals[:rows * T]))
             at = rows * T
             pos = vals[at:at + T]
             at += T
