@@ -501,7 +501,8 @@ def _const(kind, device, dtype, n=0):
     t = _CONST.get(key)
     if t is None or (kind == "pad" and t.numel() < n):
         if kind == "neg":  # -1 for each row but the last, 0 for it, as a column (n, 1, 1)
-            t = torch.tensor([-1.0] * (n - 1) + [0.0], dtype=dtype, device=device).view(n, 1, 1)
+            t = torch.full((n, 1, 1), -1.0, dtype=dtype, device=device)  # (made there: no copy to wait for)
+            t[-1] = 0.0
         elif kind == "pad":
             t = torch.zeros(1 << max(n - 1, 1023).bit_length(), dtype=dtype, device=device)
         else:
