@@ -531,9 +531,9 @@ class _Tensor:
 
 class _Batch:
     """compare()'s work for all output tensors of a trial at once, split where the values come
-    back from the device: start() queues the reductions of every tensor together and returns them
-    as one int64 tensor (floats by their bits), finish() takes those values as ints and builds
-    compare()'s dict of each tensor.
+    back from the device: start() (or parts()) queues the reductions of every tensor together and
+    returns them as one int64 tensor (floats by their bits), finish() takes those values as ints
+    and builds compare()'s dict of each tensor.
 
     The tensors (of one dtype, with one fixed tolerance or none and one number of plain
     programs) are laid out as the rows of matrices, each padded with zeros to the longest: the
@@ -541,8 +541,11 @@ class _Batch:
     (2 + plains, tensors, longest), so that each step of the C SDK's compare loop
     (kernels/sdk/metrics.c) is one device operation for all of them, and each reduction one
     operation over the last dimension. A pad is finite, written, not excluded and exact in every
-    program: it adds 0 to every maximum (all of them >= 0), is never the first hard element nor
-    ahead of a real one, and counts as finite (finish() takes the pads off those counts)."""
+    program: it adds 0 to every maximum (all of them >= 0, atol and rtol being >= 0), is never
+    the first hard element nor ahead of a real one, and counts as finite (finish() takes the pads
+    off those counts). Every value is the same as compare()'s of the tensor alone, bit for bit:
+    each element's arithmetic is the same, and maxima, first indices and counts do not depend on
+    how elements are grouped."""
 
     def __init__(self, dtype, atol=None, rtol=0.0):
         self.dtype, self.atol, self.rtol = dtype, atol, rtol
@@ -555,15 +558,13 @@ class _Batch:
 
     def add(self, name, got, ref, plains=(), shape=None, factor=2.0, floor_eps=FLOOR_EPS, floor_scale=None,
             unwritten=None, exclude=None, canary=0, tail_width=0):
-        """compare()'s checks of its arguments. got may be None when start() is given the kernel's
-        values already laid out."""
+        """One tensor more, with compare()'s arguments and their checks."""
         flat = lambda t: t.reshape(-1) if t.dim() != 1 else t  # noqa: E731  (no dispatch where flat)
         ref = flat(ref)
         n = ref.numel()
-        if got is not None:
-            got = flat(got)
-            if got.numel() != n:
-                raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
+        got = flat(got)
+        if got.numel() != n:
+            raise ValueError("tensor '%s': %d values for %d reference elements" % (name, got.numel(), n))
         plains = [flat(p) for p in plains]
         if not self.fixed and not plains:
             raise ValueError("tensor '%s': no plain program and no fixed atol" % name)
@@ -715,7 +716,7 @@ class _Batch:
             self.layout = (rows, nc, unw is not None, exc is not None)
         fscales = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         if fscales:
-            fs = torch.stack([f.reshape(()) for f in fscales]).to(dev)
+            fs = torch.stack([f.reshape(()).to(dev) for f in fscales])
             parts.append(fs.to(torch.float64).view(torch.int64))
         parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
         self.ntail = [t.numel() for t in tail]
