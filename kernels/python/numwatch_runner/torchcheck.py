@@ -184,15 +184,9 @@ class Gen:
 
     def normal(self, shape, dtype=None, mean=0.0, std=1.0):
         """Approximately normal (four uniforms summed and rescaled: |z| < 3.47), rounded to dtype."""
-        u0, u1, u2, u3 = self._rand((4,) + tuple(shape)).unbind(0)
-        z = u0 + u1  # (((u0 + u1) + u2) + u3 - 2) * sqrt(3), in place
-        z += u2
-        z += u3
-        z -= 2.0
-        z *= 1.7320508075688772
-        if mean != 0.0 or std != 1.0:  # z is never -0.0, so 0.0 + 1.0 * z is z: only then skipped
-            z = mean + std * z
-        return self._cast(z, dtype)
+        u = self._rand((4,) + tuple(shape))
+        z = (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * 1.7320508075688772
+        return self._cast(mean + std * z, dtype)
 
     def integers(self, shape, lo, hi):
         """int64 uniform in [lo, hi]."""
@@ -238,11 +232,11 @@ class Gen:
         for r in range(rows):
             k = self.choice(kinds)
             if k == "offset":
-                x[r] += self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4)
+                x[r] = x[r] + self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4)
             elif k == "spread":
-                x[r] *= self.uniform(20.0, 80.0)
+                x[r] = x[r] * self.uniform(20.0, 80.0)
             elif k == "small":
-                x[r] *= math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+                x[r] = x[r] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
             elif k == "zeros":
                 x[r] = 0.0
             elif k == "onehot":
