@@ -648,8 +648,13 @@ class _Batch:
             nc = K + 1 + has_unw + (exc is not None)
             C = torch.empty((nc, T, L), dtype=bool_, device=dev)
             cs = C.unbind(0)
-            A = X.abs()
-            F = torch.lt(A, _INF, out=C[:K])  # finite (NaN compares false)
+            # The float64 rows of the maxima (their first K rows hold |X| a moment first: few and
+            # reused buffers, which the CPU's allocator keeps in step with).
+            rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
+            B = torch.empty((rows, T, L), dtype=f64, device=dev)
+            bs = B.unbind(0)
+            BK = B[:K]
+            F = torch.lt(torch.abs(X, out=BK), _INF, out=C[:K])  # finite (NaN compares false)
             unw = None
             if has_unw:
                 unw = cs[K + 1]
@@ -663,7 +668,7 @@ class _Batch:
             # that the classes compare with one != (an unwritten element is no mismatch: its
             # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
             S = X[::K - 1]  # the kernel's row and the reference's
-            cls = torch.where(F[::K - 1], zero, S.nan_to_num(5.0, _INF, -_INF))
+            cls = S.nan_to_num(5.0, _INF, -_INF).masked_fill_(F[::K - 1], 0.0)
             mism = torch.ne(*cls.unbind(0), out=cs[K])
             if unw is not None:
                 mism &= written
@@ -671,16 +676,14 @@ class _Batch:
                 torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
                 if unw is not None:
                     cs[-1].logical_and_(written)
-            rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
-            B = torch.empty((rows, T, L), dtype=f64, device=dev)
-            bs = B.unbind(0)
             # |program - reference| of the kernel and each plain program, and |reference| (the
             # reference's row takes 0 times itself: exact), each where it and the reference are
             # finite, on the ok elements.
-            D = torch.addcmul(X, _const("neg", dev, f64, K), X[-1]).abs_()
-            torch.where(F & ok, D, zero, out=B[:K])
+            torch.addcmul(X, _const("neg", dev, f64, K), X[-1], out=BK).abs_()
+            torch.where(F & ok, BK, zero, out=BK)
             err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
-            torch.where(absr > 0, err / absr, zero, out=rel)
+            torch.div(err, absr, out=rel)
+            torch.where(absr > 0, rel, zero, out=rel)
             r = 3 + P
             key = err
             if self.fixed:
@@ -694,8 +697,9 @@ class _Batch:
                 # The distance of the float32 values in ULPs: the magnitude's bits with the value's
                 # sign, as float64 (exact), differenced; none where the reference is past f32's range.
                 Y = S.to(torch.float32)
-                o = torch.copysign((Y.view(torch.int32) & 0x7FFFFFFF).to(f64), Y)
-                torch.where(ok & (absr < _F32_OVERFLOW), torch.sub(*o.unbind(0)).abs_(), zero, out=bs[r])
+                o = (Y.view(torch.int32) & 0x7FFFFFFF).to(f64).copysign_(Y)
+                d = torch.sub(*o.unbind(0), out=o[0]).abs_()
+                torch.where(ok & (absr < _F32_OVERFLOW), d, zero, out=bs[r])
             elif self.ulp:
                 i = S.view(torch.int64)
                 o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
