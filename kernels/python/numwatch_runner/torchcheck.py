@@ -421,9 +421,11 @@ def _case_digest_later(case, gpu):
 
 # ---- metrics ------------------------------------------------------------------------------------
 
-#: Whether a trial measures all its outputs together, as rows padded to the longest (the fewest
-#: device operations: what a GPU's trial time is made of), or those of each size apart (the
-#: fewest elements: what the CPU's is made of). None: together on a GPU, apart on the CPU.
+#: Whether a trial works on its tensors together: all its outputs measured at once, as rows
+#: padded to the longest, and the inputs of a dtype moved to the device as one (the fewest device
+#: operations: what a GPU's trial time is made of), or apart: the outputs of each size measured
+#: without padding, each input as it is (the fewest elements and calls: what the CPU's is made
+#: of). None: together on a GPU, apart on the CPU.
 BATCH_ALL = None
 
 #: Device-to-host reads of the SDK (each one a synchronisation on a GPU), counted so that a test
@@ -451,13 +453,19 @@ def _upload(t, device):
     return t.pin_memory().to(device, non_blocking=True)
 
 
+def _together(device):
+    """Whether a trial on device works on its tensors together (BATCH_ALL)."""
+    return torch.device(device).type == "cuda" if BATCH_ALL is None else BATCH_ALL
+
+
 def _upload_all(ts, device, also64=False):
     """The CPU tensors ts (of one dtype) on device with one copy (packed end to end on the host,
     moved at once, handed back as views of the one device tensor with ts' shapes), and when
-    also64 in float64 too (one conversion): (tensors, float64 tensors or None)."""
-    if len(ts) == 1:
-        d = _upload(ts[0], device)
-        return [d], ([d.to(torch.float64)] if also64 else None)
+    also64 in float64 too (one conversion): (tensors, float64 tensors or None). On the CPU, where
+    nothing is copied, each as it is (_together)."""
+    if len(ts) == 1 or not _together(device):
+        d = [_upload(t, device) for t in ts]
+        return d, ([t.to(torch.float64) for t in d] if also64 else None)
     flat = _upload(torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts]), device)
     return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
 
@@ -1114,7 +1122,7 @@ class TorchCheck(Check):
             sizes = [ref[k].numel() for k in names]
             width = max(sizes)
             groups = [list(range(len(names)))]
-            batch_all = gpu if BATCH_ALL is None else BATCH_ALL
+            batch_all = _together(case.device)
             if not batch_all:
                 by_size = {}
                 for j, n in enumerate(sizes):
