@@ -440,14 +440,19 @@ class HostReadsTest(unittest.TestCase):
 
     def test_one_read_per_trial(self):
         r = planted_runner()
-        for check in ("planted.fwd", "planted.bwd"):
-            for family in ("ok", "scaled", "nan", "unwritten", "canary", "kink", "view"):
-                for dtype, repeats in (("f32", 1), ("bf16", 3)):
-                    before = nwt.HOST_READS[0]
-                    r.trial(check, dtype, seed_of(family), None, repeats)
-                    what = "%s %s %s x%d" % (check, family, dtype, repeats)
-                    self.assertEqual(nwt.HOST_READS[0] - before, 1, what)
-                    self.assertEqual(dict(self.stray), {}, what)
+        try:
+            for together in (None, True):  # the CPU's way, and the GPU's (torchcheck.BATCH_ALL)
+                nwt.BATCH_ALL = together
+                for check in ("planted.fwd", "planted.bwd"):
+                    for family in ("ok", "scaled", "nan", "unwritten", "canary", "kink", "view"):
+                        for dtype, repeats in (("f32", 1), ("bf16", 3)):
+                            before = nwt.HOST_READS[0]
+                            r.trial(check, dtype, seed_of(family), None, repeats)
+                            what = "%s %s %s x%d %s" % (check, family, dtype, repeats, together)
+                            self.assertEqual(nwt.HOST_READS[0] - before, 1, what)
+                            self.assertEqual(dict(self.stray), {}, what)
+        finally:
+            nwt.BATCH_ALL = None
 
     def test_floor_scales_stay_on_the_device(self):
         class Scaled(Planted):
