@@ -403,6 +403,9 @@ void store_discard(struct store *s)
 {
 	s->discarding = true;
 	uv_timer_stop(&s->flush_timer);
+	/* The buffered rows are dropped as their batch would have been: whoever waits for it hears. */
+	if (s->nrows > 0)
+		s->next_seq++;
 	s->rows.len = 0;
 	s->nrows = 0;
 	for (unsigned i = 0; i < s->nconns; i++)
@@ -436,19 +439,25 @@ void store_flush(struct store *s)
 
 int store_flush_then(struct store *s, store_flushed_cb cb, void *data)
 {
+	store_flush(s);
+	return store_then(s, cb, data);
+}
+
+int store_then(struct store *s, store_flushed_cb cb, void *data)
+{
 	struct waiter *w;
 
-	store_flush(s);
 	if (s->closing)
 		return 0; /* the daemon is exiting: nobody hears */
-	if (s->discarding || oldest_unwritten(s) == s->next_seq) {
+	if (s->discarding || (s->nrows == 0 && oldest_unwritten(s) == s->next_seq)) {
 		cb(data);
 		return 0;
 	}
 	w = malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	*w = (struct waiter){.seq = s->next_seq - 1, .cb = cb, .data = data};
+	/* Rows still buffered go out as batch next_seq (at the latest when the flush timer fires). */
+	*w = (struct waiter){.seq = s->nrows > 0 ? s->next_seq : s->next_seq - 1, .cb = cb, .data = data};
 	/* Appended: waiters hear in the order they came. */
 	{
 		struct waiter **p = &s->waiters;
