@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "caps.h"
 #include "log.h"
 
@@ -468,7 +469,7 @@ static void on_handle_closed(uv_handle_t *h)
 		return;
 	free(p->out_buf.buf);
 	free(p->err_buf.buf);
-	free(p->line);
+	bigbuf_free(p->line, p->opts.line_max + 1);
 	free(p);
 }
 
@@ -669,7 +670,8 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 	if (!rc)
 		rc = tailbuf_init(&p->err_buf, opts->err_max);
 	if (!rc && opts->on_line) {
-		p->line = malloc(opts->line_max + 1);
+		/* Up to a MiB a runner, kept out of the next runners' forks (bigbuf.h). */
+		p->line = bigbuf_alloc(opts->line_max + 1);
 		if (!p->line)
 			rc = -ENOMEM;
 	}

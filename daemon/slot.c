@@ -118,9 +118,9 @@ struct part_end {
 	long long job_id, commit_id;
 	int check_id;
 	char dtype[16], sha[41], check[64];
-	unsigned long long lo, hi;       /* the job's seed list's range, for overlaps (ahead_overlaps()) */
-	char *seeds;                     /* "{1,2,3}": the seeds that ran */
-	unsigned long long first, last;  /* the range of those */
+	unsigned long long lo, hi;      /* the job's seed list's range, for overlaps (ahead_overlaps()) */
+	char *seeds;                    /* "{1,2,3}": the seeds that ran */
+	unsigned long long first, last; /* the range of those */
 	unsigned trials, failures;
 	bool failed;
 	int tries;
@@ -134,10 +134,10 @@ struct slot {
 	/* Where the slot's time goes (/metrics): per state, and with a trial in flight. */
 	uint64_t state_since, state_ns[SLOT_STATES];
 	uint64_t trial_since, trial_ns;
-	uv_timer_t wake;     /* claim polling and restart backoff */
-	uv_timer_t deadline; /* hello or trial deadline */
-	uv_timer_t lease;    /* renews the job's lease */
-	uv_timer_t reap;     /* the wait for a stopped runner's group to go */
+	uv_timer_t wake;      /* claim polling and restart backoff */
+	uv_timer_t deadline;  /* hello or trial deadline */
+	uv_timer_t lease;     /* renews the job's lease */
+	uv_timer_t reap;      /* the wait for a stopped runner's group to go */
 	uv_timer_t end_retry; /* the next try of part ends whose rows were not all stored yet */
 	int open_handles;
 	bool draining;
@@ -173,7 +173,7 @@ struct slot {
 	size_t san_mark;      /* stderr offset at the start of the trial in flight */
 	enum sanitizer_status san_status;
 	bool san_stop; /* the tool was refused: the job ends */
-	unsigned cur; /* index into seeds of the trial in flight */
+	unsigned cur;  /* index into seeds of the trial in flight */
 	/* pick_seed(): every seed before these has run once / needs no rerun; a first run failed. */
 	unsigned next_first, next_rerun;
 	int cur_attempt;
@@ -448,8 +448,8 @@ static void on_deadline(uv_timer_t *t)
 		return;
 	}
 	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
-	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->w.job.sha, s->w.job.check, s->w.job.dtype,
-		 s->w.seeds[s->cur].seed, why);
+	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
+		 s->w.job.dtype, s->w.seeds[s->cur].seed, why);
 	record(s, OUTCOME_TIMEOUT, NULL, why);
 	drop_runner(s);
 	s->crash_streak++;
@@ -490,8 +490,8 @@ static bool sanitized(struct slot *s, enum outcome *outcome, const struct proto_
 
 	s->san_status = sanitizer_scan(text, len, excerpt, sizeof(excerpt));
 	if (s->san_status == SANITIZER_SKIPPED) {
-		log_warn("slot %s: compute-sanitizer %s skipped on this device: %s", s->cfg.name, s->w.job.tool,
-			 excerpt);
+		log_warn("slot %s: compute-sanitizer %s skipped on this device: %s", s->cfg.name,
+			 s->w.job.tool, excerpt);
 		record(s, OUTCOME_INFRA_ERROR, t, excerpt);
 		drop_runner(s);
 		s->san_stop = true;
@@ -500,7 +500,8 @@ static bool sanitized(struct slot *s, enum outcome *outcome, const struct proto_
 	}
 	if (s->san_status == SANITIZER_REPORT) {
 		log_warn("slot %s: %.12s %s %s seed %llu: compute-sanitizer %s report", s->cfg.name,
-			 s->w.job.sha, s->w.job.check, s->w.job.dtype, s->w.seeds[s->cur].seed, s->w.job.tool);
+			 s->w.job.sha, s->w.job.check, s->w.job.dtype, s->w.seeds[s->cur].seed,
+			 s->w.job.tool);
 		record(s, OUTCOME_FAIL, t, excerpt);
 		advance(s);
 		return true;
@@ -657,8 +658,8 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
 		strike(s, logged);
 	} else if (s->in_trial) {
-		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
-			 s->w.job.dtype, s->w.seeds[s->cur].seed, logged);
+		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->w.job.sha,
+			 s->w.job.check, s->w.job.dtype, s->w.seeds[s->cur].seed, logged);
 		record(s, OUTCOME_CRASH, NULL, why);
 		s->crash_streak++;
 		restart_later(s);
@@ -682,7 +683,7 @@ static int start_runner(struct slot *s)
 	const char *argv[2] = {path, NULL};
 	/* Under a sanitizer its reports go to stderr, beside the runner's own log: the protocol stays clean. */
 	const char *san_argv[] = {cfg->sanitizer_path, "--tool", s->w.job.tool, "--log-file", "/dev/stderr",
-				  "--launch-timeout",  "120",    path,        NULL};
+				  "--launch-timeout",  "120",    path,          NULL};
 	struct proc_opts o = {0};
 	char **env;
 	int rc;
@@ -723,7 +724,8 @@ static int start_runner(struct slot *s)
 			 * wiped): not the job's fault. The host forgets it built the commit,
 			 * so that it builds it again before it claims the commit's jobs.
 			 */
-			log_warn("slot %s: %.12s: %s; building it here again", s->cfg.name, s->w.job.sha, why);
+			log_warn("slot %s: %.12s: %s; building it here again", s->cfg.name, s->w.job.sha,
+				 why);
 			builder_forget(s->d, s->w.job.commit_id);
 			jobs_release(s->d, s->w.job.id);
 			job_done(s);
@@ -775,7 +777,8 @@ static bool pick_seed(struct slot *s, unsigned *index)
 		*index = s->next_first;
 		return true;
 	}
-	while (s->w.plan && s->next_rerun < s->w.nseeds && !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
+	while (s->w.plan && s->next_rerun < s->w.nseeds &&
+	       !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
 		s->next_rerun++;
 	if (s->w.plan && s->next_rerun < s->w.nseeds) {
 		*index = s->next_rerun;
@@ -1170,8 +1173,10 @@ static void claim_ahead(struct slot *s)
 	 * every GPU had one slot.
 	 */
 	jobs_claim(s->d, s->cfg.gpu >= 0 && s->cfg.peer == 0 ? "trials,probe,sanitize" : "trials,probe",
-		   s->has_job ? s->w.job.commit_id : s->runner ? s->runner_commit : 0, s->cfg.gpu >= 0,
-		   on_claim_answer, s);
+		   s->has_job  ? s->w.job.commit_id
+		   : s->runner ? s->runner_commit
+			       : 0,
+		   s->cfg.gpu >= 0, on_claim_answer, s);
 }
 
 static void claim(struct slot *s)
@@ -1425,8 +1430,9 @@ static void end_answered(struct part_end *e, bool marked, const char *error)
 		return;
 	}
 	if (++e->tries >= FINISH_RETRIES) {
-		log_warn("slot %s: job %lld (%.12s %s %s): results not all stored yet (%s); giving the job back",
-			 s->cfg.name, e->job_id, e->sha, e->check, e->dtype, error ? error : "rows missing");
+		log_warn(
+		    "slot %s: job %lld (%.12s %s %s): results not all stored yet (%s); giving the job back",
+		    s->cfg.name, e->job_id, e->sha, e->check, e->dtype, error ? error : "rows missing");
 		jobs_release(s->d, e->job_id);
 		end_over(e);
 		return;
@@ -1465,7 +1471,8 @@ static void on_ends_written(PGresult *res, const char *error, void *data)
 		bool marked = false;
 
 		for (int r = 0; r < rows && !marked; r++)
-			marked = db_get_ll(res, r, 0, 0) == ends[i]->job_id && strcmp(PQgetvalue(res, r, 1), "t") == 0;
+			marked = db_get_ll(res, r, 0, 0) == ends[i]->job_id &&
+				 strcmp(PQgetvalue(res, r, 1), "t") == 0;
 		any = any || marked;
 		end_answered(ends[i], marked, error);
 	}
@@ -1485,15 +1492,17 @@ static void ends_send(struct nwd *d)
 		return;
 	list = json_array();
 	for (unsigned i = 0; list && i < d->nslots && ends_batch.n < NW_SLOT_ENDS_MAX; i++)
-		for (struct part_end *e = d->slots[i]->ends; e && ends_batch.n < NW_SLOT_ENDS_MAX; e = e->next) {
+		for (struct part_end *e = d->slots[i]->ends; e && ends_batch.n < NW_SLOT_ENDS_MAX;
+		     e = e->next) {
 			if (e->state != END_READY)
 				continue;
 			if (json_array_append_new(
-				list, json_pack("{sI sI si ss ss si si sb sI sI}", "id", (json_int_t)e->job_id,
-						"commit_id", (json_int_t)e->commit_id, "check_id", e->check_id,
-						"dtype", e->dtype, "seeds", e->seeds, "trials", (int)e->trials,
-						"failures", (int)e->failures, "failed", e->failed, "lo",
-						(json_int_t)e->first, "hi", (json_int_t)e->last)) < 0)
+				list,
+				json_pack("{sI sI si ss ss si si sb sI sI}", "id", (json_int_t)e->job_id,
+					  "commit_id", (json_int_t)e->commit_id, "check_id", e->check_id,
+					  "dtype", e->dtype, "seeds", e->seeds, "trials", (int)e->trials,
+					  "failures", (int)e->failures, "failed", e->failed, "lo",
+					  (json_int_t)e->first, "hi", (json_int_t)e->last)) < 0)
 				break;
 			e->state = END_SENDING;
 			ends_batch.ends[ends_batch.n++] = e;
@@ -1508,8 +1517,8 @@ static void ends_send(struct nwd *d)
 	params[0] = text;
 	if (!text)
 		on_ends_written(NULL, "out of memory", d);
-	else if (db_query(d->db, "SELECT job_id, marked FROM part_ends($1::jsonb)", 1, params, on_ends_written,
-			  d) < 0)
+	else if (db_query(d->db, "SELECT job_id, marked FROM part_ends($1::jsonb)", 1, params,
+			  on_ends_written, d) < 0)
 		on_ends_written(NULL, "cannot queue the query", d);
 	free(text);
 }
