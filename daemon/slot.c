@@ -1140,6 +1140,11 @@ static void on_claim_answer(struct job *job, void *data)
 	struct slot *s = data;
 
 	s->ahead_state = AHEAD_NONE;
+	if (job && s->has_job && job->id == s->w.job.id) {
+		/* The slot's own job, its lease run out while it runs: still the slot's, not a second one. */
+		free(job->seeds);
+		job = NULL;
+	}
 	if (job && (s->draining || work_init(s, &s->ahead, job) < 0)) {
 		jobs_release(s->d, job->id);
 		free(job->seeds);
