@@ -136,7 +136,7 @@ struct slot {
 	uint64_t trial_since, trial_ns;
 	uv_timer_t wake;      /* claim polling and restart backoff */
 	uv_timer_t deadline;  /* hello or trial deadline */
-	uv_timer_t lease;     /* renews the job's lease */
+	uv_timer_t lease;     /* renews the leases of the jobs it holds */
 	uv_timer_t reap;      /* the wait for a stopped runner's group to go */
 	uv_timer_t end_retry; /* the next try of part ends whose rows were not all stored yet */
 	int open_handles;
@@ -252,6 +252,13 @@ static bool wait_for_dying(struct slot *s)
 	return true;
 }
 
+/* Whether the work is a part of the same search probe as the failed job. */
+static bool is_sibling(const struct slot_work *w, const struct job *failed)
+{
+	return w->job.stop_on_failure && w->job.bisection_id == failed->bisection_id &&
+	       w->job.commit_id == failed->commit_id && w->job.round == failed->round;
+}
+
 /*
  * A failure ends a search probe, and so every part of it: the bisector split
  * one probe at one commit over several slots (bisector.c queue_parts), and
@@ -263,12 +270,6 @@ static bool wait_for_dying(struct slot *s)
  * trials and 129 trial-times of wall with each part to its own failure, 418
  * and 111 with the parts ending together.
  */
-static bool is_sibling(const struct slot_work *w, const struct job *failed)
-{
-	return w->job.stop_on_failure && w->job.bisection_id == failed->bisection_id &&
-	       w->job.commit_id == failed->commit_id && w->job.round == failed->round;
-}
-
 static void stop_siblings(struct slot *s)
 {
 	for (unsigned i = 0; i < s->d->nslots; i++) {
