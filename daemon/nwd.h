@@ -39,7 +39,10 @@ struct nwd {
 	int repo_id;
 	struct db *db;      /* scheduler and store writes */
 	struct db *db_http; /* dashboard and API reads */
-	/* The judge's reads (judge_input), several at once beside the writes: a verdict per job. */
+	/*
+	 * The judge's reads (judge_input), several at once beside the writes: a
+	 * verdict per job; and the slots' reads of a job's stored trials.
+	 */
 	struct db *db_judge;
 	struct store *store;
 	struct poller *poller;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bigbuf.h"
 #include "caps.h"
 #include "log.h"
 
@@ -49,6 +50,7 @@ struct proc {
 	size_t line_len;
 	bool line_overflow;
 	bool guarded;                       /* known to the reaper and recorded in the state directory */
+	int record;                         /* its record in the state directory (records.fds), or -1 */
 	struct proc *live_prev, *live_next; /* the children still running, for a new reaper */
 };
 
@@ -280,36 +282,93 @@ static void reaper_send(int32_t pgid)
 		log_error("proc: cannot start a reaper: children will not die with the daemon");
 }
 
-/* state_dir/procs/PGID: the group, its leader's start, this daemon and its start, the boot. */
-static void record_add(pid_t pgid)
-{
-	char path[PATH_MAX + 32], line[256];
-	unsigned long long start;
-	pid_t pgrp;
-	char state;
-	int fd, n;
+/*
+ * The records are files this daemon reuses, "DAEMONPID-N" in state_dir/procs,
+ * each kept open: a child's start writes its group into a free one, its end
+ * marks the record free (a group of 0), both one pwrite of RECORD_LEN bytes
+ * at offset 0. A file created and deleted per child cost ext4 an inode's
+ * allocation and release at every runner start: 4% of the daemon's time at
+ * 64 slots, whose runners restart at every job (issue 17).
+ */
+#define RECORD_LEN 128
+static struct {
+	int *fds; /* by record number; -1 where the file could not be opened */
+	unsigned n;
+	unsigned *free; /* record numbers free for the next child */
+	unsigned nfree;
+} records;
 
-	if (!guard.dir[0] || !pid_stat(pgid, &pgrp, &start, &state))
-		return;
-	n = snprintf(line, sizeof(line), "%d %llu %d %llu %s\n", (int)pgid, start, (int)getpid(),
-		     guard.self_start, guard.boot_id);
-	snprintf(path, sizeof(path), "%s/%d", guard.dir, (int)pgid);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || write(fd, line, (size_t)n) != n)
-		log_warn("proc: cannot record process group %d in '%s': %s", (int)pgid, path,
-			 strerror(errno));
-	if (fd >= 0)
-		close(fd);
+/* Writes 'line' as record 'r' (padded to RECORD_LEN: it overwrites whatever it held). */
+static int record_write(unsigned r, const char *line)
+{
+	char buf[RECORD_LEN];
+	size_t len = strlen(line);
+
+	memset(buf, ' ', sizeof(buf));
+	memcpy(buf, line, len < sizeof(buf) - 1 ? len : sizeof(buf) - 1);
+	buf[sizeof(buf) - 1] = '\n';
+	return pwrite(records.fds[r], buf, sizeof(buf), 0) == (ssize_t)sizeof(buf) ? 0 : -1;
 }
 
-static void record_del(pid_t pgid)
+/* A free record (a new file when none is free), or -1. */
+static int record_take(void)
 {
-	char path[PATH_MAX + 32];
+	char path[PATH_MAX + 48];
+	unsigned *free_grown;
+	int *fds, fd;
 
-	if (!guard.dir[0])
+	if (records.nfree > 0)
+		return (int)records.free[--records.nfree];
+	fds = realloc(records.fds, (records.n + 1) * sizeof(*fds));
+	if (!fds)
+		return -1;
+	records.fds = fds;
+	/* Room to give every record back without allocating. */
+	free_grown = realloc(records.free, (records.n + 1) * sizeof(*free_grown));
+	if (!free_grown)
+		return -1;
+	records.free = free_grown;
+	snprintf(path, sizeof(path), "%s/%d-%u", guard.dir, (int)getpid(), records.n + 1);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		log_warn("proc: cannot create the record '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	records.fds[records.n] = fd;
+	return (int)records.n++;
+}
+
+/* Records the child's group: the group, its leader's start, this daemon and its start, the boot. */
+static void record_add(struct proc *p, pid_t pgid)
+{
+	unsigned long long start;
+	char line[RECORD_LEN];
+	pid_t pgrp;
+	char state;
+	int r;
+
+	p->record = -1;
+	if (!guard.dir[0] || !pid_stat(pgid, &pgrp, &start, &state))
 		return;
-	snprintf(path, sizeof(path), "%s/%d", guard.dir, (int)pgid);
-	unlink(path);
+	if ((r = record_take()) < 0)
+		return;
+	snprintf(line, sizeof(line), "%d %llu %d %llu %s", (int)pgid, start, (int)getpid(), guard.self_start,
+		 guard.boot_id);
+	if (record_write((unsigned)r, line) < 0)
+		log_warn("proc: cannot record process group %d in '%s': %s", (int)pgid, guard.dir,
+			 strerror(errno));
+	p->record = r;
+}
+
+/* The group is gone: its record is free (a start-up skips it) for the next child. */
+static void record_del(struct proc *p)
+{
+	if (p->record < 0)
+		return;
+	/* A record left as it was names a group gone: the next start-up finds its leader's start changed. */
+	(void)record_write((unsigned)p->record, "0 0 0 0 free");
+	records.free[records.nfree++] = (unsigned)p->record;
+	p->record = -1;
 }
 
 /*
@@ -360,6 +419,12 @@ static void kill_leftovers(void)
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", guard.dir, e->d_name);
+		if (read_small(path, line, sizeof(line)) >= 0 &&
+		    sscanf(line, "%d %llu %d %llu %63s", &pgid, &start, &dpid, &dstart, boot) == 5 &&
+		    pgid == 0) {
+			unlink(path); /* a free record */
+			continue;
+		}
 		if (read_small(path, line, sizeof(line)) < 0 ||
 		    sscanf(line, "%d %llu %d %llu %63s", &pgid, &start, &dpid, &dstart, boot) != 5 ||
 		    pgid <= 0) {
@@ -468,7 +533,7 @@ static void on_handle_closed(uv_handle_t *h)
 		return;
 	free(p->out_buf.buf);
 	free(p->err_buf.buf);
-	free(p->line);
+	bigbuf_free(p->line, p->opts.line_max + 1);
 	free(p);
 }
 
@@ -570,7 +635,7 @@ static void on_child_exit(uv_process_t *h, int64_t status, int sig)
 		if (p->live_next)
 			p->live_next->live_prev = p->live_prev;
 		reaper_send(-(int32_t)p->process.pid);
-		record_del(p->process.pid);
+		record_del(p);
 	}
 	uv_timer_stop(&p->grace);
 	uv_timer_start(&p->drain, on_drain, DRAIN_MS, 0);
@@ -665,11 +730,13 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 		return -ENOMEM;
 	p->loop = loop;
 	p->opts = *opts;
+	p->record = -1;
 	rc = tailbuf_init(&p->out_buf, opts->on_line ? 0 : opts->out_max);
 	if (!rc)
 		rc = tailbuf_init(&p->err_buf, opts->err_max);
 	if (!rc && opts->on_line) {
-		p->line = malloc(opts->line_max + 1);
+		/* Up to a MiB a runner, kept out of the next runners' forks (bigbuf.h). */
+		p->line = bigbuf_alloc(opts->line_max + 1);
 		if (!p->line)
 			rc = -ENOMEM;
 	}
@@ -742,7 +809,7 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 		guard.live->live_prev = p;
 	guard.live = p;
 	reaper_send(p->process.pid);
-	record_add(p->process.pid);
+	record_add(p, p->process.pid);
 	uv_read_start((uv_stream_t *)&p->out, on_alloc, on_read);
 	uv_read_start((uv_stream_t *)&p->err, on_alloc, on_read);
 	if (opts->timeout_ms)

@@ -18,6 +18,7 @@
 #include "nwd.h"
 #include "proc.h"
 #include "protocol.h"
+#include "queries.h"
 #include "sanitizer.h"
 #include "stats.h"
 #include "store.h"
@@ -28,6 +29,15 @@
 #define RESTART_MAX_MS  1000
 #define FINISH_RETRY_MS 500
 #define FINISH_RETRIES  20
+/*
+ * A slot claims its next job once the job it runs has this many first runs
+ * left (a part of a run by hand: 64 to 157 seeds; a plan: per_commit): the
+ * claim and the load are then done by the time the last trial is, and a
+ * job is held ahead for less than one job's trials.
+ */
+#define SLOT_AHEAD_SEEDS 64
+/* The most part ends written by one statement (ends_send()); the others go with the next. */
+#define NW_SLOT_ENDS_MAX 256
 /*
  * How long the next runner waits for a stopped one's process group to go:
  * SIGKILL follows SIGTERM after PROC_KILL_GRACE_MS, so only a process stuck
@@ -60,6 +70,63 @@ struct seed_rec {
 	double first_ratio; /* the first run's ratio, for the drift test */
 };
 
+/* A job this slot holds and what its seeds came to: the one it runs, or the one it claimed ahead. */
+struct slot_work {
+	struct job job;
+	struct seed_rec *seeds; /* sorted by seed */
+	unsigned nseeds;
+	bool plan;         /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
+	bool first_failed; /* a seed's first run failed */
+	/* A split search probe's other part failed: this part ends too (stop_siblings()). */
+	bool sibling_failed;
+	/* The job's lease ran out and another daemon claimed it: it is no longer this slot's to finish. */
+	bool lease_lost;
+};
+
+/*
+ * The job claimed ahead (issue 18): while a job runs, the slot claims and
+ * loads its next one, so that it goes from one job's last trial to the next
+ * job's first without waiting for the claim and the load on the daemon's
+ * one scheduler connection. The slot's own claim, when it has no job, goes
+ * the same way (the claimed job is then taken as soon as it is loaded).
+ */
+enum ahead_state {
+	AHEAD_NONE,
+	AHEAD_CLAIMING, /* the claim is in flight */
+	AHEAD_HELD,     /* claimed; its stored trials are read once the job it overlaps has ended */
+	AHEAD_LOADING,  /* its stored trials are being read (or wait for the store's flush) */
+	AHEAD_READY,    /* claimed and loaded: the slot's next job */
+};
+
+/*
+ * The end of a probe, of a part of a run by hand or of a sanitizer run,
+ * written beside the slot's next job: its statement marks the job done only
+ * once every seed's result is stored, and nothing of it needs the slot.
+ * The slot renews its lease until it is written.
+ */
+enum end_state {
+	END_STORING, /* waits for the store to write its trials */
+	END_READY,   /* goes with the next statement of ends (ends_send()) */
+	END_SENDING, /* in that statement */
+	END_RETRY,   /* its rows were not all stored: tried again by the slot's end_retry timer */
+};
+
+struct part_end {
+	struct part_end *next;
+	struct slot *s;
+	enum end_state state;
+	long long job_id, commit_id;
+	int check_id;
+	char dtype[16], sha[41], check[64];
+	unsigned long long lo, hi;      /* the job's seed list's range, for overlaps (ahead_overlaps()) */
+	char *seeds;                    /* "{1,2,3}": the seeds that ran */
+	unsigned long long first, last; /* the range of those */
+	unsigned trials, failures;
+	bool failed;
+	int tries;
+	bool due; /* tried again in this round of on_end_retry() */
+};
+
 struct slot {
 	struct nwd *d;
 	struct config_slot cfg;
@@ -67,10 +134,11 @@ struct slot {
 	/* Where the slot's time goes (/metrics): per state, and with a trial in flight. */
 	uint64_t state_since, state_ns[SLOT_STATES];
 	uint64_t trial_since, trial_ns;
-	uv_timer_t wake;     /* claim polling and restart backoff */
-	uv_timer_t deadline; /* hello or trial deadline */
-	uv_timer_t lease;    /* renews the job's lease */
-	uv_timer_t reap;     /* the wait for a stopped runner's group to go */
+	uv_timer_t wake;      /* claim polling and restart backoff */
+	uv_timer_t deadline;  /* hello or trial deadline */
+	uv_timer_t lease;     /* renews the leases of the jobs it holds */
+	uv_timer_t reap;      /* the wait for a stopped runner's group to go */
+	uv_timer_t end_retry; /* the next try of part ends whose rows were not all stored yet */
 	int open_handles;
 	bool draining;
 
@@ -90,10 +158,11 @@ struct slot {
 	unsigned long long stray_total;
 
 	bool has_job;
-	struct job job;
-	struct seed_rec *seeds; /* sorted by seed */
-	unsigned nseeds;
-	bool plan; /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
+	struct slot_work w; /* the job it runs, while has_job */
+	enum ahead_state ahead_state;
+	struct slot_work ahead; /* the next job, from AHEAD_HELD on */
+	bool ahead_tried;       /* a claim ahead was sent during the job that runs */
+	struct part_end *ends;  /* part ends being written */
 	int finish_tries;
 	struct stats_seed *judged; /* the plan's results while the judge decides (judge.h) */
 	bool infra_failed;
@@ -104,14 +173,9 @@ struct slot {
 	size_t san_mark;      /* stderr offset at the start of the trial in flight */
 	enum sanitizer_status san_status;
 	bool san_stop; /* the tool was refused: the job ends */
-	/* A split search probe's other part failed: this part ends too (stop_siblings()). */
-	bool sibling_failed;
-	/* The job's lease ran out and another daemon claimed it: it is no longer this slot's to finish. */
-	bool lease_lost;
-	unsigned cur; /* index into seeds of the trial in flight */
+	unsigned cur;  /* index into seeds of the trial in flight */
 	/* pick_seed(): every seed before these has run once / needs no rerun; a first run failed. */
 	unsigned next_first, next_rerun;
-	bool first_failed;
 	int cur_attempt;
 
 	unsigned crash_streak;
@@ -122,6 +186,8 @@ struct slot {
 static void advance(struct slot *s);
 static void claim(struct slot *s);
 static void job_done(struct slot *s);
+static void maybe_claim_ahead(struct slot *s);
+static void work_release(struct slot_work *w);
 
 static void set_state(struct slot *s, enum slot_state st)
 {
@@ -186,6 +252,13 @@ static bool wait_for_dying(struct slot *s)
 	return true;
 }
 
+/* Whether the work is a part of the same search probe as the failed job. */
+static bool is_sibling(const struct slot_work *w, const struct job *failed)
+{
+	return w->job.stop_on_failure && w->job.bisection_id == failed->bisection_id &&
+	       w->job.commit_id == failed->commit_id && w->job.round == failed->round;
+}
+
 /*
  * A failure ends a search probe, and so every part of it: the bisector split
  * one probe at one commit over several slots (bisector.c queue_parts), and
@@ -202,28 +275,29 @@ static void stop_siblings(struct slot *s)
 	for (unsigned i = 0; i < s->d->nslots; i++) {
 		struct slot *o = s->d->slots[i];
 
-		if (o != s && o->has_job && o->job.stop_on_failure &&
-		    o->job.bisection_id == s->job.bisection_id && o->job.commit_id == s->job.commit_id &&
-		    o->job.round == s->job.round)
-			o->sibling_failed = true;
+		if (o != s && o->has_job && is_sibling(&o->w, &s->w.job))
+			o->w.sibling_failed = true;
+		/* A part claimed ahead, here or on another slot, ends before its first trial. */
+		if (o->ahead_state >= AHEAD_HELD && is_sibling(&o->ahead, &s->w.job))
+			o->ahead.sibling_failed = true;
 	}
 }
 
 static void record(struct slot *s, enum outcome outcome, const struct proto_trial *result, const char *error)
 {
-	struct seed_rec *rec = &s->seeds[s->cur];
+	struct seed_rec *rec = &s->w.seeds[s->cur];
 	struct trial_row row = {
-	    .commit_id = s->job.commit_id,
-	    .check_id = s->job.check_id,
-	    .dtype = s->job.dtype,
+	    .commit_id = s->w.job.commit_id,
+	    .check_id = s->w.job.check_id,
+	    .dtype = s->w.job.dtype,
 	    .seed = rec->seed,
 	    .attempt = s->cur_attempt,
 	    .outcome = outcome,
 	    .result = result,
 	    .error = error,
 	    .slot = s->cfg.name,
-	    .sanitizer = s->job.tool[0] ? s->job.tool : NULL,
-	    .sanitizer_status = s->job.tool[0] ? sanitizer_status_name(s->san_status) : NULL,
+	    .sanitizer = s->w.job.tool[0] ? s->w.job.tool : NULL,
+	    .sanitizer_status = s->w.job.tool[0] ? sanitizer_status_name(s->san_status) : NULL,
 	};
 
 	trial_ended(s);
@@ -240,8 +314,8 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	if (rec->v.first == OUTCOME_NONE) {
 		rec->v.first = outcome;
 		rec->first_ratio = result ? result->ratio : NAN;
-		s->first_failed = s->first_failed || outcome_is_failure(outcome);
-		if (s->job.stop_on_failure && s->job.bisection_id && outcome_is_failure(outcome))
+		s->w.first_failed = s->w.first_failed || outcome_is_failure(outcome);
+		if (s->w.job.stop_on_failure && s->w.job.bisection_id && outcome_is_failure(outcome))
 			stop_siblings(s);
 	} else if (rec->v.second == OUTCOME_NONE) {
 		rec->v.second = outcome;
@@ -277,12 +351,12 @@ static void finish_job(struct slot *s, bool infra_failed);
 /* An infrastructure fault: counts against the job, never against the commit. */
 static void strike(struct slot *s, const char *why)
 {
-	s->job.strikes++;
-	jobs_strike(s->d, s->job.id, s->job.strikes);
-	log_warn("slot %s: %.12s %s %s: strike %d of %d: %s", s->cfg.name, s->job.sha, s->job.check,
-		 s->job.dtype, s->job.strikes, SLOT_MAX_STRIKES, why);
+	s->w.job.strikes++;
+	jobs_strike(s->d, s->w.job.id, s->w.job.strikes);
+	log_warn("slot %s: %.12s %s %s: strike %d of %d: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
+		 s->w.job.dtype, s->w.job.strikes, SLOT_MAX_STRIKES, why);
 	drop_runner(s);
-	if (s->job.strikes >= SLOT_MAX_STRIKES)
+	if (s->w.job.strikes >= SLOT_MAX_STRIKES)
 		finish_job(s, true);
 	else
 		restart_later(s);
@@ -375,8 +449,8 @@ static void on_deadline(uv_timer_t *t)
 		return;
 	}
 	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
-	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->job.sha, s->job.check, s->job.dtype,
-		 s->seeds[s->cur].seed, why);
+	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
+		 s->w.job.dtype, s->w.seeds[s->cur].seed, why);
 	record(s, OUTCOME_TIMEOUT, NULL, why);
 	drop_runner(s);
 	s->crash_streak++;
@@ -393,7 +467,7 @@ static void handle_hello(struct slot *s, const char *line, size_t len)
 		return;
 	}
 	log_debug("slot %s: runner '%s' (%s, %s) ready for %.12s", s->cfg.name, hello.runner, hello.backend,
-		  hello.device_name, s->job.sha);
+		  hello.device_name, s->w.job.sha);
 	proto_hello_release(&s->hello);
 	s->hello = hello; /* its checks are the slot's now */
 	uv_timer_stop(&s->deadline);
@@ -417,8 +491,8 @@ static bool sanitized(struct slot *s, enum outcome *outcome, const struct proto_
 
 	s->san_status = sanitizer_scan(text, len, excerpt, sizeof(excerpt));
 	if (s->san_status == SANITIZER_SKIPPED) {
-		log_warn("slot %s: compute-sanitizer %s skipped on this device: %s", s->cfg.name, s->job.tool,
-			 excerpt);
+		log_warn("slot %s: compute-sanitizer %s skipped on this device: %s", s->cfg.name,
+			 s->w.job.tool, excerpt);
 		record(s, OUTCOME_INFRA_ERROR, t, excerpt);
 		drop_runner(s);
 		s->san_stop = true;
@@ -427,7 +501,8 @@ static bool sanitized(struct slot *s, enum outcome *outcome, const struct proto_
 	}
 	if (s->san_status == SANITIZER_REPORT) {
 		log_warn("slot %s: %.12s %s %s seed %llu: compute-sanitizer %s report", s->cfg.name,
-			 s->job.sha, s->job.check, s->job.dtype, s->seeds[s->cur].seed, s->job.tool);
+			 s->w.job.sha, s->w.job.check, s->w.job.dtype, s->w.seeds[s->cur].seed,
+			 s->w.job.tool);
 		record(s, OUTCOME_FAIL, t, excerpt);
 		advance(s);
 		return true;
@@ -448,7 +523,7 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		return;
 	}
 	outcome = t.verdict;
-	if (s->job.tool[0] && sanitized(s, &outcome, &t)) {
+	if (s->w.job.tool[0] && sanitized(s, &outcome, &t)) {
 		proto_trial_release(&t);
 		return;
 	}
@@ -461,8 +536,8 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		    "%s: a trial whose ratio is not finite fails (NaN and Infinity are not JSON: a runner"
 		    " writes null and says why in its verdict)",
 		    t.nonfinite);
-		log_info("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->job.sha, s->job.check,
-			 s->job.dtype, s->seeds[s->cur].seed, why);
+		log_info("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
+			 s->w.job.dtype, s->w.seeds[s->cur].seed, why);
 		s->crash_streak = 0;
 		record(s, OUTCOME_FAIL, &t, why);
 		proto_trial_release(&t);
@@ -486,7 +561,7 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 	 * (a race) even within tolerance, so the trial fails, and verdicts,
 	 * failure rates and bisections count it as any failure.
 	 */
-	if (outcome == OUTCOME_PASS && s->job.deterministic && t.digests_differ > 0) {
+	if (outcome == OUTCOME_PASS && s->w.job.deterministic && t.digests_differ > 0) {
 		record(s, OUTCOME_FAIL, &t, NONDETERMINISTIC_ERROR);
 		proto_trial_release(&t);
 		advance(s);
@@ -511,9 +586,9 @@ static void stray_line(struct slot *s, const char *line, size_t len)
 	if (s->stray_total++ == 0)
 		log_warn("slot %s: %.12s: the runner wrote a line to stdout that is not protocol; left out (a"
 			 " runner's own output belongs on stderr): '%s'",
-			 s->cfg.name, s->job.sha, text);
+			 s->cfg.name, s->w.job.sha, text);
 	else
-		log_debug("slot %s: %.12s: stray line on stdout: '%s'", s->cfg.name, s->job.sha, text);
+		log_debug("slot %s: %.12s: stray line on stdout: '%s'", s->cfg.name, s->w.job.sha, text);
 }
 
 static void on_line(struct proc *p, const char *line, size_t len, void *data)
@@ -584,12 +659,12 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
 		strike(s, logged);
 	} else if (s->in_trial) {
-		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->job.sha, s->job.check,
-			 s->job.dtype, s->seeds[s->cur].seed, logged);
+		log_warn("slot %s: %.12s %s %s seed %llu: crash: %s", s->cfg.name, s->w.job.sha,
+			 s->w.job.check, s->w.job.dtype, s->w.seeds[s->cur].seed, logged);
 		record(s, OUTCOME_CRASH, NULL, why);
 		s->crash_streak++;
 		restart_later(s);
-	} else if (s->state == SLOT_STARTING && s->job.tool[0]) {
+	} else if (s->state == SLOT_STARTING && s->w.job.tool[0]) {
 		/* The runner died under the sanitizer before its hello: the tool refused this device. */
 		s->san_status = SANITIZER_SKIPPED;
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
@@ -608,13 +683,13 @@ static int start_runner(struct slot *s)
 	const char *extra[3] = {"NUMWATCH_PROTOCOL=1", gpu, NULL};
 	const char *argv[2] = {path, NULL};
 	/* Under a sanitizer its reports go to stderr, beside the runner's own log: the protocol stays clean. */
-	const char *san_argv[] = {cfg->sanitizer_path, "--tool", s->job.tool, "--log-file", "/dev/stderr",
-				  "--launch-timeout",  "120",    path,        NULL};
+	const char *san_argv[] = {cfg->sanitizer_path, "--tool", s->w.job.tool, "--log-file", "/dev/stderr",
+				  "--launch-timeout",  "120",    path,          NULL};
 	struct proc_opts o = {0};
 	char **env;
 	int rc;
 
-	snprintf(build_dir, sizeof(build_dir), "%s/builds/%s", cfg->state_dir, s->job.sha);
+	snprintf(build_dir, sizeof(build_dir), "%s/builds/%s", cfg->state_dir, s->w.job.sha);
 	snprintf(path, sizeof(path), "%s/%s", build_dir,
 		 s->cfg.gpu < 0 ? cfg->runner_host : cfg->runner_cuda);
 	if (s->cfg.gpu < 0)
@@ -624,7 +699,7 @@ static int start_runner(struct slot *s)
 	env = nwd_runner_env(s->d, extra);
 	if (!env)
 		return -ENOMEM;
-	o.argv = s->job.tool[0] ? san_argv : argv;
+	o.argv = s->w.job.tool[0] ? san_argv : argv;
 	o.cwd = build_dir;
 	o.env = (const char *const *)env;
 	o.err_max = NW_STDERR_TAIL_MAX;
@@ -644,19 +719,20 @@ static int start_runner(struct slot *s)
 
 		s->runner = NULL;
 		snprintf(why, sizeof(why), "cannot start runner '%s': %s", o.argv[0], uv_strerror(rc));
-		if (rc == UV_ENOENT && !s->job.tool[0]) {
+		if (rc == UV_ENOENT && !s->w.job.tool[0]) {
 			/*
 			 * This host's build of the commit is gone (its state directory was
 			 * wiped): not the job's fault. The host forgets it built the commit,
 			 * so that it builds it again before it claims the commit's jobs.
 			 */
-			log_warn("slot %s: %.12s: %s; building it here again", s->cfg.name, s->job.sha, why);
-			builder_forget(s->d, s->job.commit_id);
-			jobs_release(s->d, s->job.id);
+			log_warn("slot %s: %.12s: %s; building it here again", s->cfg.name, s->w.job.sha,
+				 why);
+			builder_forget(s->d, s->w.job.commit_id);
+			jobs_release(s->d, s->w.job.id);
 			job_done(s);
 			return rc;
 		}
-		if (s->job.tool[0]) {
+		if (s->w.job.tool[0]) {
 			/* No compute-sanitizer on this host: skipped, not passed, and the job ends. */
 			s->san_status = SANITIZER_SKIPPED;
 			record(s, OUTCOME_INFRA_ERROR, NULL, why);
@@ -667,8 +743,8 @@ static int start_runner(struct slot *s)
 		hello_failed(s, why);
 		return rc;
 	}
-	s->runner_commit = s->job.commit_id;
-	snprintf(s->runner_tool, sizeof(s->runner_tool), "%s", s->job.tool);
+	s->runner_commit = s->w.job.commit_id;
+	snprintf(s->runner_tool, sizeof(s->runner_tool), "%s", s->w.job.tool);
 	set_state(s, SLOT_STARTING);
 	uv_timer_start(&s->deadline, on_deadline, (uint64_t)cfg->hello_timeout_s * 1000, 0);
 	{
@@ -687,45 +763,29 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	if (s->san_stop)
 		return false;
 	/* A search probe ends at its first failure, or a sibling part's: one says what it came to learn. */
-	if (s->job.stop_on_failure && s->sibling_failed)
+	if (s->w.job.stop_on_failure && s->w.sibling_failed)
 		return false;
-	if (s->job.stop_on_failure && s->first_failed)
+	if (s->w.job.stop_on_failure && s->w.first_failed)
 		return false;
 	/*
 	 * Cursors, not scans from the start, at every trial: a seed's first run
 	 * is never undone, and once every seed ran once, a rerun is only ever
 	 * done (a plan that grows adds seeds after both cursors).
 	 */
-	while (s->next_first < s->nseeds && s->seeds[s->next_first].v.first != OUTCOME_NONE)
+	while (s->next_first < s->w.nseeds && s->w.seeds[s->next_first].v.first != OUTCOME_NONE)
 		s->next_first++;
-	if (s->next_first < s->nseeds) {
+	if (s->next_first < s->w.nseeds) {
 		*index = s->next_first;
 		return true;
 	}
-	while (s->plan && s->next_rerun < s->nseeds && !verdict_seed_needs_rerun(&s->seeds[s->next_rerun].v))
+	while (s->w.plan && s->next_rerun < s->w.nseeds &&
+	       !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
 		s->next_rerun++;
-	if (s->plan && s->next_rerun < s->nseeds) {
+	if (s->w.plan && s->next_rerun < s->w.nseeds) {
 		*index = s->next_rerun;
 		return true;
 	}
 	return false;
-}
-
-static struct seed_rec *find_seed(struct slot *s, unsigned long long seed)
-{
-	unsigned lo = 0, hi = s->nseeds;
-
-	while (lo < hi) {
-		unsigned mid = lo + (hi - lo) / 2;
-
-		if (s->seeds[mid].seed == seed)
-			return &s->seeds[mid];
-		if (s->seeds[mid].seed < seed)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
 }
 
 /* Whether the runner's hello lists the job's check at the job's dtype. */
@@ -734,10 +794,10 @@ static bool runner_declares(const struct slot *s)
 	for (unsigned i = 0; i < s->hello.nchecks; i++) {
 		const struct proto_check *c = &s->hello.checks[i];
 
-		if (strcmp(c->check, s->job.check) != 0)
+		if (strcmp(c->check, s->w.job.check) != 0)
 			continue;
 		for (unsigned k = 0; k < c->ndtypes; k++)
-			if (strcmp(c->dtypes[k], s->job.dtype) == 0)
+			if (strcmp(c->dtypes[k], s->w.job.dtype) == 0)
 				return true;
 		return false;
 	}
@@ -751,14 +811,15 @@ static void advance(struct slot *s)
 
 	if (!s->has_job || s->state != SLOT_RUNNING || s->in_trial)
 		return;
-	if (s->lease_lost) {
+	if (s->w.lease_lost) {
 		/* Its trials so far are stored (idempotently); its end is the new owner's to write. */
 		drop_runner(s);
 		job_done(s);
 		return;
 	}
 	if (s->draining) {
-		jobs_release(s->d, s->job.id);
+		jobs_release(s->d, s->w.job.id);
+		work_release(&s->w);
 		s->has_job = false;
 		set_state(s, SLOT_IDLE);
 		slot_drain(s);
@@ -768,10 +829,10 @@ static void advance(struct slot *s)
 		finish_job(s, false);
 		return;
 	}
-	if (!s->runner || s->runner_commit != s->job.commit_id || !s->runner_ready ||
-	    strcmp(s->runner_tool, s->job.tool) != 0) {
+	if (!s->runner || s->runner_commit != s->w.job.commit_id || !s->runner_ready ||
+	    strcmp(s->runner_tool, s->w.job.tool) != 0) {
 		s->cur = seed; /* a runner that cannot start is recorded against this seed */
-		s->cur_attempt = s->seeds[seed].next_attempt;
+		s->cur_attempt = s->w.seeds[seed].next_attempt;
 		drop_runner(s);
 		if (wait_for_dying(s))
 			return; /* runner_gone() comes back here */
@@ -779,7 +840,7 @@ static void advance(struct slot *s)
 		return;
 	}
 	s->cur = seed;
-	s->cur_attempt = s->seeds[seed].next_attempt;
+	s->cur_attempt = s->w.seeds[seed].next_attempt;
 	if (!runner_declares(s)) {
 		char why[256];
 
@@ -787,13 +848,14 @@ static void advance(struct slot *s)
 		snprintf(
 		    why, sizeof(why),
 		    "the runner's hello does not declare check '%s' at dtype '%s' (it declares %u check%s)",
-		    s->job.check, s->job.dtype, s->hello.nchecks, s->hello.nchecks == 1 ? "" : "s");
+		    s->w.job.check, s->w.job.dtype, s->hello.nchecks, s->hello.nchecks == 1 ? "" : "s");
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
 		strike(s, why);
 		return;
 	}
+	maybe_claim_ahead(s);
 	s->req_id++;
-	line = proto_trial_request(s->req_id, s->job.check, s->job.dtype, s->seeds[seed].seed,
+	line = proto_trial_request(s->req_id, s->w.job.check, s->w.job.dtype, s->w.seeds[seed].seed,
 				   s->d->cfg.repeats, NULL);
 	if (!line) {
 		log_error("slot %s: out of memory", s->cfg.name);
@@ -807,7 +869,7 @@ static void advance(struct slot *s)
 	s->san_status = SANITIZER_CLEAN;
 	uv_timer_start(&s->deadline, on_deadline,
 		       (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
-			   (s->job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1),
+			   (s->w.job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1),
 		       0);
 	if (proc_write(s->runner, line, strlen(line)) < 0)
 		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
@@ -817,58 +879,401 @@ static void advance(struct slot *s)
 static void on_renewed(long long job_id, bool held, void *data)
 {
 	struct slot *s = data;
+	struct slot_work *w = NULL;
 
-	if (held || !s->has_job || s->job.id != job_id || s->lease_lost)
+	if (held)
+		return;
+	if (s->has_job && s->w.job.id == job_id)
+		w = &s->w;
+	else if (s->ahead_state >= AHEAD_HELD && s->ahead.job.id == job_id)
+		w = &s->ahead;
+	if (!w || w->lease_lost)
 		return;
 	log_warn("slot %s: job %lld (%.12s %s %s): its lease ran out and another daemon took it over;"
 		 " leaving it to that one",
-		 s->cfg.name, s->job.id, s->job.sha, s->job.check, s->job.dtype);
-	s->lease_lost = true;
+		 s->cfg.name, w->job.id, w->job.sha, w->job.check, w->job.dtype);
+	w->lease_lost = true;
 }
 
+/* Renews the lease of every job the slot holds: the one it runs, the one claimed ahead, the ends being written. */
 static void on_lease(uv_timer_t *t)
 {
 	struct slot *s = t->data;
 
 	if (s->has_job)
-		jobs_renew(s->d, s->job.id, on_renewed, s);
+		jobs_renew(s->d, s->w.job.id, on_renewed, s);
+	if (s->ahead_state >= AHEAD_HELD)
+		jobs_renew(s->d, s->ahead.job.id, on_renewed, s);
+	for (struct part_end *e = s->ends; e; e = e->next)
+		jobs_renew(s->d, e->job_id, NULL, NULL);
+	/* Read at every renewal: a reload may change the lease. */
+	uv_timer_start(&s->lease, on_lease, (uint64_t)s->d->cfg.lease_s * 1000 / 3, 0);
 }
 
-static void job_done(struct slot *s)
+static void work_release(struct slot_work *w)
 {
-	uv_timer_stop(&s->lease);
-	free(s->seeds);
-	s->seeds = NULL;
-	s->nseeds = 0;
-	free(s->job.seeds);
-	s->job.seeds = NULL;
-	s->san_stop = false;
-	s->has_job = false;
+	free(w->seeds);
+	free(w->job.seeds);
+	memset(w, 0, sizeof(*w));
+}
+
+/* Takes the claimed job (and its seed list) into 'w', its seeds not yet run. */
+static int work_init(struct slot *s, struct slot_work *w, struct job *job)
+{
+	memset(w, 0, sizeof(*w));
+	w->job = *job;
+	job->seeds = NULL;
+	w->plan = w->job.seeds == NULL;
+	w->nseeds = w->plan ? s->d->cfg.trials_per_commit : w->job.nseeds;
+	w->seeds = calloc(w->nseeds ? w->nseeds : 1, sizeof(*w->seeds));
+	if (!w->seeds) {
+		work_release(w);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < w->nseeds; i++) {
+		w->seeds[i].seed = w->plan ? i : w->job.seeds[i];
+		w->seeds[i].worst_ratio = w->seeds[i].first_ratio = NAN;
+	}
+	return 0;
+}
+
+/* The seeds a job may run: a plan's from 0 up (it may grow), a seed list's from its first to its last. */
+static void work_range(const struct slot_work *w, unsigned long long *lo, unsigned long long *hi)
+{
+	*lo = w->plan || w->nseeds == 0 ? 0 : w->seeds[0].seed;
+	*hi = w->plan ? ULLONG_MAX : w->nseeds == 0 ? 0 : w->seeds[w->nseeds - 1].seed;
+}
+
+static bool same_pair(const struct job *a, long long commit_id, int check_id, const char *dtype)
+{
+	return a->commit_id == commit_id && a->check_id == check_id && strcmp(a->dtype, dtype) == 0;
+}
+
+/*
+ * Whether the job claimed ahead may run seeds that the slot's job, or a part
+ * whose end is being written, ran: its stored trials (which give each seed's
+ * next attempt) are then read only once those trials are stored.
+ */
+static bool ahead_overlaps(const struct slot *s)
+{
+	const struct job *a = &s->ahead.job;
+	unsigned long long lo, hi, wlo, whi;
+
+	work_range(&s->ahead, &lo, &hi);
+	if (s->has_job && same_pair(a, s->w.job.commit_id, s->w.job.check_id, s->w.job.dtype)) {
+		work_range(&s->w, &wlo, &whi);
+		if (lo <= whi && wlo <= hi)
+			return true;
+	}
+	for (const struct part_end *e = s->ends; e; e = e->next)
+		if (same_pair(a, e->commit_id, e->check_id, e->dtype) && lo <= e->hi && e->lo <= hi)
+			return true;
+	return false;
+}
+
+static struct seed_rec *find_seed(struct slot_work *w, unsigned long long seed)
+{
+	unsigned lo = 0, hi = w->nseeds;
+
+	while (lo < hi) {
+		unsigned mid = lo + (hi - lo) / 2;
+
+		if (w->seeds[mid].seed == seed)
+			return &w->seeds[mid];
+		if (w->seeds[mid].seed < seed)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* Adaptive trials: the evidence is ambiguous, so the plan grows by 'more' seeds (paired: the same next seeds everywhere). */
+static bool extend_plan(struct slot *s, struct slot_work *w, unsigned more)
+{
+	unsigned cap = s->d->cfg.trials_max, n = w->nseeds;
+	struct seed_rec *grown;
+
+	if (n >= cap || more == 0)
+		return false;
+	if (more > cap - n)
+		more = cap - n;
+	grown = realloc(w->seeds, (n + more) * sizeof(*grown));
+	if (!grown)
+		return false;
+	w->seeds = grown;
+	for (unsigned i = n; i < n + more; i++) {
+		memset(&grown[i], 0, sizeof(grown[i]));
+		grown[i].seed = grown[n - 1].seed + 1 + (i - n);
+		grown[i].worst_ratio = grown[i].first_ratio = NAN;
+	}
+	w->nseeds = n + more;
+	log_info("verdict %.12s %s %s: ambiguous after %u seeds; running %u more", w->job.sha, w->job.check,
+		 w->job.dtype, n, more);
+	return true;
+}
+
+/* The job's stored trials: each seed's next attempt, and the runs that count. */
+static void work_load(struct slot *s, struct slot_work *w, PGresult *res)
+{
+	int rows = PQntuples(res);
+
+	/* A plan that grew (adaptive trials) before a restart keeps its extra seeds. */
+	if (w->plan && rows > 0) {
+		long long top = db_get_ll(res, rows - 1, 0, -1);
+
+		if (top >= (long long)w->nseeds && top < (long long)s->d->cfg.trials_max)
+			extend_plan(s, w, (unsigned)(top + 1 - w->nseeds));
+	}
+	for (int i = 0; i < rows; i++) {
+		long long seed = db_get_ll(res, i, 0, -1);
+		int attempt = (int)db_get_ll(res, i, 1, 0);
+		enum outcome o = outcome_parse(PQgetvalue(res, i, 2));
+		struct seed_rec *rec;
+
+		rec = seed < 0 ? NULL : find_seed(w, (unsigned long long)seed);
+		if (!rec)
+			continue;
+		if (attempt + 1 > rec->next_attempt)
+			rec->next_attempt = attempt + 1;
+		if (!PQgetisnull(res, i, 3)) {
+			double r = db_get_double(res, i, 3, NAN);
+
+			if (!(r <= rec->worst_ratio))
+				rec->worst_ratio = r;
+		}
+		if (o == OUTCOME_INFRA_ERROR || o == OUTCOME_NONE)
+			continue;
+		/* A sanitizer job runs its seeds again under its tool: only that tool's results count. */
+		if (w->job.tool[0] && strcmp(PQgetvalue(res, i, 4), w->job.tool) != 0)
+			continue;
+		if (rec->v.first == OUTCOME_NONE) {
+			rec->v.first = o;
+			rec->first_ratio = db_get_double(res, i, 3, NAN);
+			w->first_failed = w->first_failed || outcome_is_failure(o);
+		} else if (rec->v.second == OUTCOME_NONE) {
+			rec->v.second = o;
+		}
+	}
+}
+
+/* No job and none coming: the slot polls for one (or, draining, stops). */
+static void no_job(struct slot *s)
+{
 	set_state(s, SLOT_IDLE);
 	if (s->draining)
 		slot_drain(s);
 	else
+		uv_timer_start(&s->wake, on_wake, CLAIM_POLL_MS, 0);
+}
+
+/* The job claimed ahead is not to run here: it goes back to the queue. */
+static void drop_ahead(struct slot *s)
+{
+	jobs_release(s->d, s->ahead.job.id);
+	work_release(&s->ahead);
+	s->ahead_state = AHEAD_NONE;
+}
+
+static void take_ahead(struct slot *s);
+
+static void on_ahead_loaded(PGresult *res, const char *error, void *data)
+{
+	struct slot *s = data;
+
+	if (error)
+		log_warn("slot %s: cannot read trials of job %lld: %s", s->cfg.name, s->ahead.job.id, error);
+	if (error || s->draining) {
+		drop_ahead(s);
+		if (s->has_job)
+			return;
+		/* An error: the next claim comes after the poll's pause, not at once (a pool may be reconnecting). */
+		no_job(s);
+		return;
+	}
+	work_load(s, &s->ahead, res);
+	s->ahead_state = AHEAD_READY;
+	if (!s->has_job)
+		take_ahead(s);
+}
+
+/*
+ * A plan reads every trial of its check x dtype (it may have grown); a probe
+ * or a part of a run by hand only the range of its own seeds, so that a
+ * part's load does not grow with the run (others are ignored).
+ */
+static void load_ahead(void *data)
+{
+	struct slot *s = data;
+	char commit[24], check[16], lo[24], hi[24];
+	const char *params[5] = {commit, check, s->ahead.job.dtype, "0", NULL};
+	unsigned long long first, last;
+
+	s->ahead_state = AHEAD_LOADING;
+	if (!s->has_job)
+		set_state(s, SLOT_LOADING);
+	snprintf(commit, sizeof(commit), "%lld", s->ahead.job.commit_id);
+	snprintf(check, sizeof(check), "%d", s->ahead.job.check_id);
+	if (!s->ahead.plan && s->ahead.nseeds > 0) {
+		work_range(&s->ahead, &first, &last);
+		snprintf(lo, sizeof(lo), "%llu", first);
+		snprintf(hi, sizeof(hi), "%llu", last);
+		params[3] = lo;
+		params[4] = hi;
+	}
+	/* A read: on the judge's pool, beside the claims and ends on the one scheduler connection. */
+	if (db_query(s->d->db_judge, nwq_slot_load, 5, params, on_ahead_loaded, s) < 0)
+		on_ahead_loaded(NULL, "cannot queue the query", s);
+}
+
+/* The overlapping trials are stored first (store_flush_then), then the job claimed ahead is read. */
+static void load_ahead_after_flush(struct slot *s)
+{
+	s->ahead_state = AHEAD_LOADING;
+	if (!s->has_job)
+		set_state(s, SLOT_LOADING);
+	if (store_flush_then(s->d->store, load_ahead, s) < 0)
+		load_ahead(s);
+}
+
+static void on_claim_answer(struct job *job, void *data)
+{
+	struct slot *s = data;
+
+	s->ahead_state = AHEAD_NONE;
+	if (job && s->has_job && job->id == s->w.job.id) {
+		/* The slot's own job, its lease run out while it runs: still the slot's, not a second one. */
+		free(job->seeds);
+		job = NULL;
+	}
+	if (job && (s->draining || work_init(s, &s->ahead, job) < 0)) {
+		jobs_release(s->d, job->id);
+		free(job->seeds);
+		job = NULL;
+	}
+	if (!job) {
+		if (!s->has_job)
+			no_job(s);
+		return;
+	}
+	log_debug("slot %s: job %lld: %.12s %s %s%s", s->cfg.name, s->ahead.job.id, s->ahead.job.sha,
+		  s->ahead.job.check, s->ahead.job.dtype, s->has_job ? " (next)" : "");
+	if (!ahead_overlaps(s))
+		load_ahead(s);
+	else if (s->has_job)
+		s->ahead_state = AHEAD_HELD; /* read when the slot's job ends (job_done) */
+	else
+		load_ahead_after_flush(s);
+}
+
+/* Claims a job into s->ahead: the next one while a job runs, or the slot's own when it has none. */
+static void claim_ahead(struct slot *s)
+{
+	if (s->draining || s->ahead_state != AHEAD_NONE)
+		return;
+	s->ahead_state = AHEAD_CLAIMING;
+	/*
+	 * compute-sanitizer runs on GPU slots, and only on the first slot of a
+	 * GPU ("gpuN", not "gpuN.1"): a sanitized runner is slow and needs much
+	 * more GPU memory, so a shared GPU holds at most one, as it did when
+	 * every GPU had one slot.
+	 */
+	jobs_claim(s->d, s->cfg.gpu >= 0 && s->cfg.peer == 0 ? "trials,probe,sanitize" : "trials,probe",
+		   s->has_job  ? s->w.job.commit_id
+		   : s->runner ? s->runner_commit
+			       : 0,
+		   s->cfg.gpu >= 0, on_claim_answer, s);
+}
+
+static void claim(struct slot *s)
+{
+	if (s->draining || s->state != SLOT_IDLE || s->ahead_state != AHEAD_NONE)
+		return;
+	uv_timer_stop(&s->wake);
+	set_state(s, SLOT_CLAIMING);
+	claim_ahead(s);
+}
+
+/* The slot has no job: the one claimed ahead (loaded) becomes its job. */
+static void take_ahead(struct slot *s)
+{
+	s->w = s->ahead;
+	memset(&s->ahead, 0, sizeof(s->ahead));
+	s->ahead_state = AHEAD_NONE;
+	s->ahead_tried = false;
+	s->has_job = true;
+	s->next_first = s->next_rerun = 0;
+	if (s->w.lease_lost) {
+		/* Another daemon took it over before it started here: nothing of it is this slot's. */
+		job_done(s);
+		return;
+	}
+	if (s->w.job.strikes >= SLOT_MAX_STRIKES) {
+		finish_job(s, true);
+		return;
+	}
+	set_state(s, SLOT_RUNNING);
+	advance(s);
+}
+
+/* The slot's job is over (its end written or on its way, or the job given back): the next one. */
+static void job_done(struct slot *s)
+{
+	work_release(&s->w);
+	s->san_stop = false;
+	s->has_job = false;
+	s->ahead_tried = false;
+	if (s->draining) {
+		if (s->ahead_state == AHEAD_HELD || s->ahead_state == AHEAD_READY)
+			drop_ahead(s);
+		set_state(s, SLOT_IDLE);
+		slot_drain(s);
+		return;
+	}
+	switch (s->ahead_state) {
+	case AHEAD_NONE:
+		set_state(s, SLOT_IDLE);
 		claim(s);
+		break;
+	case AHEAD_CLAIMING:
+		set_state(s, SLOT_CLAIMING); /* on_claim_answer() goes on */
+		break;
+	case AHEAD_HELD:
+		load_ahead_after_flush(s);
+		break;
+	case AHEAD_LOADING:
+		set_state(s, SLOT_LOADING); /* on_ahead_loaded() goes on */
+		break;
+	case AHEAD_READY:
+		take_ahead(s);
+		break;
+	}
+}
+
+/* Claims the next job once the one running has at most SLOT_AHEAD_SEEDS first runs to go. */
+static void maybe_claim_ahead(struct slot *s)
+{
+	if (s->ahead_tried || s->ahead_state != AHEAD_NONE || s->draining || s->d->draining)
+		return;
+	if (s->w.nseeds - s->next_first > SLOT_AHEAD_SEEDS)
+		return;
+	s->ahead_tried = true; /* once per job: a queue found empty is not asked again at every trial */
+	claim_ahead(s);
 }
 
 static void write_verdict(struct slot *s, bool infra_failed);
 
-static void write_probe(struct slot *s, bool infra_failed);
-
-/* The job's end is retried the way it was first written (verdict or probe, failed or done). */
+/* The verdict is retried the way it was first written (failed or done). */
 static void on_finish_retry(uv_timer_t *t)
 {
 	struct slot *s = t->data;
 
-	if (s->plan)
-		write_verdict(s, s->infra_failed);
-	else
-		write_probe(s, s->infra_failed);
+	write_verdict(s, s->infra_failed);
 }
 
 /*
- * The job's end was written, or not yet: its statement only marks it done once
- * every seed's result is stored, and the last batch may still be on its way.
+ * The verdict was written, or not yet: its statement only marks the job done
+ * once every seed's result is stored, and the last batch may still be on its way.
  */
 static void job_written(struct slot *s, bool written, const char *error)
 {
@@ -880,39 +1285,14 @@ static void job_written(struct slot *s, bool written, const char *error)
 	if (++s->finish_tries >= FINISH_RETRIES) {
 		log_warn(
 		    "slot %s: job %lld (%.12s %s %s): results not all stored yet (%s); giving the job back",
-		    s->cfg.name, s->job.id, s->job.sha, s->job.check, s->job.dtype,
+		    s->cfg.name, s->w.job.id, s->w.job.sha, s->w.job.check, s->w.job.dtype,
 		    error ? error : "rows missing");
-		jobs_release(s->d, s->job.id);
+		jobs_release(s->d, s->w.job.id);
 		job_done(s);
 		return;
 	}
 	store_flush(s->d->store);
 	uv_timer_start(&s->wake, on_finish_retry, FINISH_RETRY_MS, 0);
-}
-
-/* Adaptive trials: the evidence is ambiguous, so the plan grows by 'more' seeds (paired: the same next seeds everywhere). */
-static bool extend_plan(struct slot *s, unsigned more)
-{
-	unsigned cap = s->d->cfg.trials_max, n = s->nseeds;
-	struct seed_rec *grown;
-
-	if (n >= cap || more == 0)
-		return false;
-	if (more > cap - n)
-		more = cap - n;
-	grown = realloc(s->seeds, (n + more) * sizeof(*grown));
-	if (!grown)
-		return false;
-	s->seeds = grown;
-	for (unsigned i = n; i < n + more; i++) {
-		memset(&grown[i], 0, sizeof(grown[i]));
-		grown[i].seed = grown[n - 1].seed + 1 + (i - n);
-		grown[i].worst_ratio = grown[i].first_ratio = NAN;
-	}
-	s->nseeds = n + more;
-	log_info("verdict %.12s %s %s: ambiguous after %u seeds; running %u more", s->job.sha, s->job.check,
-		 s->job.dtype, n, more);
-	return true;
 }
 
 static void on_judged(void *data, enum judge_result r, unsigned more)
@@ -929,14 +1309,14 @@ static void on_judged(void *data, enum judge_result r, unsigned more)
 		job_written(s, false, NULL);
 		return;
 	case JUDGE_MORE:
-		if (extend_plan(s, more)) {
+		if (extend_plan(s, &s->w, more)) {
 			set_state(s, SLOT_RUNNING);
 			advance(s);
 			return;
 		}
 		/* At [trials] max the verdict stays as the evidence stands. */
 		log_warn("slot %s: job %lld: cannot grow the plan; giving the job back", s->cfg.name,
-			 s->job.id);
+			 s->w.job.id);
 		break;
 	case JUDGE_REQUEUED:
 		nwd_kick(s->d);
@@ -945,7 +1325,7 @@ static void on_judged(void *data, enum judge_result r, unsigned more)
 	case JUDGE_FAILED:
 		break;
 	}
-	jobs_release(s->d, s->job.id);
+	jobs_release(s->d, s->w.job.id);
 	job_done(s);
 }
 
@@ -958,13 +1338,13 @@ static void judge_now(void *data)
 	int rc;
 
 	free(s->judged);
-	s->judged = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->judged));
+	s->judged = calloc(s->w.nseeds ? s->w.nseeds : 1, sizeof(*s->judged));
 	if (!s->judged) {
 		on_judged(s, JUDGE_FAILED, 0);
 		return;
 	}
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		const struct seed_rec *r = &s->seeds[i];
+	for (unsigned i = 0; i < s->w.nseeds; i++) {
+		const struct seed_rec *r = &s->w.seeds[i];
 
 		s->judged[i] = (struct stats_seed){.seed = (int64_t)r->seed,
 						   .cand_first = r->v.first,
@@ -973,10 +1353,10 @@ static void judge_now(void *data)
 		if (!isnan(r->worst_ratio) && !(r->worst_ratio <= worst))
 			worst = r->worst_ratio;
 	}
-	rc = judge_verdict(s->d, &s->job, s->judged, s->nseeds, worst, infra_failed, on_judged, s);
+	rc = judge_verdict(s->d, &s->w.job, s->judged, s->w.nseeds, worst, infra_failed, on_judged, s);
 	if (rc < 0) {
-		log_error("slot %s: cannot judge %.12s %s %s: %s", s->cfg.name, s->job.sha, s->job.check,
-			  s->job.dtype, strerror(-rc));
+		log_error("slot %s: cannot judge %.12s %s %s: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
+			  s->w.job.dtype, strerror(-rc));
 		on_judged(s, JUDGE_FAILED, 0);
 	}
 }
@@ -990,234 +1370,231 @@ static void write_verdict(struct slot *s, bool infra_failed)
 		judge_now(s);
 }
 
-/* A probe's result feeds its bisection: done once every listed seed has a stored result. */
-static const char probe_done_sql[] =
-    "WITH j AS (UPDATE jobs SET state = $8, finished_at = now(), owner = NULL, lease_until = NULL"
-    "  WHERE id = $1 AND ($8 = 'failed' OR (SELECT count(DISTINCT seed) FROM trials WHERE commit_id = $2"
-    "  AND check_id = $3 AND dtype = $4 AND seed BETWEEN $9 AND $10 AND outcome <> 'infra_error'"
-    "  AND seed = ANY ($5::bigint[])) >= cardinality($5::bigint[])) RETURNING id),"
-    " p AS (UPDATE probes SET trials = $6, failures = $7, seeds = $5::bigint[], finished_at = now()"
-    "  WHERE job_id = (SELECT id FROM j) RETURNING 1)"
-    " SELECT (SELECT count(*) FROM j), (SELECT count(*) FROM p)";
-
-static void on_probe_written(PGresult *res, const char *error, void *data)
+static void end_free(struct part_end *e)
 {
-	job_written(data, !error && strcmp(PQgetvalue(res, 0, 0), "1") == 0, error);
+	struct part_end **p = &e->s->ends;
+
+	while (*p && *p != e)
+		p = &(*p)->next;
+	if (*p)
+		*p = e->next;
+	free(e->seeds);
+	free(e);
 }
 
-/* The probe's trials are stored: its end, and its counts for the bisection. */
-static void probe_now(void *data)
+/* A part's end is written or given up: a draining slot may stop once none is left. */
+static void end_over(struct part_end *e)
 {
-	struct slot *s = data;
-	bool infra_failed = s->infra_failed;
-	size_t cap = 2 + (size_t)s->nseeds * 22, len = 0;
-	char *seeds = malloc(cap);
-	char id[24], commit[24], check[16], trials[16], failures[16], lo[24], hi[24];
-	unsigned long long first = 0, last = 0;
-	unsigned ran = 0, failed = 0;
+	struct slot *s = e->s;
 
-	if (!seeds) {
-		log_error("slot %s: out of memory writing a probe", s->cfg.name);
-		jobs_release(s->d, s->job.id);
-		job_done(s);
+	end_free(e);
+	if (s->draining && s->state == SLOT_IDLE && !s->ends)
+		slot_drain(s);
+}
+
+static void ends_send(struct nwd *d);
+
+/* The end's trials are stored: it goes with the next statement of ends. */
+static void end_stored(void *data)
+{
+	struct part_end *e = data;
+
+	e->state = END_READY;
+	ends_send(e->s->d);
+}
+
+/* The ends whose rows were not all stored go again, each once, the store flushed first. */
+static void on_end_retry(uv_timer_t *t)
+{
+	struct slot *s = t->data;
+	struct part_end *e;
+
+	for (e = s->ends; e; e = e->next)
+		e->due = e->state == END_RETRY;
+	/* From the list's head each time: an end that fails again at once may be freed. */
+	for (e = s->ends; e;) {
+		if (!e->due) {
+			e = e->next;
+			continue;
+		}
+		e->due = false;
+		e->state = END_STORING;
+		if (store_flush_then(s->d->store, end_stored, e) < 0)
+			end_stored(e);
+		e = s->ends;
+	}
+}
+
+/* What the statement said of one end: its job is marked, or its rows are not all stored yet. */
+static void end_answered(struct part_end *e, bool marked, const char *error)
+{
+	struct slot *s = e->s;
+
+	/* A daemon that refuses to write gives its jobs up: their leases run out. */
+	if (marked || s->d->read_only) {
+		end_over(e);
 		return;
 	}
-	seeds[len++] = '{';
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		if (s->seeds[i].v.first == OUTCOME_NONE)
-			continue; /* a probe that stopped at its first failure left these */
-		len += (size_t)snprintf(seeds + len, cap - len, "%s%llu", ran ? "," : "", s->seeds[i].seed);
-		if (!ran)
-			first = s->seeds[i].seed;
-		last = s->seeds[i].seed;
-		ran++;
-		failed += outcome_is_failure(s->seeds[i].v.first);
+	if (++e->tries >= FINISH_RETRIES) {
+		log_warn(
+		    "slot %s: job %lld (%.12s %s %s): results not all stored yet (%s); giving the job back",
+		    s->cfg.name, e->job_id, e->sha, e->check, e->dtype, error ? error : "rows missing");
+		jobs_release(s->d, e->job_id);
+		end_over(e);
+		return;
 	}
-	seeds[len++] = '}';
-	seeds[len] = '\0';
-	snprintf(id, sizeof(id), "%lld", s->job.id);
-	snprintf(commit, sizeof(commit), "%lld", s->job.commit_id);
-	snprintf(check, sizeof(check), "%d", s->job.check_id);
-	snprintf(trials, sizeof(trials), "%u", ran);
-	snprintf(failures, sizeof(failures), "%u", failed);
-	/* The seeds' range, beside the list: an index range however stale the table's statistics. */
-	snprintf(lo, sizeof(lo), "%llu", first);
-	snprintf(hi, sizeof(hi), "%llu", last);
-	{
-		const char *params[10] = {id,    commit, check,    s->job.dtype,
-					  seeds, trials, failures, infra_failed ? "failed" : "done",
-					  lo,    hi};
-
-		if (s->finish_tries == 0)
-			log_info("%s %.12s %s %s: %u of %u seeds failed",
-				 s->job.bisection_id ? "probe"
-				 : s->job.tool[0]    ? s->job.tool
-						     : "run by hand",
-				 s->job.sha, s->job.check, s->job.dtype, failed, ran);
-		/* Not queued: tried again as a probe whose rows are not all stored yet. */
-		if (db_query(s->d->db, probe_done_sql, 10, params, on_probe_written, s) < 0)
-			on_probe_written(NULL, "cannot queue the query", s);
-	}
-	free(seeds);
+	/* The last batch may still be on its way: sent now, and the end tried again a little later. */
+	store_flush(s->d->store);
+	e->state = END_RETRY;
+	if (!uv_is_active((uv_handle_t *)&s->end_retry))
+		uv_timer_start(&s->end_retry, on_end_retry, FINISH_RETRY_MS, 0);
 }
 
-static void write_probe(struct slot *s, bool infra_failed)
+/*
+ * The statement of ends in flight: one at a time for the whole daemon, so
+ * that the ends that come ready meanwhile, on any slot, go together in the
+ * next one (the loop is the daemon's one thread).
+ */
+static struct {
+	bool in_flight;
+	unsigned n;
+	struct part_end *ends[NW_SLOT_ENDS_MAX];
+} ends_batch;
+
+static void on_ends_written(PGresult *res, const char *error, void *data)
 {
-	s->infra_failed = infra_failed;
-	if (store_flush_then(s->d->store, probe_now, s) < 0)
-		probe_now(s);
+	struct nwd *d = data;
+	unsigned n = ends_batch.n;
+	struct part_end *ends[NW_SLOT_ENDS_MAX];
+	int rows = error ? 0 : PQntuples(res);
+	bool any = false;
+
+	/* Copied first: an answer may free a slot's ends, or send the next statement. */
+	memcpy(ends, ends_batch.ends, n * sizeof(*ends));
+	ends_batch.in_flight = false;
+	ends_batch.n = 0;
+	for (unsigned i = 0; i < n; i++) {
+		bool marked = false;
+
+		for (int r = 0; r < rows && !marked; r++)
+			marked = db_get_ll(res, r, 0, 0) == ends[i]->job_id &&
+				 strcmp(PQgetvalue(res, r, 1), "t") == 0;
+		any = any || marked;
+		end_answered(ends[i], marked, error);
+	}
+	if (any)
+		nwd_kick_bisector(d);
+	ends_send(d);
+}
+
+/* Sends the ends that are ready, of every slot, as one statement (sql/065 part_ends()), unless one is in flight. */
+static void ends_send(struct nwd *d)
+{
+	json_t *list;
+	char *text = NULL;
+	const char *params[1];
+
+	if (ends_batch.in_flight)
+		return;
+	list = json_array();
+	for (unsigned i = 0; list && i < d->nslots && ends_batch.n < NW_SLOT_ENDS_MAX; i++)
+		for (struct part_end *e = d->slots[i]->ends; e && ends_batch.n < NW_SLOT_ENDS_MAX;
+		     e = e->next) {
+			if (e->state != END_READY)
+				continue;
+			if (json_array_append_new(
+				list,
+				json_pack("{sI sI si ss ss si si sb sI sI}", "id", (json_int_t)e->job_id,
+					  "commit_id", (json_int_t)e->commit_id, "check_id", e->check_id,
+					  "dtype", e->dtype, "seeds", e->seeds, "trials", (int)e->trials,
+					  "failures", (int)e->failures, "failed", e->failed, "lo",
+					  (json_int_t)e->first, "hi", (json_int_t)e->last)) < 0)
+				break;
+			e->state = END_SENDING;
+			ends_batch.ends[ends_batch.n++] = e;
+		}
+	if (ends_batch.n == 0) {
+		json_decref(list);
+		return;
+	}
+	ends_batch.in_flight = true;
+	text = list ? json_dumps(list, JSON_COMPACT) : NULL;
+	json_decref(list);
+	params[0] = text;
+	if (!text)
+		on_ends_written(NULL, "out of memory", d);
+	else if (db_query(d->db, "SELECT job_id, marked FROM part_ends($1::jsonb)", 1, params,
+			  on_ends_written, d) < 0)
+		on_ends_written(NULL, "cannot queue the query", d);
+	free(text);
+}
+
+/*
+ * The end of the slot's job, a list of seeds, goes on its way: it is written
+ * once the store has written the job's trials (without hurrying the store's
+ * batch), together with other slots' ends, while the slot goes on with its
+ * next job.
+ */
+static int part_end_start(struct slot *s, bool infra_failed)
+{
+	const struct slot_work *w = &s->w;
+	struct part_end *e = calloc(1, sizeof(*e));
+	size_t cap = 2 + (size_t)w->nseeds * 22, len = 0;
+
+	if (!e || !(e->seeds = malloc(cap))) {
+		free(e);
+		return -ENOMEM;
+	}
+	e->s = s;
+	e->job_id = w->job.id;
+	e->commit_id = w->job.commit_id;
+	e->check_id = w->job.check_id;
+	e->failed = infra_failed;
+	snprintf(e->dtype, sizeof(e->dtype), "%s", w->job.dtype);
+	snprintf(e->sha, sizeof(e->sha), "%s", w->job.sha);
+	snprintf(e->check, sizeof(e->check), "%s", w->job.check);
+	e->seeds[len++] = '{';
+	for (unsigned i = 0; i < w->nseeds; i++) {
+		if (w->seeds[i].v.first == OUTCOME_NONE)
+			continue; /* a probe that stopped at its first failure left these */
+		len += (size_t)snprintf(e->seeds + len, cap - len, "%s%llu", e->trials ? "," : "",
+					w->seeds[i].seed);
+		if (!e->trials)
+			e->first = w->seeds[i].seed;
+		e->last = w->seeds[i].seed;
+		e->trials++;
+		e->failures += outcome_is_failure(w->seeds[i].v.first);
+	}
+	e->seeds[len++] = '}';
+	e->seeds[len] = '\0';
+	work_range(w, &e->lo, &e->hi);
+	log_info("%s %.12s %s %s: %u of %u seeds failed",
+		 w->job.bisection_id ? "probe"
+		 : w->job.tool[0]    ? w->job.tool
+				     : "run by hand",
+		 w->job.sha, w->job.check, w->job.dtype, e->failures, e->trials);
+	e->state = END_STORING;
+	e->next = s->ends;
+	s->ends = e;
+	if (store_then(s->d->store, end_stored, e) < 0)
+		end_stored(e);
+	return 0;
 }
 
 static void finish_job(struct slot *s, bool infra_failed)
 {
-	set_state(s, SLOT_FINISHING);
 	s->finish_tries = 0;
-	if (s->plan)
+	if (s->w.plan) {
+		set_state(s, SLOT_FINISHING);
 		write_verdict(s, infra_failed);
-	else
-		write_probe(s, infra_failed);
-}
-
-static void on_loaded(PGresult *res, const char *error, void *data)
-{
-	struct slot *s = data;
-	int rows;
-
-	if (error) {
-		log_warn("slot %s: cannot read trials of job %lld: %s", s->cfg.name, s->job.id, error);
-		jobs_release(s->d, s->job.id);
-		job_done(s);
 		return;
 	}
-	rows = PQntuples(res);
-	/* A plan that grew (adaptive trials) before a restart keeps its extra seeds. */
-	if (s->plan && rows > 0) {
-		long long top = db_get_ll(res, rows - 1, 0, -1);
-
-		if (top >= (long long)s->nseeds && top < (long long)s->d->cfg.trials_max)
-			extend_plan(s, (unsigned)(top + 1 - s->nseeds));
+	if (part_end_start(s, infra_failed) < 0) {
+		log_error("slot %s: out of memory writing the end of job %lld; giving it back", s->cfg.name,
+			  s->w.job.id);
+		jobs_release(s->d, s->w.job.id);
 	}
-	for (int i = 0; i < rows; i++) {
-		long long seed = db_get_ll(res, i, 0, -1);
-		int attempt = (int)db_get_ll(res, i, 1, 0);
-		enum outcome o = outcome_parse(PQgetvalue(res, i, 2));
-		struct seed_rec *rec;
-
-		rec = seed < 0 ? NULL : find_seed(s, (unsigned long long)seed);
-		if (!rec)
-			continue;
-		if (attempt + 1 > rec->next_attempt)
-			rec->next_attempt = attempt + 1;
-		if (!PQgetisnull(res, i, 3)) {
-			double r = db_get_double(res, i, 3, NAN);
-
-			if (!(r <= rec->worst_ratio))
-				rec->worst_ratio = r;
-		}
-		if (o == OUTCOME_INFRA_ERROR || o == OUTCOME_NONE)
-			continue;
-		/* A sanitizer job runs its seeds again under its tool: only that tool's results count. */
-		if (s->job.tool[0] && strcmp(PQgetvalue(res, i, 4), s->job.tool) != 0)
-			continue;
-		if (rec->v.first == OUTCOME_NONE) {
-			rec->v.first = o;
-			rec->first_ratio = db_get_double(res, i, 3, NAN);
-			s->first_failed = s->first_failed || outcome_is_failure(o);
-		} else if (rec->v.second == OUTCOME_NONE) {
-			rec->v.second = o;
-		}
-	}
-	if (s->job.strikes >= SLOT_MAX_STRIKES) {
-		finish_job(s, true);
-		return;
-	}
-	set_state(s, SLOT_RUNNING);
-	advance(s);
-}
-
-static void on_claimed(struct job *job, void *data)
-{
-	struct slot *s = data;
-	char commit[24], check[16], lo[24], hi[24];
-	const char *params[5] = {commit, check, NULL, NULL, NULL};
-
-	/* A new job (or none): no sibling of it has failed yet, and its lease is this daemon's. */
-	s->sibling_failed = false;
-	s->lease_lost = false;
-
-	if (!job) {
-		set_state(s, SLOT_IDLE);
-		if (s->draining)
-			slot_drain(s);
-		else
-			uv_timer_start(&s->wake, on_wake, CLAIM_POLL_MS, 0);
-		return;
-	}
-	if (s->draining) {
-		jobs_release(s->d, job->id);
-		set_state(s, SLOT_IDLE);
-		slot_drain(s);
-		return;
-	}
-	s->job = *job;
-	s->has_job = true;
-	s->plan = job->seeds == NULL;
-	s->next_first = s->next_rerun = 0;
-	s->first_failed = false;
-	s->nseeds = s->plan ? s->d->cfg.trials_per_commit : job->nseeds;
-	s->seeds = calloc(s->nseeds ? s->nseeds : 1, sizeof(*s->seeds));
-	if (!s->seeds) {
-		jobs_release(s->d, job->id);
-		job_done(s);
-		return;
-	}
-	for (unsigned i = 0; i < s->nseeds; i++) {
-		s->seeds[i].seed = s->plan ? i : job->seeds[i];
-		s->seeds[i].worst_ratio = s->seeds[i].first_ratio = NAN;
-	}
-	log_debug("slot %s: job %lld: %.12s %s %s", s->cfg.name, job->id, job->sha, job->check, job->dtype);
-	uv_timer_start(&s->lease, on_lease, (uint64_t)s->d->cfg.lease_s * 1000 / 3,
-		       (uint64_t)s->d->cfg.lease_s * 1000 / 3);
-	set_state(s, SLOT_LOADING);
-	snprintf(commit, sizeof(commit), "%lld", job->commit_id);
-	snprintf(check, sizeof(check), "%d", job->check_id);
-	params[2] = s->job.dtype;
-	/*
-	 * A plan reads every trial of its check x dtype (it may have grown); a
-	 * probe or a part of a run by hand only the range of its own seeds, so
-	 * that a part's load does not grow with the run (others are ignored).
-	 */
-	if (s->plan || s->nseeds == 0) {
-		params[3] = "0";
-		params[4] = NULL;
-	} else {
-		snprintf(lo, sizeof(lo), "%llu", s->seeds[0].seed);
-		snprintf(hi, sizeof(hi), "%llu", s->seeds[s->nseeds - 1].seed);
-		params[3] = lo;
-		params[4] = hi;
-	}
-	if (db_query(s->d->db,
-		     "SELECT seed, attempt, outcome, ratio, coalesce(sanitizer, '') FROM trials"
-		     " WHERE commit_id = $1 AND check_id = $2 AND dtype = $3"
-		     " AND seed >= $4 AND ($5::bigint IS NULL OR seed <= $5) ORDER BY seed, attempt",
-		     5, params, on_loaded, s) < 0)
-		on_loaded(NULL, "cannot queue the query", s);
-}
-
-static void claim(struct slot *s)
-{
-	if (s->draining || s->state != SLOT_IDLE)
-		return;
-	uv_timer_stop(&s->wake);
-	set_state(s, SLOT_CLAIMING);
-	/*
-	 * compute-sanitizer runs on GPU slots, and only on the first slot of a
-	 * GPU ("gpuN", not "gpuN.1"): a sanitized runner is slow and needs much
-	 * more GPU memory, so a shared GPU holds at most one, as it did when
-	 * every GPU had one slot.
-	 */
-	jobs_claim(s->d, s->cfg.gpu >= 0 && s->cfg.peer == 0 ? "trials,probe,sanitize" : "trials,probe",
-		   s->runner ? s->runner_commit : 0, s->cfg.gpu >= 0, on_claimed, s);
+	job_done(s);
 }
 
 bool slot_idle(const struct slot *s)
@@ -1236,13 +1613,16 @@ void slot_drain(struct slot *s)
 	if (s->state == SLOT_STOPPED)
 		return;
 	s->draining = true;
+	/* A job claimed ahead goes back at once; one being claimed or read, when its answer comes. */
+	if (s->ahead_state == AHEAD_HELD || s->ahead_state == AHEAD_READY)
+		drop_ahead(s);
 	if (s->state == SLOT_RESTARTING && s->has_job) {
 		uv_timer_stop(&s->wake);
-		jobs_release(s->d, s->job.id);
+		jobs_release(s->d, s->w.job.id);
 		job_done(s); /* comes back here, idle */
 		return;
 	}
-	if (s->state != SLOT_IDLE)
+	if (s->state != SLOT_IDLE || s->ahead_state != AHEAD_NONE)
 		return; /* what is in flight finishes first, then comes back here */
 	uv_timer_stop(&s->wake);
 	if (s->runner) {
@@ -1257,6 +1637,9 @@ void slot_drain(struct slot *s)
 	/* Its group must be gone before the daemon exits, or a runner ignoring SIGTERM outlives it. */
 	if (wait_for_dying(s))
 		return; /* runner_gone() comes back here */
+	/* The ends on their way are written (or given back) first: a restart finds the jobs done. */
+	if (s->ends)
+		return; /* end_over() comes back here */
 	set_state(s, SLOT_STOPPED);
 	nwd_service_stopped(s->d);
 }
@@ -1274,8 +1657,11 @@ int slot_start(struct nwd *d, const struct config_slot *cfg, struct slot **out)
 	uv_timer_init(d->loop, &s->deadline);
 	uv_timer_init(d->loop, &s->lease);
 	uv_timer_init(d->loop, &s->reap);
-	s->wake.data = s->deadline.data = s->lease.data = s->reap.data = s;
-	s->open_handles = 4;
+	uv_timer_init(d->loop, &s->end_retry);
+	s->wake.data = s->deadline.data = s->lease.data = s->reap.data = s->end_retry.data = s;
+	s->open_handles = 5;
+	/* Renews whatever the slot holds then, a third of the lease apart. */
+	uv_timer_start(&s->lease, on_lease, (uint64_t)d->cfg.lease_s * 1000 / 3, 0);
 	set_state(s, SLOT_IDLE);
 	claim(s);
 	*out = s;
@@ -1287,7 +1673,10 @@ static void on_slot_handle_closed(uv_handle_t *h)
 	struct slot *s = h->data;
 
 	if (--s->open_handles == 0) {
-		free(s->seeds);
+		work_release(&s->w);
+		work_release(&s->ahead);
+		while (s->ends)
+			end_free(s->ends);
 		free(s->judged);
 		proto_hello_release(&s->hello);
 		free(s);
@@ -1301,6 +1690,7 @@ void slot_free(struct slot *s)
 	uv_close((uv_handle_t *)&s->deadline, on_slot_handle_closed);
 	uv_close((uv_handle_t *)&s->lease, on_slot_handle_closed);
 	uv_close((uv_handle_t *)&s->reap, on_slot_handle_closed);
+	uv_close((uv_handle_t *)&s->end_retry, on_slot_handle_closed);
 }
 
 void slot_status(const struct slot *s, struct slot_status *out)
@@ -1308,9 +1698,9 @@ void slot_status(const struct slot *s, struct slot_status *out)
 	out->name = s->cfg.name;
 	out->gpu = s->cfg.gpu;
 	out->state = state_names[s->state];
-	out->commit = s->has_job ? s->job.sha : "";
-	out->check = s->has_job ? s->job.check : "";
-	out->dtype = s->has_job ? s->job.dtype : "";
+	out->commit = s->has_job ? s->w.job.sha : "";
+	out->check = s->has_job ? s->w.job.check : "";
+	out->dtype = s->has_job ? s->w.job.dtype : "";
 	out->runner_pid = s->runner ? proc_pid(s->runner) : 0;
 	out->restarts = s->restarts;
 	out->trials = s->trials;

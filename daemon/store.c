@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bigbuf.h"
 #include "caps.h"
 #include "db.h"
 #include "log.h"
@@ -35,8 +36,8 @@ struct text {
 struct batch {
 	struct store *store;
 	struct batch *next; /* in the store's list of batches not yet written */
-	char *data;         /* COPY text, one line per row */
-	size_t len;
+	char *data;         /* COPY text, one line per row (bigbuf: a runner's fork leaves it out) */
+	size_t len, cap;
 	unsigned rows;
 	unsigned long long seq;
 	unsigned tries;
@@ -80,7 +81,8 @@ static void text_reserve(struct text *t, size_t more)
 	cap = t->cap ? t->cap : 64 * 1024;
 	while (cap < t->len + more)
 		cap *= 2;
-	p = realloc(t->data, cap);
+	/* Megabytes a batch, written while runners start: kept out of their forks (bigbuf.h). */
+	p = bigbuf_realloc(t->data, t->cap, cap);
 	if (!p) {
 		t->oom = true;
 		return;
@@ -267,7 +269,7 @@ static void put_row(struct text *t, const struct trial_row *r, const char *host)
 
 static void batch_free(struct batch *b)
 {
-	free(b->data);
+	bigbuf_free(b->data, b->cap);
 	free(b);
 }
 
@@ -403,6 +405,9 @@ void store_discard(struct store *s)
 {
 	s->discarding = true;
 	uv_timer_stop(&s->flush_timer);
+	/* The buffered rows are dropped as their batch would have been: whoever waits for it hears. */
+	if (s->nrows > 0)
+		s->next_seq++;
 	s->rows.len = 0;
 	s->nrows = 0;
 	for (unsigned i = 0; i < s->nconns; i++)
@@ -424,6 +429,7 @@ void store_flush(struct store *s)
 	b->store = s;
 	b->data = s->rows.data;
 	b->len = s->rows.len;
+	b->cap = s->rows.cap;
 	b->rows = s->nrows;
 	b->seq = s->next_seq++;
 	s->rows = (struct text){0};
@@ -436,19 +442,25 @@ void store_flush(struct store *s)
 
 int store_flush_then(struct store *s, store_flushed_cb cb, void *data)
 {
+	store_flush(s);
+	return store_then(s, cb, data);
+}
+
+int store_then(struct store *s, store_flushed_cb cb, void *data)
+{
 	struct waiter *w;
 
-	store_flush(s);
 	if (s->closing)
 		return 0; /* the daemon is exiting: nobody hears */
-	if (s->discarding || oldest_unwritten(s) == s->next_seq) {
+	if (s->discarding || (s->nrows == 0 && oldest_unwritten(s) == s->next_seq)) {
 		cb(data);
 		return 0;
 	}
 	w = malloc(sizeof(*w));
 	if (!w)
 		return -ENOMEM;
-	*w = (struct waiter){.seq = s->next_seq - 1, .cb = cb, .data = data};
+	/* Rows still buffered go out as batch next_seq (at the latest when the flush timer fires). */
+	*w = (struct waiter){.seq = s->nrows > 0 ? s->next_seq : s->next_seq - 1, .cb = cb, .data = data};
 	/* Appended: waiters hear in the order they came. */
 	{
 		struct waiter **p = &s->waiters;
@@ -545,7 +557,7 @@ static void on_store_closed(uv_handle_t *h)
 {
 	struct store *s = h->data;
 
-	free(s->rows.data);
+	bigbuf_free(s->rows.data, s->rows.cap);
 	free(s);
 }
 

@@ -74,6 +74,14 @@ typedef void (*store_flushed_cb)(void *data);
  */
 int store_flush_then(struct store *s, store_flushed_cb cb, void *data);
 
+/*
+ * Calls 'cb' once every trial added so far is written (or dropped), as
+ * store_flush_then() does, without sending the buffered trials early: they
+ * go with their batch, within STORE_FLUSH_MS, so that a statement that only
+ * needs them stored some time (a part's end) does not make batches small.
+ */
+int store_then(struct store *s, store_flushed_cb cb, void *data);
+
 /* Whether every connection of the store is up. */
 bool store_connected(const struct store *s);
 /* Batches buffered, in flight or waiting for a retry. */

@@ -6,7 +6,8 @@
 #      left (within a deadline);
 #   2. with the reaper SIGKILLed too, the runner and the build die of their
 #      death signal (PR_SET_PDEATHSIG), and the daemon started next kills
-#      what they left (the groups recorded in state_dir/procs).
+#      what they left (the groups recorded in state_dir/procs, whose records
+#      of earlier daemons, free ones too, it removes).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -120,3 +121,11 @@ nw_daemon_start "$work/nw.conf" "$work/daemon.log"
 nw_wait 60 "the next numwatchd killing what the previous one left" none_alive "${left[@]}"
 grep -q "that a previous numwatchd left running" "$work/daemon.log" || fail "no log line for the processes killed at start-up"
 echo "ok: the next numwatchd killed the ${#left[@]} processes left: $(grep -o 'killed [0-9]* processes in [0-9]* process groups' "$work/daemon.log" | tail -1)"
+# The records are files each daemon reuses (DAEMONPID-N, a child's group written into a free one):
+# the start-up removed every record of the daemons before, the free ones too, and what is there now
+# is this daemon's.
+for f in "$work/state/procs"/*; do
+	[[ -e $f ]] || continue
+	[[ $(basename "$f") == "$NW_DAEMON_PID-"* ]] || fail "a record of an earlier numwatchd was left in state/procs: $(basename "$f"): $(cat "$f")"
+done
+echo "ok: state/procs holds only this numwatchd's records: $(ls "$work/state/procs" | tr '\n' ' ')"
