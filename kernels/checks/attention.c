@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "attention.h"
-#include "nw_device.h"
 #include "common.h"
+#include "nw_device.h"
 
 static const char *const families[ATTN_FAMILIES] = {
     [ATTN_ALIGNED] = "aligned",   [ATTN_TAIL] = "tail",       [ATTN_TILE_EDGE] = "tile_edge",
@@ -364,27 +364,27 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t, void *prepared)
 	{
 		long odims[4] = {a.s.batch, a.s.heads, sq, D}, ldims[3] = {a.s.batch, a.s.heads, sq};
 		struct ck_tensor both[2] = {{.name = "o",
-				       .out = &out[0],
-				       .ref = ref_o,
-				       .plain_err = err_o,
-				       .ref_dev = ref_dev,
-				       .plain_err_dev = ref_dev ? ref_dev + a.nq : NULL,
-				       .factor = c->budget_factor,
-				       .floor_scale = ck_floor_scale(d, ck_max_abs(a.v, a.nk), 0.0),
-				       .dims = odims,
-				       .ndim = 4,
-				       .tail_width = ATTN_TILE,
-				       .tail_axis = 1},
+					     .out = &out[0],
+					     .ref = ref_o,
+					     .plain_err = err_o,
+					     .ref_dev = ref_dev,
+					     .plain_err_dev = ref_dev ? ref_dev + a.nq : NULL,
+					     .factor = c->budget_factor,
+					     .floor_scale = ck_floor_scale(d, ck_max_abs(a.v, a.nk), 0.0),
+					     .dims = odims,
+					     .ndim = 4,
+					     .tail_width = ATTN_TILE,
+					     .tail_axis = 1},
 					    {.name = "lse",
-				       .out = &out[1],
-				       .ref = ref_lse,
-				       .plain_err = err_lse,
-				       .ref_dev = ref_dev ? ref_dev + 2 * a.nq : NULL,
-				       .plain_err_dev = ref_dev ? ref_dev + 2 * a.nq + a.nlse : NULL,
-				       .factor = c->budget_factor,
-				       .dims = ldims,
-				       .ndim = 3,
-				       .tail_width = ATTN_TILE}};
+					     .out = &out[1],
+					     .ref = ref_lse,
+					     .plain_err = err_lse,
+					     .ref_dev = ref_dev ? ref_dev + 2 * a.nq : NULL,
+					     .plain_err_dev = ref_dev ? ref_dev + 2 * a.nq + a.nlse : NULL,
+					     .factor = c->budget_factor,
+					     .dims = ldims,
+					     .ndim = 3,
+					     .tail_width = ATTN_TILE}};
 
 		rc = ck_compare_n(t, both, 2);
 		if (rc)

@@ -65,7 +65,8 @@ struct attention_refs {
 	 * (nw_compare_spec.ref_dev): *out is o, o_err, lse, lse_err, one after
 	 * another; the caller's to nw_dev_free(). A backend gives this or fwd.
 	 */
-	int (*fwd_dev)(enum nw_dtype d, const struct attn_dims *s, const struct attn_ref_in *in, double **out);
+	int (*fwd_dev)(enum nw_dtype d, const struct attn_dims *s, const struct attn_ref_in *in,
+		       double **out);
 };
 
 extern const struct attention_refs attention_refs_host;

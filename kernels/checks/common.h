@@ -65,8 +65,8 @@ struct ck_tensor {
 	const char *name;
 	const struct nw_output *out;
 	const double *ref;
-	const struct ck_plain *plain; /* NULL: fixed atol / rtol */
-	const double *plain_err;      /* or already reduced (nw_compare_spec.plain_err) */
+	const struct ck_plain *plain;          /* NULL: fixed atol / rtol */
+	const double *plain_err;               /* or already reduced (nw_compare_spec.plain_err) */
 	const double *ref_dev, *plain_err_dev; /* or on the device (nw_compare_spec.ref_dev) */
 	double factor;
 	double floor_scale; /* 0: max|ref| */

@@ -331,7 +331,8 @@ static int bwd_prepare(const struct nw_check *c, struct nw_trial *t, void **out)
 		}
 		for (j = 0; j < cols; j++)
 			logits[i * cols + j] /= s;
-		nw_store_n(d, (char *)p->in[0] + i * cols * (long)nw_dtype_size(d), logits + i * cols, (size_t)cols);
+		nw_store_n(d, (char *)p->in[0] + i * cols * (long)nw_dtype_size(d), logits + i * cols,
+			   (size_t)cols);
 	}
 	nw_rng_init(&r, c->name, t->seed, STREAM_DY);
 	for (i = 0; i < rows; i++) {
@@ -380,8 +381,9 @@ static int bwd_run(const struct nw_check *c, struct nw_trial *t, void *arg)
 		goto out;
 	t0 = nw_now();
 	rc = nw_reference_done(t,
-			       refs->bwd_dev ? refs->bwd_dev(d, y_dev, dy_dev, rows, cols, &ref_dev)
-					     : refs->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale),
+			       refs->bwd_dev
+				   ? refs->bwd_dev(d, y_dev, dy_dev, rows, cols, &ref_dev)
+				   : refs->bwd(d, y, dy, y_dev, dy_dev, rows, cols, ref, plain_err, &scale),
 			       t0);
 	if (rc)
 		goto out;

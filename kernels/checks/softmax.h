@@ -30,7 +30,8 @@ struct softmax_refs {
 	 * gives these or the two above.
 	 */
 	int (*fwd_dev)(enum nw_dtype d, const void *x_dev, long rows, long cols, double **out);
-	int (*bwd_dev)(enum nw_dtype d, const void *y_dev, const void *dy_dev, long rows, long cols, double **out);
+	int (*bwd_dev)(enum nw_dtype d, const void *y_dev, const void *dy_dev, long rows, long cols,
+		       double **out);
 };
 
 extern const struct softmax_refs softmax_refs_host;

@@ -203,7 +203,8 @@ __global__ static void bwd_refs(int d, const void *y, const void *dy, long n, lo
 	}
 }
 
-static int cuda_bwd(enum nw_dtype d, const void *y_dev, const void *dy_dev, long rows, long cols, double **out)
+static int cuda_bwd(enum nw_dtype d, const void *y_dev, const void *dy_dev, long rows, long cols,
+		    double **out)
 {
 	long n = rows * cols;
 	float *prod = NULL;
@@ -223,9 +224,5 @@ static int cuda_bwd(enum nw_dtype d, const void *y_dev, const void *dy_dev, long
 }
 
 const struct softmax_refs softmax_refs_cuda = {
-    "cuda",
-    NULL,
-    NULL,
-    cuda_fwd,
-    cuda_bwd,
+    "cuda", NULL, NULL, cuda_fwd, cuda_bwd,
 };

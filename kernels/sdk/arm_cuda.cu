@@ -10,7 +10,7 @@ extern "C" {
 #include "nw_device.h"
 }
 
-#define THREADS 256
+#define THREADS               256
 #define BLOCKS_PER_OUTPUT_MAX 64
 
 struct arm_list {

@@ -59,7 +59,8 @@ __global__ static void fold_blocks(struct fold_jobs jobs, struct nw_fold *partia
 			unsigned short u = ((const unsigned short *)j->out)[i];
 
 			poisoned = u == (unsigned short)j->poison;
-			k = j->dtype == NW_BF16 ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
+			k = j->dtype == NW_BF16 ? __uint_as_float((uint32_t)u << 16)
+						: __half2float(__ushort_as_half(u));
 		}
 		nw_fold_elem(&f, &j->rule, i, (double)k, poisoned, j->ref[i],
 			     j->plain_err && !poisoned ? j->plain_err[i] : 0.0, false);
@@ -86,7 +87,8 @@ static unsigned blocks_for(const struct nw_compare_spec *s)
 }
 
 /* The job of s; copy: the first repeat's data uploaded again where later repeats overwrote it. */
-static int job_of(const struct nw_compare_spec *s, const struct nw_fold_rule *rule, struct fold_job *j, void **copy)
+static int job_of(const struct nw_compare_spec *s, const struct nw_fold_rule *rule, struct fold_job *j,
+		  void **copy)
 {
 	const struct nw_output *o = s->out;
 	size_t bytes = o->count * nw_dtype_size(o->dtype);
@@ -114,8 +116,8 @@ static int job_of(const struct nw_compare_spec *s, const struct nw_fold_rule *ru
 	return 0;
 }
 
-extern "C" int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule, const struct nw_compare_spec *s,
-			      unsigned n)
+extern "C" int nw_dev_compare(struct nw_fold *f, const struct nw_fold_rule *rule,
+			      const struct nw_compare_spec *s, unsigned n)
 {
 	struct fold_jobs jobs;
 	void *copy[NW_TENSORS_MAX] = {};

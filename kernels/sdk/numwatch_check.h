@@ -391,7 +391,7 @@ struct nw_compare_spec {
 	 */
 	const double *ref_dev, *plain_err_dev, *floor_scale_dev;
 	size_t floor_scale_count;
-	const long *dims;             /* shape for the worst index */
+	const long *dims; /* shape for the worst index */
 	unsigned ndim;
 	/*
 	 * Tile width along the tiled axis: worst in [dim - dim % w, dim) is a

@@ -147,7 +147,8 @@ NW_HD static inline void nw_fold_pick(double *m, int64_t *at, double m2, int64_t
 }
 
 /* a += b: a partial result of any other elements. */
-NW_HD static inline void nw_fold_merge(struct nw_fold *a, const struct nw_fold *b, const struct nw_fold_rule *r)
+NW_HD static inline void nw_fold_merge(struct nw_fold *a, const struct nw_fold *b,
+				       const struct nw_fold_rule *r)
 {
 	a->max_ref = fmax(a->max_ref, b->max_ref);
 	a->max_rel = fmax(a->max_rel, b->max_rel);

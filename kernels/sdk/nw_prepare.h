@@ -18,8 +18,8 @@ int nw_trial_setup(const struct nw_check *c, struct nw_trial *t);
  * true with *t set up and prepared, *prepared and prepare()'s *rc (the
  * caller releases *prepared when *rc is 0). False: prepare it in line.
  */
-bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struct nw_trial *t, void **prepared,
-		     int *rc);
+bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struct nw_trial *t,
+		     void **prepared, int *rc);
 /* Starts preparing request req (the guess at the next one) on the worker thread. */
 void nw_prepare_ahead(const struct nw_check *c, const struct nw_trial *req);
 /* c->release_prepared(prepared), on the worker thread if there is one (the device must be done with it). */

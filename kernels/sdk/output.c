@@ -9,7 +9,6 @@
 #include "numwatch_check.h"
 #include "nw_device.h"
 
-
 /*
  * Quiet NaNs with a payload that arithmetic never produces (a computed NaN
  * carries the default payload), so "still poison" means "never written".
@@ -163,8 +162,9 @@ static int queue_repeat(struct nw_trial *t, struct nw_output *outs, unsigned nou
 		rc = nw_dev_timer_stop();
 	}
 	for (j = 0; !rc && j < nouts; j++)
-		rc = nw_dev_download_pinned(rep == 0 ? outs[j].first : outs[j].fetch, outs[j].dev_alloc,
-					    outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
+		rc =
+		    nw_dev_download_pinned(rep == 0 ? outs[j].first : outs[j].fetch, outs[j].dev_alloc,
+					   outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
 	return rc ? nw_trial_device_error(t) : 0;
 }
 
@@ -204,7 +204,8 @@ int nw_run_settle(void)
 	if (rc)
 		rc = nw_trial_device_error(t);
 	else
-		rc = finish_repeat(t, pending.outs, pending.nouts, t->repeats - 1, &pending.times[t->repeats - 1]);
+		rc = finish_repeat(t, pending.outs, pending.nouts, t->repeats - 1,
+				   &pending.times[t->repeats - 1]);
 	if (!rc) {
 		qsort(pending.times, t->repeats, sizeof(*pending.times), cmp_double);
 		t->kernel_us = pending.times[t->repeats / 2];
@@ -232,7 +233,9 @@ static int run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts
 	if (!times)
 		return nw_trial_error(t, false, "out of memory");
 	for (j = 0; j < nouts && t->repeats > 1; j++) {
-		outs[j].fetch = nw_dev_pinned(outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
+		if (!outs[j].fetch) /* an output run again keeps its buffer */
+			outs[j].fetch =
+			    nw_dev_pinned(outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
 		if (!outs[j].fetch) {
 			rc = nw_trial_error(t, false, "out of memory");
 			goto out;

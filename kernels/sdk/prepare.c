@@ -112,11 +112,12 @@ static bool same_check(const struct nw_check *a, const struct nw_check *b)
 
 static bool same_request(const struct nw_trial *a, const struct nw_trial *b)
 {
-	return a->dtype == b->dtype && a->seed == b->seed && a->family == b->family && a->repeats == b->repeats;
+	return a->dtype == b->dtype && a->seed == b->seed && a->family == b->family &&
+	       a->repeats == b->repeats;
 }
 
-bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struct nw_trial *t, void **prepared,
-		     int *rc)
+bool nw_prepare_take(const struct nw_check *c, const struct nw_trial *req, struct nw_trial *t,
+		     void **prepared, int *rc)
 {
 	bool hit;
 

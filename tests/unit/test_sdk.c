@@ -584,7 +584,8 @@ static void test_fold_any_split_merges_to_the_sequential_pass(void **state)
 					    .rtol = 1e-5,
 					    .dims = dims,
 					    .ndim = 1};
-		struct nw_fold_rule rule = {.budgeted = budgeted, .has_ulp = true, .atol = 1e-6, .rtol = 1e-5};
+		struct nw_fold_rule rule = {
+		    .budgeted = budgeted, .has_ulp = true, .atol = 1e-6, .rtol = 1e-5};
 		struct nw_fold whole;
 
 		nw_fold_init(&whole);
@@ -636,10 +637,20 @@ static void test_compare_on_the_device_equals_the_host(void **state)
 	fold_fixture(&o, ref, plain_err);
 	o.dev_is_first = true;
 	{
-		struct nw_compare_spec h = {.out = &o, .ref = ref, .plain_err = plain_err, .factor = 2.0,
-					    .floor_scale = 7.0, .dims = dims, .ndim = 1};
-		struct nw_compare_spec d = {.out = &o, .ref_dev = ref, .plain_err_dev = plain_err, .factor = 2.0,
-					    .floor_scale_dev = scales, .floor_scale_count = 3, .dims = dims,
+		struct nw_compare_spec h = {.out = &o,
+					    .ref = ref,
+					    .plain_err = plain_err,
+					    .factor = 2.0,
+					    .floor_scale = 7.0,
+					    .dims = dims,
+					    .ndim = 1};
+		struct nw_compare_spec d = {.out = &o,
+					    .ref_dev = ref,
+					    .plain_err_dev = plain_err,
+					    .factor = 2.0,
+					    .floor_scale_dev = scales,
+					    .floor_scale_count = 3,
+					    .dims = dims,
 					    .ndim = 1};
 
 		assert_int_equal(nw_compare(&host, "y", &h), 0);
