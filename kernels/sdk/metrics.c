@@ -114,7 +114,7 @@ static void finish(struct nw_tensor_result *r, const char *name, const struct nw
 	r->canary = s->out->canary;
 	r->max_abs = f->max_abs;
 	r->max_rel = f->max_rel;
-	r->max_ulp = f->max_ulp;
+	r->max_ulp = (double)f->max_ulp;
 	r->plain_max_abs = f->plain_max;
 	r->unwritten = f->unwritten;
 	r->nonfinite = f->nonfinite;

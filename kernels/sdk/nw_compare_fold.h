@@ -24,7 +24,8 @@
 #define NW_NO_INDEX INT64_MAX
 
 struct nw_fold {
-	double max_ref, max_abs, max_rel, max_ulp, plain_max, max_tol_ratio;
+	double max_ref, max_abs, max_rel, plain_max, max_tol_ratio;
+	int64_t max_ulp;    /* an integer until the end: no conversion a step */
 	double floor_scale; /* the largest of the spec's floor_scale_dev values */
 	int64_t unwritten, nonfinite, ref_nonfinite, mismatch, excluded;
 	int64_t worst; /* first element of the largest error (or tolerance ratio); NW_NO_INDEX: none */
@@ -115,10 +116,10 @@ NW_HD static inline void nw_fold_elem(struct nw_fold *f, const struct nw_fold_ru
 	}
 	if (r->has_ulp && isfinite((float)ref)) {
 		int64_t d = nw_ordered_f32((float)k) - nw_ordered_f32((float)ref);
-		double ulp = (double)(d < 0 ? -d : d);
 
-		if (ulp > f->max_ulp)
-			f->max_ulp = ulp;
+		d = d < 0 ? -d : d;
+		if (d > f->max_ulp)
+			f->max_ulp = d;
 	}
 	if (r->budgeted) {
 		if (err > f->max_abs) {
@@ -152,7 +153,7 @@ NW_HD static inline void nw_fold_merge(struct nw_fold *a, const struct nw_fold *
 {
 	a->max_ref = fmax(a->max_ref, b->max_ref);
 	a->max_rel = fmax(a->max_rel, b->max_rel);
-	a->max_ulp = fmax(a->max_ulp, b->max_ulp);
+	a->max_ulp = a->max_ulp > b->max_ulp ? a->max_ulp : b->max_ulp;
 	a->plain_max = fmax(a->plain_max, b->plain_max);
 	a->floor_scale = fmax(a->floor_scale, b->floor_scale);
 	if (r->budgeted) {
