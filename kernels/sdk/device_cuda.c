@@ -160,6 +160,7 @@ int nw_dev_launched(const char *what)
  * are, without the arena's copy.
  */
 static bool is_pinned(const void *p, size_t bytes);
+static int queue_copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, const char *what);
 
 #define ARENA_MIN   (1u << 20)
 #define ARENA_ALIGN 256
@@ -185,7 +186,7 @@ int nw_dev_upload(void *dst, const void *src, size_t bytes)
 	if (!info.available || broken)
 		return refuse();
 	if (is_pinned(src, bytes))
-		return nw_dev_upload_pinned(dst, src, bytes);
+		return queue_copy(dst, src, bytes, cudaMemcpyHostToDevice, "cudaMemcpyAsync to device");
 	if (arena_used + need > arena_size) {
 		if (arena_wait())
 			return -EIO;
@@ -354,24 +355,20 @@ static bool is_pinned(const void *p, size_t bytes)
 	return in;
 }
 
-int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)
+/* A copy queued on the default stream that does not wait: the host side is page-locked. */
+static int queue_copy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, const char *what)
 {
 	cudaError_t e;
 
 	if (!info.available || broken)
 		return refuse();
-	e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, NULL);
-	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpyAsync to device");
+	e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+	return e == cudaSuccess ? 0 : fail(e, what);
 }
 
 int nw_dev_download_pinned(void *dst, const void *src, size_t bytes)
 {
-	cudaError_t e;
-
-	if (!info.available || broken)
-		return refuse();
-	e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, NULL);
-	return e == cudaSuccess ? 0 : fail(e, "cudaMemcpyAsync from device");
+	return queue_copy(dst, src, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync from device");
 }
 
 int nw_dev_sync(const char *what)

@@ -115,12 +115,6 @@ int nw_dev_arm(const struct nw_arm *a, unsigned n)
 	return 0;
 }
 
-int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes)
-{
-	memcpy(dst, src, bytes);
-	return 0;
-}
-
 int nw_dev_download_pinned(void *dst, const void *src, size_t bytes)
 {
 	memcpy(dst, src, bytes);

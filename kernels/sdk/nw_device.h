@@ -55,8 +55,7 @@ int nw_dev_download(void *dst, const void *src, size_t bytes);
  */
 void *nw_dev_pinned(size_t bytes);
 void nw_dev_unpin(void *p);
-/* Queued copies that do not wait; src / dst must be nw_dev_pinned() memory, untouched until nw_dev_sync(). */
-int nw_dev_upload_pinned(void *dst, const void *src, size_t bytes);
+/* A queued copy that does not wait; dst must be nw_dev_pinned() memory, read only after nw_dev_sync(). */
 int nw_dev_download_pinned(void *dst, const void *src, size_t bytes);
 /* Waits for everything queued; an error is reported as what's ("kernel: an illegal memory access"). */
 int nw_dev_sync(const char *what);
