@@ -111,9 +111,13 @@ mapfile -t direct < <(awk -v d="$NW_DAEMON_PID" '$3 == d {print $1}' <<<"$before
 mapfile -t left < <(awk -v d="$NW_DAEMON_PID" '$3 != d {print $1}' <<<"$before")
 ((${#direct[@]} >= 2)) || fail "expected the runner and the build as the daemon's children: $before"
 ((${#left[@]} >= 3)) || fail "expected the orphaned sleeps of the runner and the build: $before"
-kill -9 "$NW_DAEMON_PID" "$reaper"
+# The reaper is stopped first: SIGKILLed together, a loaded machine can run the reaper between the
+# two signals, and it would do its job before its own SIGKILL arrives.
+kill -STOP "$reaper"
+kill -9 "$NW_DAEMON_PID"
 wait "$NW_DAEMON_PID" 2>/dev/null || true
 NW_DAEMON_PID=
+kill -9 "$reaper"
 nw_wait 30 "the runner and the build dying with numwatchd (death signal)" none_alive "${direct[@]}"
 echo "ok: without the reaper, the runner and the build died with numwatchd (PR_SET_PDEATHSIG)"
 none_alive "${left[@]}" && fail "the children's own children died without the reaper: nothing left to check"
