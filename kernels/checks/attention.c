@@ -145,6 +145,7 @@ struct attn_data {
 	float *lse;
 	void *q_s, *k_s, *v_s, *dout_s, *o_s;
 	int orders;
+	double v_max_abs; /* the forward's floor scale, found while preparing */
 };
 
 static void data_free(struct attn_data *a)
@@ -298,6 +299,7 @@ static int fwd_prepare(const struct nw_check *c, struct nw_trial *t, void **prep
 	nw_input_hash(t, a->q_s, (size_t)a->nq * nw_dtype_size(d));
 	nw_input_hash(t, a->k_s, (size_t)a->nk * nw_dtype_size(d));
 	nw_input_hash(t, a->v_s, (size_t)a->nk * nw_dtype_size(d));
+	a->v_max_abs = ck_max_abs(a->v, a->nk);
 	*prepared = a;
 	return 0;
 }
@@ -370,7 +372,7 @@ static int fwd_run(const struct nw_check *c, struct nw_trial *t, void *prepared)
 					     .ref_dev = ref_dev,
 					     .plain_err_dev = ref_dev ? ref_dev + a.nq : NULL,
 					     .factor = c->budget_factor,
-					     .floor_scale = ck_floor_scale(d, ck_max_abs(a.v, a.nk), 0.0),
+					     .floor_scale = ck_floor_scale(d, a.v_max_abs, 0.0),
 					     .dims = odims,
 					     .ndim = 4,
 					     .tail_width = ATTN_TILE,

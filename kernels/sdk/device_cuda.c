@@ -19,7 +19,8 @@ static struct nw_device_info info;
 static bool probed, broken;
 static char last_error[256];
 static bool last_fatal;
-static cudaEvent_t ev_start, ev_stop;
+static cudaEvent_t ev_start[NW_DEV_TIMERS], ev_stop[NW_DEV_TIMERS];
+static bool timers_create(void);
 
 static int fail(cudaError_t e, const char *what)
 {
@@ -105,8 +106,7 @@ const struct nw_device_info *nw_dev_init(void)
 		return &info;
 	}
 	if (cudaSetDevice(0) != cudaSuccess || cudaGetDeviceProperties(&prop, 0) != cudaSuccess ||
-	    cudaFree(NULL) != cudaSuccess || cudaEventCreate(&ev_start) != cudaSuccess ||
-	    cudaEventCreate(&ev_stop) != cudaSuccess) {
+	    cudaFree(NULL) != cudaSuccess || !timers_create()) {
 		snprintf(info.name, sizeof(info.name), "cannot initialise CUDA device 0: %s",
 			 cudaGetErrorString(cudaGetLastError()));
 		return &info;
@@ -117,6 +117,17 @@ const struct nw_device_info *nw_dev_init(void)
 	driver_version(info.driver, sizeof(info.driver));
 	info.available = true;
 	return &info;
+}
+
+static bool timers_create(void)
+{
+	unsigned k;
+
+	for (k = 0; k < NW_DEV_TIMERS; k++)
+		if (cudaEventCreate(&ev_start[k]) != cudaSuccess ||
+		    cudaEventCreate(&ev_stop[k]) != cudaSuccess)
+			return false;
+	return true;
 }
 
 int nw_dev_alloc(void **p, size_t bytes)
@@ -384,28 +395,28 @@ int nw_dev_sync(const char *what)
 	return 0;
 }
 
-int nw_dev_timer_start(void)
+int nw_dev_timer_start(unsigned k)
 {
 	cudaError_t e;
 
 	if (!info.available || broken)
 		return refuse();
-	e = cudaEventRecord(ev_start, NULL);
+	e = cudaEventRecord(ev_start[k % NW_DEV_TIMERS], NULL);
 	return e == cudaSuccess ? 0 : fail(e, "cudaEventRecord");
 }
 
-int nw_dev_timer_stop(void)
+int nw_dev_timer_stop(unsigned k)
 {
 	cudaError_t e;
 
 	if (!info.available || broken)
 		return refuse();
-	e = cudaEventRecord(ev_stop, NULL);
+	e = cudaEventRecord(ev_stop[k % NW_DEV_TIMERS], NULL);
 	return e == cudaSuccess ? 0 : fail(e, "cudaEventRecord");
 }
 
 /* After nw_dev_sync(): errors raised while the kernel ran surfaced there. */
-int nw_dev_timer_us(double *us)
+int nw_dev_timer_us(unsigned k, double *us)
 {
 	cudaError_t e;
 	float ms = 0.0f;
@@ -413,7 +424,7 @@ int nw_dev_timer_us(double *us)
 	*us = 0.0;
 	if (!info.available || broken)
 		return refuse();
-	e = cudaEventElapsedTime(&ms, ev_start, ev_stop);
+	e = cudaEventElapsedTime(&ms, ev_start[k % NW_DEV_TIMERS], ev_stop[k % NW_DEV_TIMERS]);
 	if (e != cudaSuccess)
 		return fail(e, "cudaEventElapsedTime");
 	*us = (double)ms * 1e3;

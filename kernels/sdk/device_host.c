@@ -16,7 +16,7 @@
 static struct nw_device_info info;
 static bool probed;
 static char last_error[128];
-static struct timespec t0, t1;
+static struct timespec t0[NW_DEV_TIMERS], t1[NW_DEV_TIMERS];
 
 /* The CPU's model name, so trials on different hosts can be told apart. */
 static void cpu_name(char *buf, size_t len)
@@ -127,21 +127,23 @@ int nw_dev_sync(const char *what)
 	return 0;
 }
 
-int nw_dev_timer_start(void)
+int nw_dev_timer_start(unsigned k)
 {
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	clock_gettime(CLOCK_MONOTONIC, &t0[k % NW_DEV_TIMERS]);
 	return 0;
 }
 
-int nw_dev_timer_stop(void)
+int nw_dev_timer_stop(unsigned k)
 {
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	clock_gettime(CLOCK_MONOTONIC, &t1[k % NW_DEV_TIMERS]);
 	return 0;
 }
 
-int nw_dev_timer_us(double *us)
+int nw_dev_timer_us(unsigned k, double *us)
 {
-	*us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+	const struct timespec *a = &t0[k % NW_DEV_TIMERS], *b = &t1[k % NW_DEV_TIMERS];
+
+	*us = (double)(b->tv_sec - a->tv_sec) * 1e6 + (double)(b->tv_nsec - a->tv_nsec) / 1e3;
 	return 0;
 }
 

@@ -303,8 +303,9 @@ struct nw_output {
 	/* private */
 	void *dev_alloc;
 	unsigned char *first; /* guard + the first repeat's data + guard (page-locked): host points into it */
-	unsigned char *fetch; /* the same for later repeats */
-	bool dev_is_first;    /* dev still holds the first repeat's data (a single repeat) */
+	unsigned char *fetch; /* the same for later repeats, fetch_slots of them used in turn */
+	unsigned fetch_slots;
+	bool dev_is_first; /* dev still holds the first repeat's data (a single repeat) */
 };
 
 /* Allocates and arms o. On failure records an error answer in t and returns it. */
@@ -334,14 +335,15 @@ void nw_input_release(void *dev);
  * Runs launch(ctx) t->repeats times on the same inputs, re-arming every output
  * before each run. Fills t->digest (FNV-1a 64 over all outputs of the first
  * repeat), t->digests_differ, t->kernel_us, and each output's host copy and
- * canary count. A non-zero return of launch() is an error answer
- * ("<what> returned -22"). Returns 0 or a negative error (already recorded).
+ * canary count, once settled (nw_run_settle). A non-zero return of launch()
+ * is an error answer ("<what> returned -22"). Returns 0 or a negative error
+ * (already recorded).
  */
 int nw_run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
 		  int (*launch)(void *ctx), void *ctx);
 /*
- * The last repeat of nw_run_kernel() is queued, not waited for: this waits
- * and fills what it leaves (digest, kernel_us, canaries, the host copy).
+ * The last repeats of nw_run_kernel() are queued, not waited for: this waits
+ * and fills what they leave (digest, kernel_us, canaries, the host copy).
  * nw_compare() and nw_output_release() call it; a check that reads an output
  * otherwise must too. Returns 0 or the error already recorded in its trial.
  */

@@ -60,10 +60,15 @@ int nw_dev_download_pinned(void *dst, const void *src, size_t bytes);
 /* Waits for everything queued; an error is reported as what's ("kernel: an illegal memory access"). */
 int nw_dev_sync(const char *what);
 
-/* Brackets one kernel launch; nw_dev_timer_us() reads the time after an nw_dev_sync(). */
-int nw_dev_timer_start(void);
-int nw_dev_timer_stop(void);
-int nw_dev_timer_us(double *us);
+/*
+ * Brackets one kernel launch with timer k (0 <= k < NW_DEV_TIMERS, so that
+ * several repeats can be queued before one wait); nw_dev_timer_us() reads
+ * timer k's time after an nw_dev_sync().
+ */
+#define NW_DEV_TIMERS 4
+int nw_dev_timer_start(unsigned k);
+int nw_dev_timer_stop(unsigned k);
+int nw_dev_timer_us(unsigned k, double *us);
 
 /*
  * Folds n comparisons whose references stayed where they were computed

@@ -135,7 +135,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /*
- * A run whose last repeat is queued but not yet waited for: the trial goes
+ * A run whose last repeats are queued but not yet waited for: the trial goes
  * on queueing (a comparison on the device) and the one wait serves both
  * (nw_run_settle). One at a time: a runner runs one trial at a time.
  */
@@ -143,10 +143,22 @@ static struct {
 	struct nw_trial *t;
 	struct nw_output *outs;
 	unsigned nouts;
+	unsigned from; /* the first repeat not yet finished */
 	double *times;
 } pending;
 
-/* Arms the outputs, launches once and queues the fetch of every output: nothing waits. */
+static size_t fetched_bytes(const struct nw_output *o)
+{
+	return o->count * nw_dtype_size(o->dtype) + 2 * NW_GUARD_BYTES;
+}
+
+/* Where repeat rep's copy lands: the first in o->first, later ones in turn in o->fetch's slots. */
+static unsigned char *fetched_of(const struct nw_output *o, unsigned rep)
+{
+	return rep == 0 ? o->first : o->fetch + (size_t)((rep - 1) % o->fetch_slots) * fetched_bytes(o);
+}
+
+/* Arms the outputs, launches once with timer rep and queues the fetch of every output: nothing waits. */
 static int queue_repeat(struct nw_trial *t, struct nw_output *outs, unsigned nouts, unsigned rep,
 			int (*launch)(void *ctx), void *ctx, int *krc)
 {
@@ -156,29 +168,28 @@ static int queue_repeat(struct nw_trial *t, struct nw_output *outs, unsigned nou
 	rc = arm(outs, nouts);
 	if (rc)
 		return nw_trial_device_error(t);
-	rc = nw_dev_timer_start();
+	rc = nw_dev_timer_start(rep);
 	if (!rc) {
 		*krc = launch(ctx);
-		rc = nw_dev_timer_stop();
+		rc = nw_dev_timer_stop(rep);
 	}
 	for (j = 0; !rc && j < nouts; j++)
-		rc =
-		    nw_dev_download_pinned(rep == 0 ? outs[j].first : outs[j].fetch, outs[j].dev_alloc,
-					   outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
+		rc = nw_dev_download_pinned(fetched_of(&outs[j], rep), outs[j].dev_alloc,
+					    fetched_bytes(&outs[j]));
 	return rc ? nw_trial_device_error(t) : 0;
 }
 
-/* After the wait: the repeat's time, canaries and digest. */
+/* After the wait: repeat rep's time, canaries and digest. */
 static int finish_repeat(struct nw_trial *t, struct nw_output *outs, unsigned nouts, unsigned rep, double *us)
 {
 	uint64_t h = NW_FNV_OFFSET;
 	unsigned j;
 
-	if (nw_dev_timer_us(us))
+	if (nw_dev_timer_us(rep, us))
 		return nw_trial_device_error(t);
 	for (j = 0; j < nouts; j++) {
 		struct nw_output *o = &outs[j];
-		const unsigned char *fetched = rep == 0 ? o->first : o->fetch;
+		const unsigned char *fetched = fetched_of(o, rep);
 		long canary = count_canary(o, fetched);
 
 		if (canary > o->canary)
@@ -192,6 +203,19 @@ static int finish_repeat(struct nw_trial *t, struct nw_output *outs, unsigned no
 	return 0;
 }
 
+/* Waits for the queued repeats [*from, to) and finishes them in order. */
+static int finish_queued(struct nw_trial *t, struct nw_output *outs, unsigned nouts, unsigned *from,
+			 unsigned to, double *times)
+{
+	int rc = 0;
+
+	if (nw_dev_sync("kernel"))
+		return nw_trial_device_error(t);
+	for (; !rc && *from < to; ++*from)
+		rc = finish_repeat(t, outs, nouts, *from, &times[*from]);
+	return rc;
+}
+
 int nw_run_settle(void)
 {
 	struct nw_trial *t = pending.t;
@@ -200,12 +224,7 @@ int nw_run_settle(void)
 	if (!t)
 		return 0;
 	pending.t = NULL;
-	rc = nw_dev_sync("kernel");
-	if (rc)
-		rc = nw_trial_device_error(t);
-	else
-		rc = finish_repeat(t, pending.outs, pending.nouts, t->repeats - 1,
-				   &pending.times[t->repeats - 1]);
+	rc = finish_queued(t, pending.outs, pending.nouts, &pending.from, t->repeats, pending.times);
 	if (!rc) {
 		qsort(pending.times, t->repeats, sizeof(*pending.times), cmp_double);
 		t->kernel_us = pending.times[t->repeats / 2];
@@ -214,17 +233,33 @@ int nw_run_settle(void)
 	return rc;
 }
 
+/* Page-locked room for the later repeats in flight at once (the first has o->first). */
+static int fetch_room(struct nw_trial *t, struct nw_output *o)
+{
+	unsigned slots = t->repeats - 1 < NW_DEV_TIMERS ? t->repeats - 1 : NW_DEV_TIMERS;
+
+	if (slots == 0 || o->fetch_slots >= slots) /* an output run again keeps its buffer */
+		return 0;
+	nw_dev_unpin(o->fetch);
+	o->fetch_slots = 0;
+	o->fetch = nw_dev_pinned(slots * fetched_bytes(o));
+	if (!o->fetch)
+		return nw_trial_error(t, false, "out of memory");
+	o->fetch_slots = slots;
+	return 0;
+}
+
 /*
- * Each repeat queued whole (arm, launch, fetch) and then waited for once,
- * where the kernel's own errors surface ("kernel: ..."); the last one is
- * left pending for the comparison to share its wait. The first repeat lands
- * in o->first (o->host), later ones in o->fetch.
+ * The repeats are queued whole (arm, launch, fetch) back to back, up to
+ * NW_DEV_TIMERS at a time, and waited for together, where the kernel's own
+ * errors surface ("kernel: ..."); the last ones are left pending for the
+ * comparison to share their wait.
  */
 static int run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts, const char *what,
 		      int (*launch)(void *ctx), void *ctx)
 {
 	double *times;
-	unsigned rep, j;
+	unsigned rep, from = 0, j;
 	int rc = 0, krc = 0;
 
 	if (nw_run_settle())
@@ -232,43 +267,29 @@ static int run_kernel(struct nw_trial *t, struct nw_output *outs, unsigned nouts
 	times = calloc(t->repeats, sizeof(*times));
 	if (!times)
 		return nw_trial_error(t, false, "out of memory");
-	for (j = 0; j < nouts && t->repeats > 1; j++) {
-		if (!outs[j].fetch) /* an output run again keeps its buffer */
-			outs[j].fetch =
-			    nw_dev_pinned(outs[j].count * nw_dtype_size(outs[j].dtype) + 2 * NW_GUARD_BYTES);
-		if (!outs[j].fetch) {
-			rc = nw_trial_error(t, false, "out of memory");
-			goto out;
-		}
-	}
-	for (rep = 0; rep < t->repeats; rep++) {
+	for (j = 0; j < nouts && !rc; j++)
+		rc = fetch_room(t, &outs[j]);
+	for (rep = 0; !rc && rep < t->repeats; rep++) {
+		if (rep - from == NW_DEV_TIMERS && (rc = finish_queued(t, outs, nouts, &from, rep, times)))
+			break;
 		rc = queue_repeat(t, outs, nouts, rep, launch, ctx, &krc);
 		if (!rc && krc) {
 			(void)nw_dev_sync("kernel");
 			rc = nw_trial_error(t, false, "%s returned %d", what, krc);
 		}
-		if (rc)
-			goto out;
-		if (rep + 1 == t->repeats) {
-			for (j = 0; j < nouts; j++)
-				outs[j].dev_is_first = rep == 0;
-			pending.t = t;
-			pending.outs = outs;
-			pending.nouts = nouts;
-			pending.times = times;
-			return 0;
-		}
-		if (nw_dev_sync("kernel")) {
-			rc = nw_trial_device_error(t);
-			goto out;
-		}
-		rc = finish_repeat(t, outs, nouts, rep, &times[rep]);
-		if (rc)
-			goto out;
 	}
-out:
-	free(times);
-	return rc;
+	if (rc) {
+		free(times);
+		return rc;
+	}
+	for (j = 0; j < nouts; j++)
+		outs[j].dev_is_first = t->repeats == 1;
+	pending.t = t;
+	pending.outs = outs;
+	pending.nouts = nouts;
+	pending.from = from;
+	pending.times = times;
+	return 0;
 }
 
 int nw_output_init(struct nw_trial *t, struct nw_output *o, const char *name, enum nw_dtype d, size_t count)

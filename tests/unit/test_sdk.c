@@ -668,7 +668,7 @@ struct writer {
 	long skip;  /* element left unwritten, or -1 */
 	long extra; /* element index written outside [0, count), or 0 */
 	int calls;
-	int flaky; /* write a different value on the second call */
+	int flaky_on; /* the call that writes a different value, or 0 */
 	int rc;
 };
 
@@ -681,7 +681,7 @@ static int write_ones(void *arg)
 	w->calls++;
 	for (i = 0; i < (long)w->out->count; i++)
 		if (i != w->skip)
-			y[i] = w->flaky && w->calls == 2 ? 2.0f : 1.0f;
+			y[i] = w->calls == w->flaky_on ? 2.0f : 1.0f;
 	if (w->extra)
 		y[w->extra] = 1.0f;
 	return w->rc;
@@ -698,6 +698,7 @@ static void test_run_kernel_digest_and_repeats(void **state)
 	(void)state;
 	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
 	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(nw_run_settle(), 0);
 	want = nw_digest(NW_FNV_OFFSET, ones, sizeof(ones));
 	assert_int_equal(w.calls, 3);
 	assert_true(t.digest == want);
@@ -706,11 +707,27 @@ static void test_run_kernel_digest_and_repeats(void **state)
 	assert_true(t.kernel_us >= 0.0);
 
 	/* A kernel that answers differently on one repeat is caught by the digests. */
-	w = (struct writer){.out = &o, .skip = -1, .flaky = 1};
+	w = (struct writer){.out = &o, .skip = -1, .flaky_on = 2};
 	t.digests_differ = 0;
 	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(nw_run_settle(), 0);
 	assert_int_equal(t.digests_differ, 1);
 	assert_true(t.digest == want);
+
+	/*
+	 * More repeats than are queued at once: each lands in its own copy,
+	 * reused only after a wait, whichever repeat is the odd one.
+	 */
+	t.repeats = 3 * NW_DEV_TIMERS + 1;
+	for (w.flaky_on = 1; w.flaky_on <= (int)t.repeats; w.flaky_on++) {
+		w.calls = 0;
+		t.digests_differ = 0;
+		assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+		assert_int_equal(nw_run_settle(), 0);
+		assert_int_equal(w.calls, t.repeats);
+		assert_int_equal(t.digests_differ, w.flaky_on == 1 ? t.repeats - 1 : 1);
+		assert_true((t.digest == want) == (w.flaky_on != 1));
+	}
 	nw_output_release(&o);
 }
 
@@ -723,6 +740,7 @@ static void test_run_kernel_rearms_poison_and_counts_canaries(void **state)
 	(void)state;
 	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
 	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(nw_run_settle(), 0);
 	assert_true(nw_is_poison(NW_F32, o.host, 5));
 	assert_false(nw_is_poison(NW_F32, o.host, 4));
 	assert_int_equal(o.canary, 1);
@@ -732,6 +750,7 @@ static void test_run_kernel_rearms_poison_and_counts_canaries(void **state)
 	assert_int_equal(nw_output_init(&t, &o, "y", NW_F32, 8), 0);
 	w = (struct writer){.out = &o, .skip = -1, .extra = -1};
 	assert_int_equal(nw_run_kernel(&t, &o, 1, "write_ones", write_ones, &w), 0);
+	assert_int_equal(nw_run_settle(), 0);
 	assert_int_equal(o.canary, 1);
 	nw_output_release(&o);
 }
