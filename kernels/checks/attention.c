@@ -188,18 +188,21 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_da
 	a->q = ck_doubles(a->nq);
 	a->k = ck_doubles(a->nk);
 	a->v = ck_doubles(a->nk);
-	a->dout = ck_doubles(a->nq);
-	a->o = ck_doubles(a->nq);
-	a->lse = ck_floats(a->nlse);
 	/* Page-locked: uploaded from where they are (nw_dev_upload). */
 	a->q_s = nw_dev_pinned((size_t)(a->nq > 0 ? a->nq : 1) * nw_dtype_size(d));
 	a->k_s = nw_dev_pinned((size_t)(a->nk > 0 ? a->nk : 1) * nw_dtype_size(d));
 	a->v_s = nw_dev_pinned((size_t)(a->nk > 0 ? a->nk : 1) * nw_dtype_size(d));
-	a->dout_s = ck_buffer(d, a->nq);
-	a->o_s = ck_buffer(d, a->nq);
-	if (!a->q || !a->k || !a->v || !a->dout || !a->o || !a->lse || !a->q_s || !a->k_s || !a->v_s ||
-	    !a->dout_s || !a->o_s)
+	if (!a->q || !a->k || !a->v || !a->q_s || !a->k_s || !a->v_s)
 		return -ENOMEM;
+	if (with_dout) { /* the backward's: dout, and the forward's O and LSE */
+		a->dout = ck_doubles(a->nq);
+		a->o = ck_doubles(a->nq);
+		a->lse = ck_floats(a->nlse);
+		a->dout_s = ck_buffer(d, a->nq);
+		a->o_s = ck_buffer(d, a->nq);
+		if (!a->dout || !a->o || !a->lse || !a->dout_s || !a->o_s)
+			return -ENOMEM;
+	}
 
 	nw_rng_init(&r, c->name, t->seed, STREAM_KIND);
 	if (t->family == ATTN_EXTREME) {
@@ -234,13 +237,11 @@ static int gen_data(const struct nw_check *c, struct nw_trial *t, struct attn_da
 
 			a->k[i] = a->k[base + i % D];
 		}
-	if (!with_dout)
-		for (i = 0; i < a->nq; i++)
-			a->dout[i] = 0.0;
 	ck_store_all(d, a->q_s, a->q, a->nq);
 	ck_store_all(d, a->k_s, a->k, a->nk);
 	ck_store_all(d, a->v_s, a->v, a->nk);
-	ck_store_all(d, a->dout_s, a->dout, a->nq);
+	if (with_dout)
+		ck_store_all(d, a->dout_s, a->dout, a->nq);
 	return 0;
 }
 
