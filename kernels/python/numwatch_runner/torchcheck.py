@@ -613,113 +613,20 @@ class _Batch:
             return self._start(tail)
 
     def _start(self, tail):
-        items, T, L, P = self.items, len(self.items), self.width, self.nplain or 0
+        items, L = self.items, self.width
         dev = items[0].ref.device if items else torch.device("cpu")
         parts = []
         self.layout = None
         if L:
-            f64, bool_ = torch.float64, torch.bool
-            K = 2 + P
-            zero = _const("zero", dev, f64)
-            pads = [_const("pad", dev, f64, L - it.n) if it.n < L else None for it in items]
-
-            def laid(ts, pads):  # the pieces of a cat() that lays ts out as padded rows
-                out = []
-                for t, pad in zip(ts, pads):
-                    out += (t,) if pad is None else (t, pad)
-                return out
-
-            def masks(ms):  # boolean rows: each mask padded with False, all False for none
-                out = []
-                for m, it in zip(ms, items):
-                    if m is None:
-                        out.append(_const("pad", dev, bool_, L))
-                    else:
-                        out += (m,) if it.n == L else (m, _const("pad", dev, bool_, L - it.n))
-                return out
-
-            pieces = laid([it.got for it in items], pads)
-            for j in range(P):
-                pieces += laid([it.plains[j] for it in items], pads)
-            pieces += laid([it.ref for it in items], pads)
-            X = torch.cat(pieces)  # float64 by type promotion: the reference is float64
-            if X.dtype != f64:
-                X = X.to(f64)
-            X = X.view(K, T, L)  # rows: kernel, plain programs, reference
-            has_unw = any(it.unwritten is not None for it in items)
-            exc = None
+            X = torch.cat(self._x_pieces(L))  # float64 by type promotion: the reference is float64
+            if X.dtype != torch.float64:
+                X = X.to(torch.float64)
+            unw = exc = None
+            if any(it.unwritten is not None for it in items):
+                unw = self._mask_pieces([it.unwritten for it in items], L)
             if any(it.exclude is not None for it in items):
-                exc = torch.cat(masks([it.exclude for it in items]))
-                exc = exc.view(T, L)
-            # The boolean rows whose true elements are counted, in one reduction: each program's
-            # finite and written elements, the mismatches, then the unwritten and the excluded ones.
-            nc = K + 1 + has_unw + (exc is not None)
-            C = torch.empty((nc, T, L), dtype=bool_, device=dev)
-            cs = C.unbind(0)
-            # The float64 rows of the maxima (their first K rows hold |X| a moment first: few and
-            # reused buffers, which the CPU's allocator keeps in step with).
-            rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
-            B = torch.empty((rows, T, L), dtype=f64, device=dev)
-            bs = B.unbind(0)
-            BK = B[:K]
-            F = torch.lt(torch.abs(X, out=BK), _INF, out=C[:K])  # finite (NaN compares false)
-            unw = None
-            if has_unw:
-                unw = cs[K + 1]
-                torch.cat(masks([it.unwritten for it in items]), out=unw.view(-1))
-                written = ~unw
-                F &= written
-            ok = cs[0] & cs[K - 1]
-            if exc is not None:
-                ok = ok > exc  # and not excluded
-            # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
-            # that the classes compare with one != (an unwritten element is no mismatch: its
-            # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
-            S = X[::K - 1]  # the kernel's row and the reference's
-            cls = S.nan_to_num(5.0, _INF, -_INF).masked_fill_(F[::K - 1], 0.0)
-            mism = torch.ne(*cls.unbind(0), out=cs[K])
-            if unw is not None:
-                mism &= written
-            if exc is not None:
-                torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
-                if unw is not None:
-                    cs[-1].logical_and_(written)
-            # |program - reference| of the kernel and each plain program, and |reference| (the
-            # reference's row takes 0 times itself: exact), each where it and the reference are
-            # finite, on the ok elements.
-            torch.addcmul(X, _const("neg", dev, f64, K), X[-1], out=BK).abs_()
-            torch.where(F & ok, BK, zero, out=BK)
-            err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
-            torch.div(err, absr, out=rel)
-            torch.where(absr > 0, rel, zero, out=rel)
-            r = 3 + P
-            key = err
-            if self.fixed:
-                key = bs[r]
-                r += 1
-                tol = absr * self.rtol + self.atol if self.rtol else self.atol
-                # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
-                torch.div(err, tol, out=key).nan_to_num_(0.0, _INF, -_INF)
-            ulp64 = None
-            if self.dtype == "f32":
-                # The distance of the float32 values in ULPs: the magnitude's bits with the value's
-                # sign, as float64 (exact), differenced; none where the reference is past f32's range.
-                Y = S.to(torch.float32)
-                o = (Y.view(torch.int32) & 0x7FFFFFFF).to(f64).copysign_(Y)
-                d = torch.sub(*o.unbind(0), out=o[0]).abs_()
-                torch.where(ok & (absr < _F32_OVERFLOW), d, zero, out=bs[r])
-            elif self.ulp:
-                i = S.view(torch.int64)
-                o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
-                ulp64 = torch.where(ok, torch.sub(*o.unbind(0)).abs_(), 0).amax(-1)
-            hard = mism if unw is None else mism | unw
-            # The first hard element if any (NaN wins an argmax, the first of them), else the
-            # first of the largest key.
-            pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
-            parts = [B.amax(-1).view(torch.int64).view(-1), pos, C.sum(-1).view(-1)]
-            if ulp64 is not None:
-                parts.append(ulp64)
-            self.layout = (rows, nc, unw is not None, exc is not None)
+                exc = torch.cat(self._mask_pieces([it.exclude for it in items], L)).view(len(items), L)
+            parts = self._measure(X.view(2 + (self.nplain or 0), len(items), L), unw, exc)
         fscales = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         if fscales:
             fs = torch.stack([f.reshape(()).to(dev) for f in fscales])
@@ -727,6 +634,120 @@ class _Batch:
         parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
         self.ntail = [t.numel() for t in tail]
         return parts + [t.reshape(-1) for t in tail]
+
+    def _x_pieces(self, L):
+        """The pieces of the one cat() that lays the kernel's values, each plain program's and the
+        reference's out as the rows of X (programs, tensors, L), each row padded with zeros to L."""
+        items = self.items
+        dev = items[0].ref.device
+        pads = [_const("pad", dev, torch.float64, L - it.n) if it.n < L else None for it in items]
+
+        def laid(ts):
+            out = []
+            for t, pad in zip(ts, pads):
+                out += (t,) if pad is None else (t, pad)
+            return out
+
+        pieces = laid([it.got for it in items])
+        for j in range(self.nplain or 0):
+            pieces += laid([it.plains[j] for it in items])
+        return pieces + laid([it.ref for it in items])
+
+    def _mask_pieces(self, ms, L):
+        """The pieces of a cat() of boolean rows of L: each mask padded with False, all False for none."""
+        dev = self.items[0].ref.device
+        out = []
+        for m, it in zip(ms, self.items):
+            if m is None:
+                out.append(_const("pad", dev, torch.bool, L))
+            else:
+                out += (m,) if it.n == L else (m, _const("pad", dev, torch.bool, L - it.n))
+        return out
+
+    def _measure(self, X, unw, exc):
+        """The reductions of start() on the laid-out rows: X (programs, tensors, L) float64, unw the
+        unwritten rows (a (tensors, L) boolean tensor, or the pieces of its cat(), or None), exc
+        the excluded ones ((tensors, L) or None). Depends on the tensors only through X, unw and
+        exc (and this batch's dtype and tolerance), so that it can be captured once for a shape
+        and replayed (_Graphs). Sets self.layout; returns the int64 tensors of the values."""
+        K, T, L = X.shape
+        P = K - 2
+        dev = X.device
+        f64, bool_ = torch.float64, torch.bool
+        zero = _const("zero", dev, f64)
+        # The boolean rows whose true elements are counted, in one reduction: each program's
+        # finite and written elements, the mismatches, then the unwritten and the excluded ones.
+        nc = K + 1 + (unw is not None) + (exc is not None)
+        C = torch.empty((nc, T, L), dtype=bool_, device=dev)
+        cs = C.unbind(0)
+        # The float64 rows of the maxima (their first K rows hold |X| a moment first: few and
+        # reused buffers, which the CPU's allocator keeps in step with).
+        rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
+        B = torch.empty((rows, T, L), dtype=f64, device=dev)
+        bs = B.unbind(0)
+        BK = B[:K]
+        F = torch.lt(torch.abs(X, out=BK), _INF, out=C[:K])  # finite (NaN compares false)
+        if unw is not None:
+            u = cs[K + 1]
+            if isinstance(unw, torch.Tensor):
+                u.copy_(unw)
+            else:
+                torch.cat(unw, out=u.view(-1))
+            unw = u
+            written = ~unw
+            F &= written
+        ok = cs[0] & cs[K - 1]
+        if exc is not None:
+            ok = ok > exc  # and not excluded
+        # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
+        # that the classes compare with one != (an unwritten element is no mismatch: its
+        # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
+        S = X[::K - 1]  # the kernel's row and the reference's
+        cls = S.nan_to_num(5.0, _INF, -_INF).masked_fill_(F[::K - 1], 0.0)
+        mism = torch.ne(*cls.unbind(0), out=cs[K])
+        if unw is not None:
+            mism &= written
+        if exc is not None:
+            torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
+            if unw is not None:
+                cs[-1].logical_and_(written)
+        # |program - reference| of the kernel and each plain program, and |reference| (the
+        # reference's row takes 0 times itself: exact), each where it and the reference are
+        # finite, on the ok elements.
+        torch.addcmul(X, _const("neg", dev, f64, K), X[-1], out=BK).abs_()
+        torch.where(F & ok, BK, zero, out=BK)
+        err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
+        torch.div(err, absr, out=rel)
+        torch.where(absr > 0, rel, zero, out=rel)
+        r = 3 + P
+        key = err
+        if self.fixed:
+            key = bs[r]
+            r += 1
+            tol = absr * self.rtol + self.atol if self.rtol else self.atol
+            # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
+            torch.div(err, tol, out=key).nan_to_num_(0.0, _INF, -_INF)
+        ulp64 = None
+        if self.dtype == "f32":
+            # The distance of the float32 values in ULPs: the magnitude's bits with the value's
+            # sign, as float64 (exact), differenced; none where the reference is past f32's range.
+            Y = S.to(torch.float32)
+            o = (Y.view(torch.int32) & 0x7FFFFFFF).to(f64).copysign_(Y)
+            d = torch.sub(*o.unbind(0), out=o[0]).abs_()
+            torch.where(ok & (absr < _F32_OVERFLOW), d, zero, out=bs[r])
+        elif self.ulp:
+            i = S.view(torch.int64)
+            o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+            ulp64 = torch.where(ok, torch.sub(*o.unbind(0)).abs_(), 0).amax(-1)
+        hard = mism if unw is None else mism | unw
+        # The first hard element if any (NaN wins an argmax, the first of them), else the
+        # first of the largest key.
+        pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
+        parts = [B.amax(-1).view(torch.int64).view(-1), pos, C.sum(-1).view(-1)]
+        if ulp64 is not None:
+            parts.append(ulp64)
+        self.layout = (rows, nc, unw is not None, exc is not None)
+        return parts
 
     def finish(self, vals):
         """compare()'s dict of each tensor from the values start() queued (a list of ints), and the
