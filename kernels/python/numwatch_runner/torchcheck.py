@@ -334,6 +334,10 @@ class Case:
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
         self._dev_douts64 = {}
+        self._packs = None  # _pack(): the inputs packed for the device ahead of the trial
+        self._digest = None  # case_digest(), when hashed ahead of the trial
+        self._douts_ahead = None  # _draw_douts_ahead()
+        self.gen = None
 
     def __getitem__(self, key):
         if key in self.inputs:
@@ -458,28 +462,51 @@ def _together(device):
     return torch.device(device).type == "cuda" if BATCH_ALL is None else BATCH_ALL
 
 
-def _upload_all(ts, device, also64=False):
+def _upload_all(ts, device, also64=False, flat=None):
     """The CPU tensors ts (of one dtype) on device with one copy (packed end to end on the host,
     moved at once, handed back as views of the one device tensor with ts' shapes), and when
     also64 in float64 too (one conversion): (tensors, float64 tensors or None). On the CPU, where
-    nothing is copied, each as it is (_together)."""
+    nothing is copied, each as it is (_together). flat: ts already packed (_pack_host), by the
+    thread that prepares trials ahead."""
     if len(ts) == 1 or not _together(device):
         d = [_upload(t, device) for t in ts]
         return d, ([t.to(torch.float64) for t in d] if also64 else None)
-    flat = _upload(torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts]), device)
+    flat = _upload(flat if flat is not None else _pack_host(ts), device)
     return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
+
+
+def _pack_host(ts):
+    """The CPU tensors ts end to end in one 1-dimensional tensor (host work: _upload_all's)."""
+    return torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts])
+
+
+def _input_groups(case):
+    """The case's tensor inputs by dtype, in their order: [[name, ...], ...]."""
+    groups = {}
+    for k, v in case.inputs.items():
+        if isinstance(v, torch.Tensor):
+            groups.setdefault(v.dtype, []).append(k)
+    return list(groups.values())
+
+
+def _group_tensors(case, keys):
+    return [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
+
+
+def _pack(case):
+    """The host side of _load, done ahead: each dtype's inputs packed (where they go up together)."""
+    if _together(case.device):
+        case._packs = [_pack_host(_group_tensors(case, keys)) if len(keys) > 1 else None
+                       for keys in _input_groups(case)]
 
 
 def _load(case):
     """The case's tensor inputs on the device, once per trial: those of one dtype with one copy
     (_upload_all), floating ones also in float64 (one conversion per dtype)."""
-    groups = {}
-    for k, v in case.inputs.items():
-        if isinstance(v, torch.Tensor):
-            groups.setdefault(v.dtype, []).append(k)
-    for keys in groups.values():
-        ts = [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
-        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point())
+    packs = case._packs if case._packs is not None and _together(case.device) else None
+    for j, keys in enumerate(_input_groups(case)):
+        ts = _group_tensors(case, keys)
+        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point(), packs[j] if packs else None)
         case._dev.update(zip(keys, d))
         if d64 is not None:
             case._dev64.update(zip(keys, d64))
@@ -914,6 +941,105 @@ def _digest_on_device(t):
     return _digest_rows(t.view(1, t.numel()))[0]
 
 
+# ---- prepared ahead ----------------------------------------------------------------------------
+
+
+def _env_flag(name):
+    """An on/off environment variable: None where unset or empty (the default), else whether it is not "0"."""
+    v = os.environ.get(name, "")
+    return None if v == "" else v != "0"
+
+
+#: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
+#: device, a bwd check's output gradients) is done for the next seed on a worker thread while this
+#: trial's device work runs, as the C runner does (kernels/sdk/prepare.c). None: where the device
+#: is a GPU (on the CPU the trial is all host work: a second thread would only take another core).
+#: NUMWATCH_PREPARE_AHEAD=0 turns it off, =1 on whatever the device. The answers are the same.
+PREPARE_AHEAD = _env_flag("NUMWATCH_PREPARE_AHEAD")
+
+#: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
+STATS = {"ahead_hits": 0, "ahead_misses": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0,
+         "graph_verified": 0, "graph_off": 0}
+
+
+def _ahead_on(device):
+    if PREPARE_AHEAD is None:
+        return torch.device(device).type == "cuda"
+    return bool(PREPARE_AHEAD)
+
+
+def _douts_rule(case, want):
+    """How the output gradients' shapes [(output, shape), ...] came from the inputs' (the first
+    input of the same shape, else the shape itself): the next trial's guess."""
+    rule = []
+    for name, shape in want:
+        src = None
+        for k, v in case.inputs.items():
+            if isinstance(v, torch.Tensor) and tuple(v.shape) == shape:
+                src = k
+                break
+        rule.append((name, src, shape))
+    return tuple(rule)
+
+
+class _Ahead:
+    """The next trial prepared on a worker thread (TorchCheck._prepare with ahead): the daemon
+    sends a part's seeds in order, and the command line runs them in order, so after the trial of
+    a seed the next seed's host work starts while this trial's device work runs (torch lets go of
+    the GIL in its operations). A request that is not the one prepared has the prepared one thrown
+    away and is prepared in line; after a miss, only a request that follows the one before it (a
+    run of seeds again), or every PROBE_EVERY-th, has the next prepared, so out-of-order requests
+    (a bisection's probes) cost the worker's time rarely. A prepared case is a function of its
+    request alone (make_case draws from the seed's generator alone), so the answers are the same
+    either way; an exception of the preparation is raised by the trial that takes it."""
+
+    PROBE_EVERY = 16
+
+    def __init__(self):
+        self.pool = None
+        self.job = None  # (check, key, future) of the request prepared for
+        self.last = None  # (check, key) of the request before
+        self.missed = False
+        self.since_probe = 0
+
+    def take(self, check, key):
+        """The case prepared for this request, or None (then prepare it in line)."""
+        job, self.job = self.job, None
+        if job is None:
+            return None
+        if job[0] is not check or job[1] != key:
+            self.missed = True
+            STATS["ahead_misses"] += 1
+            return None
+        self.missed = False
+        STATS["ahead_hits"] += 1
+        return job[2].result()
+
+    def start(self, check, key):
+        """Starts preparing the request after this one (key), unless misses made it rest."""
+        last, self.last = self.last, (check, key)
+        nxt = check._next_key(key)
+        if nxt is None:
+            return
+        if self.missed and not (last is not None and last[0] is check and check._next_key(last[1]) == key):
+            self.since_probe += 1
+            if self.since_probe % self.PROBE_EVERY:
+                return
+        if self.pool is None:
+            import concurrent.futures
+
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
+        self.job = (check, nxt, self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True))
+
+    def drop(self):
+        """Forgets what was prepared (prepare-ahead turned off)."""
+        self.job = self.last = None
+        self.missed = False
+
+
+_AHEAD = _Ahead()
+
+
 # ---- the check ----------------------------------------------------------------------------------
 
 
@@ -1041,8 +1167,16 @@ class TorchCheck(Check):
         ins = self._inputs(case, "ref")
         ref = _as_dict(self.reference(case, **ins), names)
         if self.backward:
-            douts = [case.gen.normal(tuple(ref[k].shape), case.dtype) for k in ref]
-            d, d64 = _upload_all(douts, case.device, True)
+            want = [(k, tuple(ref[k].shape)) for k in ref]
+            pre, flat = case._douts_ahead, None
+            if pre is not None and pre[0] == want and torch.equal(case.gen.g.get_state(), pre[1]):
+                case.gen.g.set_state(pre[2])  # as if drawn here
+                douts, flat = pre[3], pre[4]
+                STATS["douts_ahead"] += 1
+            else:
+                douts = [case.gen.normal(shape, case.dtype) for _, shape in want]
+            self._douts_rule = _douts_rule(case, want)
+            d, d64 = _upload_all(douts, case.device, True, flat)
             case._dev_douts, case._dev_douts64 = dict(zip(ref, d)), dict(zip(ref, d64))
         hook = getattr(self, "floor_scales", None)
         if hook is not None:
@@ -1083,11 +1217,12 @@ class TorchCheck(Check):
         res = torch.autograd.grad(ys, [inputs[k] for k in self.grads], gs, allow_unused=True)
         return self._grads(inputs, res)
 
-    def run_trial(self, dtype, seed, family, index, repeats):
+    def run_trial(self, dtype, seed, family, index, repeats, named=False):
         """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
-        for an error answer."""
+        for an error answer. named: the request named the family (the next request of a run of
+        seeds then names it too)."""
         try:
-            return self._trial(dtype, seed, family, index, repeats)
+            return self._trial(dtype, seed, family, index, repeats, named)
         except (TrialError, FatalError):
             raise
         except Exception as e:
@@ -1095,11 +1230,11 @@ class TorchCheck(Check):
                 raise FatalError("%s: %s" % (self.name, e)) from e
             raise
 
-    def _trial(self, dtype, seed, family, index, repeats):
-        """One trial. Everything after the case is made runs on the device without waiting for
-        it: the inputs go up without a synchronisation, the kernel is timed by CUDA events on a
-        GPU, and every number of the answer (each tensor's metrics, each repeat's digests, the
-        canaries, the floor scales a check computed on the device) comes back in one read."""
+    def _prepare(self, dtype, seed, family, index, ahead=False):
+        """A trial's host work: its case from the seed (make_case) and the case's checks. ahead: on
+        the thread that prepares the next trial while this one runs (_Ahead), which also hashes the
+        case (case_digest), packs its inputs for the device (_pack) and, for a bwd check, draws the
+        output gradients where their shapes can be told from the inputs (_draw_douts_ahead)."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -1111,8 +1246,76 @@ class TorchCheck(Check):
         for k, v in case.views.items():
             if v not in VIEWS or k not in case.inputs:
                 raise TrialError("%s: bad view %r of input %r" % (self.name, v, k))
+        if ahead:
+            case._digest = case_digest(case)
+            _pack(case)
+            if self.backward:
+                self._draw_douts_ahead(case)
+        return case
+
+    def _next_key(self, key):
+        """The request that follows key = (dtype, seed, family, index, named) in a run of seeds:
+        the next seed, in the same family when the request named it, else in the seed's."""
+        dtype, seed, family, index, named = key
+        if seed + 1 >= 1 << 64:
+            return None
+        n = len(self.families)
+        return (dtype, seed + 1, family if named else self.families[(seed + 1) % n], (seed + 1) // n, named)
+
+    #: ((output, input whose shape it had or None, shape), ...) of the last trial's output gradients
+    #: (a bwd check): how the next trial's are guessed (_draw_douts_ahead).
+    _douts_rule = None
+
+    def _draw_douts_ahead(self, case):
+        """A bwd check's output gradients drawn ahead, with the shapes the last trial's outputs had
+        (those of the inputs they matched): the draws come after the inputs', so they are the same
+        as the trial's own when the guess is right, which _programs() verifies (the outputs' names
+        and shapes, and the generator's state untouched since the case was made) before taking
+        them; else it draws them itself. The generator is left as make_case() left it."""
+        rule = self._douts_rule
+        if rule is None:
+            return
+        shapes = []
+        for name, src, shape in rule:
+            if src is not None:
+                v = case.inputs.get(src)
+                if not isinstance(v, torch.Tensor):
+                    return
+                shape = tuple(v.shape)
+            shapes.append((name, shape))
+        gen = case.gen.g
+        before = gen.get_state()
+        douts = [case.gen.normal(shape, case.dtype) for _, shape in shapes]
+        after = gen.get_state()
+        gen.set_state(before)
+        flat = _pack_host(douts) if len(douts) > 1 and _together(case.device) else None
+        case._douts_ahead = (shapes, before, after, douts, flat)
+
+    def _trial(self, dtype, seed, family, index, repeats, named=False):
+        """One trial. Its host work (the case) may have been prepared while the trial before ran
+        (_Ahead); the next seed's starts before this one's device work. Everything after the case
+        is made runs on the device without waiting for it: the inputs go up without a
+        synchronisation, the kernel is timed by CUDA events on a GPU, and every number of the
+        answer (each tensor's metrics, each repeat's digests, the canaries, the floor scales a
+        check computed on the device) comes back in one read."""
+        key = (dtype, seed, family, index, named)
+        ahead = _ahead_on(DEVICE)
+        case = None
+        try:
+            if ahead:
+                case = _AHEAD.take(self, key)
+            else:
+                _AHEAD.drop()
+            if case is None:
+                case = self._prepare(dtype, seed, family, index)
+        finally:
+            if ahead:
+                _AHEAD.start(self, key)
         gpu = torch.device(case.device).type == "cuda"
-        cdigest = _case_digest_later(case, gpu)
+        if case._digest is not None:
+            cdigest = (lambda d=case._digest: d)
+        else:
+            cdigest = _case_digest_later(case, gpu)
         fixed = self.atol is not None
 
         with torch.no_grad() if not self.backward else contextlib.nullcontext():
