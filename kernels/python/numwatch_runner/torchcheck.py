@@ -56,6 +56,7 @@ import os
 import platform
 import statistics
 import struct
+import sys
 import time
 
 import torch
@@ -1040,6 +1041,249 @@ class _Ahead:
 _AHEAD = _Ahead()
 
 
+# ---- metric graphs ------------------------------------------------------------------------------
+
+#: Whether a trial's metrics and digests (the SDK's own operations after the kernel: some 50 a
+#: trial) replay a CUDA graph captured for their shape instead of being launched one by one (_Graphs).
+#: None: on where the device is a GPU; NUMWATCH_TORCH_GRAPHS=0 turns them off. The answers are the same.
+GRAPHS = _env_flag("NUMWATCH_TORCH_GRAPHS")
+#: Graphs a process keeps (the least recently used dropped): each holds its static buffers and the
+#: memory of its own pool on the device (a few MB for the example's largest outputs, 64K elements).
+GRAPHS_MAX = 32
+#: The longest output (elements) measured by a graph; longer ones eagerly (their time is elements).
+GRAPH_WIDTH_MAX = 1 << 20
+#: The shortest row of a graph: outputs are padded to a power of two from here (the metrics and
+#: digests do not change with padding), so that a few graphs serve every shape.
+GRAPH_WIDTH_MIN = 1024
+#: Replays of a graph checked against the eager measurement of the same trial before it is trusted.
+GRAPH_VERIFY = 2
+#: What captures and replays graphs: _CudaGraph on a GPU; tests and the bench's --emulate-graphs
+#: set _EmulatedGraph to run the same path on the CPU.
+_GRAPH_IMPL = None
+
+
+def _graphs_on(device):
+    if GRAPHS is False:
+        return False
+    if _GRAPH_IMPL is not None:
+        return True
+    return torch.device(device).type == "cuda"
+
+
+def _graph_width(n):
+    """The padded row length of a graph for outputs of at most n elements, or None (eagerly)."""
+    if n <= 0 or n > GRAPH_WIDTH_MAX:
+        return None
+    return 1 << max(n - 1, GRAPH_WIDTH_MIN - 1).bit_length()
+
+
+class _CudaGraph:
+    """torch.cuda.CUDAGraph, captured on a side stream (after one eager run there, as torch asks)
+    without torch.cuda.graph()'s device synchronisation, garbage collection and emptied cache
+    (each capture would cost tens of milliseconds), in its own memory pool, with errors of this
+    thread only (capture_error_mode "thread_local": the thread that prepares trials ahead does
+    host work meanwhile). Replayed on the current stream."""
+
+    stream = None
+
+    def capture(self, fn):
+        cur = torch.cuda.current_stream()
+        if _CudaGraph.stream is None:
+            _CudaGraph.stream = torch.cuda.Stream()
+        s = _CudaGraph.stream
+        s.wait_stream(cur)  # the static inputs were written on the current stream
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            fn()  # warm-up, eagerly
+            try:
+                g.capture_begin(capture_error_mode="thread_local")
+            except TypeError:  # a torch without the argument
+                g.capture_begin()
+            try:
+                out = fn()
+            finally:
+                g.capture_end()
+        cur.wait_stream(s)
+        self.graph, self.out = g, out
+        return out
+
+    def replay(self):
+        self.graph.replay()
+
+
+class _EmulatedGraph:
+    """_CudaGraph's stand-in on the CPU (tests, bench/torch-sdk.py --emulate-graphs): capture()
+    runs fn once as a warm-up and once more for the output, replay() runs it again into that
+    output's memory, as a CUDA graph's replay rewrites it."""
+
+    def capture(self, fn):
+        fn()
+        self.fn, self.out = fn, fn()
+        return self.out
+
+    def replay(self):
+        self.out.copy_(self.fn())
+
+
+def _cat_into(pieces, out):
+    """torch.cat(pieces) written into the static tensor out, which must be exactly as long (a
+    cat(out=) of another length would resize it, away from the memory its graph reads)."""
+    n = sum(t.numel() for t in pieces)
+    if n != out.numel():
+        raise ValueError("graph input: %d elements for a static buffer of %d" % (n, out.numel()))
+    if len(pieces) == 1:
+        out.view(-1).copy_(pieces[0].reshape(-1))
+    else:
+        torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in pieces], out=out.view(-1))
+
+
+class _Graph:
+    """One captured measurement: its static inputs, its output and its decoding layout."""
+
+    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified")
+
+
+class _Graphs:
+    """A trial's metrics and digests (_Batch._measure of every output together, and the repeats'
+    digests) as one CUDA graph per shape, replayed with the trial's values copied into its static
+    inputs: about 8 device operations a trial instead of about 55 (on a GPU each is a launch).
+
+    Only the SDK's own operations are captured, never the check's or the library's code (the
+    reference, the plain programs, the kernel, autograd): those may branch on values on the host,
+    read the inputs' CPU copies, allocate, synchronise or differ from call to call, and a graph
+    would replay their first call's decisions silently. The metrics are a fixed sequence of tensor
+    operations whose only inputs are the laid-out rows, which pad to a power of two without changing
+    any value (see _Batch: a pad is finite, written, exact and 0 in every maximum and count that is
+    not corrected for), so a key of (device, dtype, programs, outputs, padded width, repeats,
+    tolerance, which masks, floor scales and canaries) serves many shapes: the example's checks
+    use about 7 a check and dtype.
+
+    Safety: a key is captured the second time it is seen; each graph's first GRAPH_VERIFY replays
+    are checked against the eager measurement of the same trial (every metric and digest); any
+    exception (capture, replay, a constant made during capture) or disagreement turns graphs off
+    for that check, with one line on stderr, and the trial answers eagerly. GRAPHS (the
+    NUMWATCH_TORCH_GRAPHS environment variable) turns them off altogether."""
+
+    def __init__(self):
+        import collections
+
+        self.cache = collections.OrderedDict()
+        self.seen = {}
+        self.off = set()  # check names
+
+    def measure(self, check, batch, laid, lw, td, eager):
+        """(tensors, hashes) of the trial as eager() measures them, or None: not graphed (then
+        measure eagerly). batch: the trial's one _Batch; laid: each repeat's outputs as padded rows
+        of lw (the graph's width) in td."""
+        items = batch.items
+        T, R = len(items), len(laid)
+        dev = items[0].ref.device
+        fs = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
+        cn = [it.canary for it in items if isinstance(it.canary, torch.Tensor)]
+        unw = [it.unwritten for it in items]
+        exc = [it.exclude for it in items]
+        has_unw = any(m is not None for m in unw)
+        has_exc = any(m is not None for m in exc)
+        key = (str(dev), batch.dtype, str(td), 2 + (batch.nplain or 0), T, lw, R, batch.atol, batch.rtol,
+               has_unw, has_exc, len(fs), len(cn))
+        g = self.cache.get(key)
+        if g is None:
+            n = self.seen.get(key, 0) + 1
+            if len(self.seen) >= 16 * GRAPHS_MAX:
+                self.seen.clear()
+            self.seen[key] = n
+            if n < 2:
+                return None  # once: eagerly (a shape seen once is not worth a capture)
+        want = eager() if g is None or g.verified < GRAPH_VERIFY else None  # before finish() below
+        try:
+            fresh = g is None
+            if fresh:
+                g = _Graph()
+                g.key, g.verified = key, 0
+                g.X = torch.zeros((2 + (batch.nplain or 0), T, lw), dtype=torch.float64, device=dev)
+                g.U = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_unw else None
+                g.E = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_exc else None
+                g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
+                g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
+                g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
+            _cat_into(batch._x_pieces(lw), g.X)
+            if has_unw:
+                _cat_into(batch._mask_pieces(unw, lw), g.U)
+            if has_exc:
+                _cat_into(batch._mask_pieces(exc, lw), g.E)
+            for j, f in enumerate(fs):
+                g.FS[j].copy_(f.reshape(()))
+            for j, c in enumerate(cn):
+                g.CN[j].copy_(c.reshape(()))
+            _cat_into(laid, g.D)
+            if fresh:
+                self._capture(g, batch)
+                STATS["graph_captures"] += 1
+            else:
+                g.impl.replay()
+            self.cache[key] = g
+            self.cache.move_to_end(key)
+            while len(self.cache) > GRAPHS_MAX:
+                self.cache.popitem(last=False)
+            STATS["graph_replays"] += 1
+            vals = _host(g.impl.out)
+            batch.width, batch.layout, batch.ntail = lw, g.layout, []
+            nd = R * T
+            got = (batch.finish(vals[:len(vals) - nd])[0], vals[len(vals) - nd:])
+        except Exception as e:
+            self._off(check, key, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+            return want
+        if want is not None:
+            if got != want:
+                self._off(check, key, "a replay disagreed with the eager measurement")
+                return want
+            g.verified += 1
+            STATS["graph_verified"] += 1
+        return got
+
+    def _capture(self, g, batch):
+        """Captures the measurement of g's static inputs and replays it once (its output then
+        holds this trial's values). The constants it uses (_const, the digest's weights) exist
+        before the capture: the eager warm-up makes them; one made during the capture would hold
+        nothing until a replay, so that is an error."""
+        m = _Batch(batch.dtype, batch.atol, batch.rtol)  # the tolerance and dtype alone: no tensors kept
+        X, U, E, FS, CN, D = g.X, g.U, g.E, g.FS, g.CN, g.D
+
+        def fn():
+            parts = m._measure(X, U, E)
+            if FS is not None:
+                parts.append(FS.view(torch.int64))
+            if CN is not None:
+                parts.append(CN)
+            parts.append(_digest_rows(D))
+            return torch.cat(parts)
+
+        impl = (_GRAPH_IMPL or _CudaGraph)()
+        consts = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
+        fn()  # the constants made eagerly
+        before = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
+        impl.capture(fn)
+        after = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
+        if after != before:
+            for d, ids in zip((_CONST, _WEIGHTS), consts):
+                for k in [k for k in d if ids.get(k) != id(d[k])]:
+                    del d[k]  # made during the capture: never to be used eagerly
+            raise RuntimeError("a constant was made during the capture")
+        impl.replay()
+        g.impl, g.layout = impl, m.layout
+
+    def _off(self, check, key, why):
+        self.cache.pop(key, None)
+        if check.name not in self.off:
+            self.off.add(check.name)
+            STATS["graph_off"] += 1
+            print("numwatch-runner: torchcheck: %s: metric graphs off for this check, its trials measured "
+                  "eagerly (%s)" % (check.name, why), file=sys.stderr, flush=True)
+
+
+_GRAPHS = _Graphs()
+
+
 # ---- the check ----------------------------------------------------------------------------------
 
 
@@ -1352,6 +1596,11 @@ class TorchCheck(Check):
                 for j, n in enumerate(sizes):
                     by_size.setdefault(n, []).append(j)
                 groups = list(by_size.values())
+            # Measured by a graph (_Graphs): the digests' rows are laid out at the graph's width.
+            graphed = batch_all and _graphs_on(case.device) and self.name not in _GRAPHS.off
+            lw = _graph_width(width) if graphed else None
+            graphed = lw is not None
+            lw = lw or width
             first = first_unw = None
             laid = []  # GPU: repeats' padded rows not digested yet
             digests_dev = []
@@ -1396,18 +1645,15 @@ class TorchCheck(Check):
                     if not batch_all:
                         digests_dev += [_digest_rows(t.view(1, t.numel())) for t in gots]
                         continue
-                    if len(gots) == 1 and repeats == 1:
+                    if len(gots) == 1 and repeats == 1 and not graphed:
                         laid.append(gots[0])  # no later repeat to change it
                     else:
-                        laid.append(torch.cat(_padded(gots, width, td, gots[0].device)))
+                        laid.append(torch.cat(_padded(gots, lw, td, gots[0].device)))
                     if sum(t.numel() for t in laid) >= 1 << 22 and rep < repeats - 1:
-                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), width)))
+                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), lw)))
                         laid = []
 
             with torch.no_grad():
-                if laid:
-                    rows = torch.cat(laid) if len(laid) > 1 else laid[0]
-                    digests_dev.append(_digest_rows(rows.view(len(laid) * len(names), width)))
                 batches = []
                 for group in groups:
                     batch = _Batch(dtype, self.atol, self.rtol)
@@ -1419,21 +1665,31 @@ class TorchCheck(Check):
                                   exclude=case.excluded.get(k), canary=canaries.get(k, 0),
                                   tail_width=self.tail_width)
                     batches.append(batch)
-                parts, widths = [], []
-                for batch in batches:
-                    ps = batch.parts()
-                    parts += ps
-                    widths.append(sum(p.numel() for p in ps))
-                parts += digests_dev
-                vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
-                measured = {}
-                at = 0
-                for group, batch, w in zip(groups, batches, widths):
-                    for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
-                        measured[j] = t
-                    at += w
-                tensors = [measured[j] for j in range(len(names))]
-                hashes = vals[at:]
+
+                def eager():
+                    """(tensors, hashes): every batch's values and the digests in one read."""
+                    parts, widths = [], []
+                    for batch in batches:
+                        ps = batch.parts()
+                        parts += ps
+                        widths.append(sum(p.numel() for p in ps))
+                    parts += digests_dev
+                    if laid:
+                        rows = torch.cat(laid) if len(laid) > 1 else laid[0]
+                        parts.append(_digest_rows(rows.view(len(laid) * len(names), lw)))
+                    vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
+                    measured = {}
+                    at = 0
+                    for group, batch, w in zip(groups, batches, widths):
+                        for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
+                            measured[j] = t
+                        at += w
+                    return [measured[j] for j in range(len(names))], vals[at:]
+
+                res = None
+                if graphed and laid and not digests_dev and len(batches) == 1:
+                    res = _GRAPHS.measure(self, batches[0], laid, lw, td, eager)
+                tensors, hashes = res if res is not None else eager()
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
