@@ -9,20 +9,31 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    suite would write for the same shapes: torch.randn inputs on the device, the kernel (and
    autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
-   Triton specialisation the shapes need is compiled before either side is timed). Prints a markdown table: trials/s of each
-   and their ratio (the SDK's full contract should keep at least 0.8x the plain loop's rate).
+   Triton specialisation the shapes need is compiled before either side is timed). The SDK is
+   timed twice: as a runner on the device runs it (on a GPU: the next seed prepared ahead on a
+   worker thread, the metrics replayed from CUDA graphs), and in line (both off). Each side is
+   timed --rounds times in turn, the best rate of each kept. Prints a markdown table: trials/s of
+   each and the ratios (the SDK's full contract should keep at least 0.8x the plain loop's rate).
 
 2. GPU busy fraction. K runner processes (the checks' command line, --count seeds each) on one
    GPU at once, for K in --slots, while nvidia-smi samples utilization.gpu every 100 ms: the
    mean over the run, and the trials per second of all K together.
 
+3. Verify (--verify N): for every check x dtype of the suite, N seeds at repeats 1 and 2 answered
+   with the fast paths on (twice: the second pass replays the graphs the first captured) and in
+   line, every field compared but kernel_us; exits 1 on any difference, or if the SDK turned its
+   graphs off for a check (an error or a disagreement, which it logs on stderr).
+
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
+    python3 bench/torch-sdk.py --verify 40 --seeds 100 --slots 0        # check the fast paths, then the rates
+    NUMWATCH_PREPARE_AHEAD=1 python3 bench/torch-sdk.py --device cpu --emulate-graphs --verify 5 --slots 0 --seeds 5
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
     python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
     python3 bench/torch-sdk.py --device cpu --ops 20       # torch operations per trial (what a GPU's time is)
 """
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -96,21 +107,38 @@ def rate(fn, seeds, warm=5):
     return seeds / (time.perf_counter() - t0)
 
 
-def bench_rates(fc, device, names, dtypes, seeds, repeats):
+@contextlib.contextmanager
+def in_line(nwt, on=True):
+    """The SDK's fast paths (the next seed prepared ahead, the metric graphs) off while on."""
+    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
+    if on:
+        nwt.PREPARE_AHEAD = nwt.GRAPHS = False
+    try:
+        yield
+    finally:
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
+
+
+def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds):
     import torch
 
     import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
 
     runner = nw.Runner(fc.checks(), name="bench")
     by_name = {c.name: c for c in fc.checks()}
-    print("| check | dtype | SDK trials/s | plain loop trials/s | SDK / plain |")
-    print("| --- | --- | ---: | ---: | ---: |")
+    print("| check | dtype | SDK trials/s | SDK in line trials/s | plain loop trials/s | SDK / plain | in line / plain |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
 
             def sdk(seed):
                 runner.trial(name, dtype, seed, None, repeats)
+
+            def inline(seed):
+                with in_line(nwt):
+                    runner.trial(name, dtype, seed, None, repeats)
 
             def plain(seed):
                 plain_trial(torch, c, dtype, seed, device)
@@ -120,9 +148,68 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats):
             # for a new specialisation: the side timed first used to pay them all.
             for s in range(seeds):
                 plain(s)
-            r_sdk = rate(sdk, seeds)
-            r_plain = rate(plain, seeds)
-            print("| %s | %s | %.1f | %.1f | %.2f |" % (name, dtype, r_sdk, r_plain, r_sdk / r_plain), flush=True)
+            best = {}
+            for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
+                for side, fn in (("sdk", sdk), ("inline", inline), ("plain", plain)):
+                    best[side] = max(best.get(side, 0.0), rate(fn, seeds))
+            print("| %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f |" % (
+                name, dtype, best["sdk"], best["inline"], best["plain"], best["sdk"] / best["plain"],
+                best["inline"] / best["plain"]), flush=True)
+
+
+def verify(fc, names, dtypes, seeds):
+    """The fast paths against the in-line trial: every check x dtype (names/dtypes: None for all),
+    seeds 0..N-1 at repeats 1 and 2, fast twice (the second pass replays the graphs the first
+    captured) and in line once; every field compared but kernel_us. Returns the exit status."""
+    import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
+
+    checks = fc.checks()
+    runner = nw.Runner(checks, name="bench")
+    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
+    nwt.PREPARE_AHEAD, nwt.GRAPHS = True, None  # prepared ahead whatever the device; graphs where there are
+    stats0 = dict(nwt.STATS)
+    bad = trials = 0
+    print("| check | dtype | repeats | trials compared | differences |")
+    print("| --- | --- | ---: | ---: | --- |")
+    try:
+        for c in checks:
+            if names and c.name not in names:
+                continue
+            for dtype in c.dtypes:
+                if dtypes and dtype not in dtypes:
+                    continue
+                for repeats in (1, 2):
+                    def run(s):
+                        a = runner.trial(c.name, dtype, s, None, repeats)
+                        a.pop("kernel_us", None)
+                        return a
+                    fast = [[run(s) for s in range(seeds)] for _ in range(2)]
+                    with in_line(nwt):
+                        slow = [run(s) for s in range(seeds)]
+                    diffs = []
+                    for p, answers in enumerate(fast):
+                        for s, (a, b) in enumerate(zip(answers, slow)):
+                            if a != b:
+                                keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                                diffs.append("pass %d seed %d: %s" % (p + 1, s, ",".join(keys)))
+                                if len(diffs) == 1:
+                                    print("fast:    %s\nin line: %s" % (a, b), file=sys.stderr)
+                    trials += 2 * len(slow)
+                    bad += len(diffs)
+                    print("| %s | %s | %d | %d | %s |" % (c.name, dtype, repeats, 2 * len(slow),
+                                                          "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
+                                                          if diffs else "none"), flush=True)
+    finally:
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
+    d = {k: nwt.STATS[k] - stats0.get(k, 0) for k in nwt.STATS}
+    print("\nverify: %d fast trials compared with in-line ones, %d differences; prepared ahead: %d hits, %d "
+          "misses, %d output gradients drawn ahead; graphs: %d captured, %d replays (%d checked against the "
+          "eager measurement), %d checks turned graphs off%s" % (
+              trials, bad, d["ahead_hits"], d["ahead_misses"], d["douts_ahead"], d["graph_captures"],
+              d["graph_replays"], d["graph_verified"], d["graph_off"],
+              " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
+    return 1 if bad or d["graph_off"] else 0
 
 
 class Sampler(threading.Thread):
@@ -231,7 +318,7 @@ META_OPS = {"aten::view", "aten::empty", "aten::reshape", "aten::select", "aten:
             "aten::split_with_sizes", "aten::flatten", "aten::unflatten", "aten::numpy_T", "aten::lift",
             "aten::_has_compatible_shallow_copy_type", "aten::record_stream"}
 #: The CUDA runtime's kernel launches, as the profiler names them.
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
 
 def ops(fc, device, names, dtypes, seeds, repeats):
@@ -257,26 +344,43 @@ def ops(fc, device, names, dtypes, seeds, repeats):
             with record_function("bench::make_case"):
                 return _f(self, *a, **k)
         cls.make_case = make_case
+    if nwt._GRAPH_IMPL is not None:  # --emulate-graphs: a replay counts as the one launch it is on a GPU
+        def replay(self, _f=nwt._GRAPH_IMPL.replay):
+            with record_function("bench::graph_replay"):
+                return _f(self)
+        nwt._GRAPH_IMPL.replay = replay
     runner = nw.Runner(checks, name="bench")
     by_name = {c.name: c for c in checks}
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
 
     def count(fn):
+        def trial(s):
+            with record_function("bench::trial"):
+                fn(s)
         for s in range(seeds):  # warm-up: caches filled, every Triton specialisation compiled
-            fn(s)
+            trial(s)
         with tprofile(activities=acts) as p:
             for s in range(seeds):
-                fn(s)
+                trial(s)
             sync(torch, device)
+        events = p.events()
+        # The trial's own thread: the path a trial waits on (a worker thread's, preparing the next
+        # seed meanwhile, is not; torch 1.13 does not record it at all).
+        main = collections.Counter(e.thread for e in events if e.name == "bench::trial").most_common(1)[0][0]
         n = collections.Counter()
-        for e in p.events():
+        for e in events:
             if e.name in LAUNCHES:
                 n["launches"] += 1
+            if e.thread != main:
+                continue
+            if e.name == "bench::graph_replay":
+                n["compute"] += 1
+                continue
             if not e.name.startswith("aten::") or e.name in ("aten::as_strided", "aten::_reshape_alias"):
                 continue  # (children of views, which the profiler sometimes leaves unnested)
             q, top, gen = e.cpu_parent, True, False
             while q is not None:
-                top = top and not q.name.startswith("aten::")
+                top = top and not q.name.startswith("aten::") and q.name != "bench::graph_replay"
                 gen = gen or q.name == "bench::make_case"
                 q = q.cpu_parent
             if top:
@@ -286,18 +390,25 @@ def ops(fc, device, names, dtypes, seeds, repeats):
         return {k: v / seeds for k, v in n.items()}
 
     gpu = device.startswith("cuda")
-    print("| check | dtype | SDK compute | SDK metadata |%s plain compute | plain metadata |%s make_case compute "
-          "/ metadata (each side) |" % (" SDK launches |" if gpu else "", " plain launches |" if gpu else ""))
-    print("| --- | --- |%s" % (" ---: |" * (7 if gpu else 5)))
+    sides = ("SDK", "SDK in line", "plain")
+    head = " | ".join("%s compute | %s metadata%s" % (x, x, " | %s launches" % x if gpu else "") for x in sides)
+    print("| check | dtype | %s | make_case compute / metadata (trial's thread: SDK, in line, plain) |" % head)
+    print("| --- | --- |%s ---: |" % (" ---: |" * (9 if gpu else 6)))
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
-            s = count(lambda seed: runner.trial(name, dtype, seed, None, repeats))
-            p = count(lambda seed: plain_trial(torch, c, dtype, seed, device))
-            cols = [s.get("compute", 0), s.get("metadata", 0)] + ([s.get("launches", 0)] if gpu else [])
-            cols += [p.get("compute", 0), p.get("metadata", 0)] + ([p.get("launches", 0)] if gpu else [])
-            print("| %s | %s | %s | %.0f / %.0f |" % (name, dtype, " | ".join("%.0f" % v for v in cols),
-                                                      s.get("make_case compute", 0), s.get("make_case metadata", 0)),
+
+            def inline(seed):
+                with in_line(nwt):
+                    runner.trial(name, dtype, seed, None, repeats)
+
+            res = [count(lambda seed: runner.trial(name, dtype, seed, None, repeats)), count(inline),
+                   count(lambda seed: plain_trial(torch, c, dtype, seed, device))]
+            cols = []
+            for r in res:
+                cols += [r.get("compute", 0), r.get("metadata", 0)] + ([r.get("launches", 0)] if gpu else [])
+            print("| %s | %s | %s | %s |" % (name, dtype, " | ".join("%.0f" % v for v in cols), ", ".join(
+                "%.0f / %.0f" % (r.get("make_case compute", 0), r.get("make_case metadata", 0)) for r in res)),
                   flush=True)
 
 
@@ -317,27 +428,44 @@ def main():
                     help="instead of the figures: torch operations per trial over N seeds (SDK and plain loop)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
+    ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
+    ap.add_argument("--verify", type=int, default=0, metavar="N",
+                    help="first: N seeds of every check x dtype with the fast paths and in line, compared "
+                    "(exit 1 on a difference)")
+    ap.add_argument("--emulate-graphs", action="store_true",
+                    help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
     a = ap.parse_args()
     fc = setup(a.device)
     import torch
 
     import fusedops
+    from numwatch_runner import torchcheck as nwt
 
-    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s" % (
+    if a.emulate_graphs:  # (graphs measure a trial's outputs together, as a GPU does: BATCH_ALL)
+        nwt._GRAPH_IMPL, nwt.BATCH_ALL = nwt._EmulatedGraph, True
+
+    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; SDK: prepare ahead %s, graphs %s" % (
         a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
-        time.strftime("%Y-%m-%d")))
+        time.strftime("%Y-%m-%d"), "on" if nwt._ahead_on(nwt.DEVICE) else "off",
+        ("emulated" if nwt._GRAPH_IMPL else "on") if nwt._graphs_on(nwt.DEVICE) else "off"))
     print()
+    rc = 0
+    if a.verify:
+        rc = verify(fc, None, None, a.verify)
+        print()
     if a.profile:
         profile(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.profile, a.repeats)
-        return
+        return rc
     if a.ops:
         ops(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.ops, a.repeats)
-        return
-    bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats)
+        return rc
+    if a.seeds > 0:
+        bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats, a.rounds)
     slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
     if slots and a.device != "cpu":
         bench_busy(slots, a.gpu, a.busy_check, a.busy_dtype, a.busy_count)
+    return rc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -53,6 +53,7 @@ import contextlib
 import hashlib
 import math
 import os
+import pickle
 import platform
 import statistics
 import struct
@@ -952,21 +953,33 @@ def _env_flag(name):
 
 
 #: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
-#: device, a bwd check's output gradients) is done for the next seed on a worker thread while this
-#: trial's device work runs, as the C runner does (kernels/sdk/prepare.c). None: where the device
-#: is a GPU (on the CPU the trial is all host work: a second thread would only take another core).
-#: NUMWATCH_PREPARE_AHEAD=0 turns it off, =1 on whatever the device. The answers are the same.
-PREPARE_AHEAD = _env_flag("NUMWATCH_PREPARE_AHEAD")
+#: device, a bwd check's output gradients) is done for the next seed while this trial's device work
+#: runs, as the C runner does (kernels/sdk/prepare.c): "process" in a helper process (_Helper: no
+#: GIL shared with the trial), "thread" on a worker thread of this process (the GIL is shared: the
+#: trial's own Python slows by about as much as it gains, measured on the CPU), False in line. None:
+#: "process" where the device is a GPU, in line on the CPU (there the trial is all host work: a
+#: second process would only take another core). NUMWATCH_PREPARE_AHEAD=0 (in line), 1 or process,
+#: thread. The answers are the same either way.
+PREPARE_AHEAD = {"process": "process", "thread": "thread", "1": "process", "0": False}.get(
+    os.environ.get("NUMWATCH_PREPARE_AHEAD", ""), None if not os.environ.get("NUMWATCH_PREPARE_AHEAD") else "process")
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
-STATS = {"ahead_hits": 0, "ahead_misses": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0,
-         "graph_verified": 0, "graph_off": 0}
+STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 0, "graph_captures": 0,
+         "graph_replays": 0, "graph_verified": 0, "graph_off": 0}
+
+
+def _ahead_mode(device):
+    """How the next trial is prepared ahead on device: "process", "thread" or None (not)."""
+    m = PREPARE_AHEAD
+    if m is None:
+        return "process" if torch.device(device).type == "cuda" else None
+    if m is True:
+        return "process"
+    return m or None
 
 
 def _ahead_on(device):
-    if PREPARE_AHEAD is None:
-        return torch.device(device).type == "cuda"
-    return bool(PREPARE_AHEAD)
+    return _ahead_mode(device) is not None
 
 
 def _douts_rule(case, want):
@@ -984,21 +997,23 @@ def _douts_rule(case, want):
 
 
 class _Ahead:
-    """The next trial prepared on a worker thread (TorchCheck._prepare with ahead): the daemon
-    sends a part's seeds in order, and the command line runs them in order, so after the trial of
-    a seed the next seed's host work starts while this trial's device work runs (torch lets go of
-    the GIL in its operations). A request that is not the one prepared has the prepared one thrown
+    """The next trial prepared while this one runs (TorchCheck._prepare with ahead), by a helper
+    process (_Helper) or a worker thread: the daemon sends a part's seeds in order, and the command
+    line runs them in order, so after the trial of a seed the next seed's host work starts before
+    this trial's device work. A request that is not the one prepared has the prepared one thrown
     away and is prepared in line; after a miss, only a request that follows the one before it (a
     run of seeds again), or every PROBE_EVERY-th, has the next prepared, so out-of-order requests
-    (a bisection's probes) cost the worker's time rarely. A prepared case is a function of its
+    (a bisection's probes) cost the helper's time rarely. A prepared case is a function of its
     request alone (make_case draws from the seed's generator alone), so the answers are the same
-    either way; an exception of the preparation is raised by the trial that takes it."""
+    either way: a preparation that fails in the helper is done again in line (and fails there the
+    same way); one that fails on the thread raises in the trial that takes it."""
 
     PROBE_EVERY = 16
 
     def __init__(self):
         self.pool = None
-        self.job = None  # (check, key, future) of the request prepared for
+        self.helper = None
+        self.job = None  # (check, key, handle) of the request prepared for: handle.result() -> case or None
         self.last = None  # (check, key) of the request before
         self.missed = False
         self.since_probe = 0
@@ -1011,12 +1026,14 @@ class _Ahead:
         if job[0] is not check or job[1] != key:
             self.missed = True
             STATS["ahead_misses"] += 1
+            job[2].discard()
             return None
         self.missed = False
-        STATS["ahead_hits"] += 1
-        return job[2].result()
+        case = job[2].result()
+        STATS["ahead_hits" if case is not None else "ahead_in_line"] += 1
+        return case
 
-    def start(self, check, key):
+    def start(self, check, key, mode):
         """Starts preparing the request after this one (key), unless misses made it rest."""
         last, self.last = self.last, (check, key)
         nxt = check._next_key(key)
@@ -1026,19 +1043,400 @@ class _Ahead:
             self.since_probe += 1
             if self.since_probe % self.PROBE_EVERY:
                 return
-        if self.pool is None:
-            import concurrent.futures
+        if mode == "thread":
+            if self.pool is None:
+                import concurrent.futures
 
-            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
-        self.job = (check, nxt, self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True))
+                self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
+            self.job = (check, nxt, _Future(self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True)))
+            return
+        if self.helper is None:
+            self.helper = _Helper()
+        handle = self.helper.submit(check, nxt)
+        if handle is not None:
+            self.job = (check, nxt, handle)
 
     def drop(self):
         """Forgets what was prepared (prepare-ahead turned off)."""
+        if self.job is not None:
+            self.job[2].discard()
         self.job = self.last = None
         self.missed = False
 
 
+class _Future:
+    """A thread's preparation: result() is the case (or raises what the preparation raised)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def result(self):
+        return self.f.result()
+
+    def discard(self):
+        pass
+
+
 _AHEAD = _Ahead()
+
+
+# ---- the helper process that prepares trials ahead ---------------------------------------------
+
+#: How long a trial waits for the helper's answer before it prepares the case in line and stops the
+#: helper (it is stuck: a preparation takes milliseconds).
+HELPER_TIMEOUT_S = 60.0
+_FRAME = struct.Struct("<Q")
+
+
+def _write_frames(fd, parts):
+    """Writes each bytes-like of parts, each after its length, to the file descriptor fd, in one
+    write where they are small (each write wakes the reader: one for a request)."""
+    out = bytearray()
+    for part in parts:
+        mv = memoryview(part).cast("B")
+        out += _FRAME.pack(mv.nbytes)
+        out += mv
+    mv = memoryview(out)
+    while mv.nbytes:
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+def _read_exact(fd, n, into=None):
+    """n bytes from fd (into the bytearray into when given); EOFError at end of input."""
+    buf = into if into is not None else bytearray(n)
+    mv = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [mv[got:]])
+        if k == 0:
+            raise EOFError("the other side of the pipe is gone")
+        got += k
+    return buf
+
+
+def _read_frame(fd):
+    """One frame _write_frames wrote: a bytearray."""
+    return _read_exact(fd, _FRAME.unpack(bytes(_read_exact(fd, _FRAME.size)))[0])
+
+
+class _CasePickler(pickle.Pickler):
+    """Pickles a prepared Case with its tensors out of band: each a contiguous CPU tensor that
+    shares no memory with another, sent as its bytes (_case_to_frames)."""
+
+    def __init__(self, f, tensors):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = tensors
+        self.ids = {}
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Generator):
+            raise pickle.PicklingError("a torch.Generator in the case")
+        if not isinstance(obj, torch.Tensor):
+            return None
+        j = self.ids.get(id(obj))
+        if j is None:
+            if (obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided or not obj.is_contiguous()
+                    or obj.dtype not in _BYTE_DTYPES or type(obj) is not torch.Tensor):
+                raise pickle.PicklingError("a tensor the helper does not send")
+            j = self.ids[id(obj)] = len(self.tensors)
+            self.tensors.append(obj)
+        return j
+
+
+#: The dtypes a prepared case's tensors may have, and the dtype numpy sees their bytes as.
+_BYTE_DTYPES = {torch.float64: torch.float64, torch.float32: torch.float32, torch.float16: torch.float16,
+                torch.bfloat16: torch.int16, torch.int64: torch.int64, torch.int32: torch.int32,
+                torch.int16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8, torch.bool: torch.bool}
+
+
+def _case_to_frames(case):
+    """A prepared case as frames: the pickle (tensors by number), their layout, their bytes (each
+    at a multiple of 64 bytes)."""
+    import io
+
+    tensors = []
+    f = io.BytesIO()
+    gen, case.gen = case.gen, None
+    try:
+        _CasePickler(f, tensors).dump((case, gen.g.get_state()))
+    finally:
+        case.gen = gen
+    spans, at = [], 0
+    for t in tensors:
+        # Two tensors sharing memory would come back apart: such a case is prepared in line.
+        spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+    spans.sort()
+    for (_, e1), (b2, _) in zip(spans, spans[1:]):
+        if b2 < e1:
+            raise pickle.PicklingError("tensors of the case share memory")
+    layout, blobs = [], []
+    for t in tensors:
+        nb = t.numel() * t.element_size()
+        layout.append((str(t.dtype).replace("torch.", ""), tuple(t.shape), at, nb))
+        if nb:
+            blobs.append((at, t.view(_BYTE_DTYPES[t.dtype]).numpy() if t.dtype == torch.bfloat16 else t.numpy()))
+        at += -(-nb // 64) * 64
+    return f.getvalue(), pickle.dumps(layout, protocol=pickle.HIGHEST_PROTOCOL), at, blobs
+
+
+class _CaseUnpickler(pickle.Unpickler):
+    def __init__(self, f, tensors):
+        super().__init__(f)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        return self.tensors[pid]
+
+
+class _Helper:
+    """A process that prepares trials ahead (TorchCheck._prepare with ahead): a Python of its own
+    (the same interpreter, sys.path and main module, as multiprocessing's spawn starts one, so
+    that it has the checks' classes), started with the first trial, answering one request at a
+    time on pipes of its own (its stdin and stdout; what it prints goes to stderr). A request is
+    (check name, the check as a pickle when it changed, the trial's key, the output gradients'
+    guess, BATCH_ALL); the answer the prepared Case, its tensors as raw bytes, and the generator's
+    state, from which the trial's Gen is made again here. Until it says it is ready (it imports
+    torch and the checks' module, a few seconds) trials are prepared in line; a check that does not
+    pickle, or a case that does not (a generator, tensors that share memory, ...), is prepared in
+    line; a helper that fails, dies or stalls is stopped, and every trial is prepared in line, with
+    one line on stderr. It ends when this process's end of its stdin closes (at exit, or when this
+    process dies: numwatchd kills the runner's process group anyway)."""
+
+    def __init__(self):
+        import subprocess
+
+        self.state = "starting"
+        self.sent = {}  # check name -> the check's pickle the helper has
+        self.unpicklable = set()  # checks that do not pickle
+        self.pending = None
+        env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
+                   PYTHONDONTWRITEBYTECODE="1")
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = ("import sys; sys.path.insert(0, %r); from numwatch_runner.torchcheck import _helper_main; "
+                "_helper_main()" % here)
+        main = sys.modules.get("__main__")
+        init = {"path": list(sys.path), "main_path": None, "main_name": None}
+        spec = getattr(main, "__spec__", None)
+        if spec is not None and getattr(spec, "name", None):
+            if spec.name != "__main__" and not spec.name.endswith(".__main__"):
+                init["main_name"] = spec.name
+        elif getattr(main, "__file__", None):
+            init["main_path"] = os.path.abspath(main.__file__)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, env=env, close_fds=True, bufsize=0)
+            self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+            _write_frames(self.wfd, [pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)])
+        except Exception as e:
+            self._stop("cannot start it: %s: %s" % (type(e).__name__, e))
+            return
+        import atexit
+
+        atexit.register(self.close)
+
+    def ready(self):
+        """Whether it answers requests (False while it starts, and after it failed)."""
+        if self.state == "starting":
+            import select
+
+            try:
+                if not select.select([self.rfd], [], [], 0)[0]:
+                    return False
+                msg = pickle.loads(_read_frame(self.rfd))
+            except Exception as e:
+                self._stop("it did not start: %s: %s" % (type(e).__name__, e))
+                return False
+            if msg != "ready":
+                self._stop("it did not start: %s" % (msg,))
+                return False
+            self.state = "ready"
+        return self.state == "ready"
+
+    def submit(self, check, key):
+        """Sends the request of key; a handle to take its case, or None (prepare it in line)."""
+        if id(check) in self.unpicklable or not self.ready():
+            return None
+        # The check as the helper has it: its class and attributes, sent again when they change
+        # (the output gradients' guess goes with each request).
+        state = dict(vars(check))
+        state.pop("_douts_rule", None)
+        last = self.sent.get(check.name)
+        try:
+            same = last is not None and last[0] is check and last[1] == state
+        except Exception:  # attributes that do not compare (tensors): pickled again
+            same = False
+        blob = None
+        if not same:
+            try:
+                blob = pickle.dumps((type(check), state), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                self.unpicklable.add(id(check))
+                return None
+        req = (check.name, blob, key, check._douts_rule, _together(DEVICE))
+        try:
+            _write_frames(self.wfd, [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)])
+        except Exception as e:
+            self._stop("cannot send it a request: %s: %s" % (type(e).__name__, e))
+            return None
+        if not same:
+            self.sent[check.name] = (check, state)
+        self.pending = _HelperJob(self, check, key)
+        return self.pending
+
+    def answer(self, job, want):
+        """The answer of the request job sent (the one pending): the case when want, else None."""
+        import select
+
+        if self.pending is not job or self.state != "ready":
+            return None
+        self.pending = None
+        try:
+            if not select.select([self.rfd], [], [], HELPER_TIMEOUT_S)[0]:
+                raise TimeoutError("no answer in %g s" % HELPER_TIMEOUT_S)
+            head = _read_frame(self.rfd)
+            if head == b"-":
+                return None  # it could not prepare the case (an exception, or a case it does not send)
+            layout = pickle.loads(_read_frame(self.rfd))
+            n = _FRAME.unpack(bytes(_read_exact(self.rfd, _FRAME.size)))[0]
+            buf = _read_exact(self.rfd, n)
+        except Exception as e:
+            self._stop("%s: %s" % (type(e).__name__, e))
+            return None
+        if not want:
+            return None
+        import io
+
+        tensors = []
+        for dt, shape, at, nb in layout:
+            dtype = getattr(torch, dt)
+            if nb:  # views of the one buffer read (each at a multiple of 64 bytes), no copy
+                n = nb // torch.empty((), dtype=dtype).element_size()
+                tensors.append(torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(shape))
+            else:
+                tensors.append(torch.empty(shape, dtype=dtype))
+        case, state = _CaseUnpickler(io.BytesIO(head), tensors).load()
+        dtype, seed, family, index = job.key[:4]
+        g = Gen.__new__(Gen)  # the trial's generator where make_case left it (no seeding: the state is whole)
+        g.g = torch.Generator(device="cpu")
+        g.g.set_state(state)
+        g.seed, g.index, g.family, g.dtype = seed, index, family, dtype
+        case.gen = g
+        case.device = DEVICE
+        return case
+
+    def _stop(self, why):
+        if self.state != "dead":
+            self.state = "dead"
+            print("numwatch-runner: torchcheck: the helper that prepares trials ahead is stopped, trials are "
+                  "prepared in line (%s)" % why, file=sys.stderr, flush=True)
+        self.close()
+
+    def close(self):
+        proc = getattr(self, "proc", None)
+        if proc is None:
+            return
+        self.proc = None
+        try:
+            proc.stdin.close()
+            proc.wait(2)
+        except Exception:
+            proc.kill()
+            try:
+                proc.wait(2)
+            except Exception:
+                pass
+
+
+class _HelperJob:
+    """The handle of a request sent to the helper."""
+
+    def __init__(self, helper, check, key):
+        self.helper, self.check, self.key = helper, check, key
+
+    def result(self):
+        return self.helper.answer(self, True)
+
+    def discard(self):
+        self.helper.answer(self, False)
+
+
+def _helper_main():
+    """The helper process (_Helper): answers requests on its stdin and stdout until its stdin ends."""
+    import importlib
+    import runpy
+    import traceback
+    import types
+
+    global BATCH_ALL
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # what the checks' modules print goes to stderr, as in the runner
+    sys.stdout = sys.stderr
+    try:
+        init = pickle.loads(_read_frame(rfd))
+        sys.path[:] = init["path"]
+        if init["main_path"] or init["main_name"]:  # the runner's main module, where its checks may be
+            mod = types.ModuleType("__mp_main__")
+            if init["main_path"]:
+                mod.__dict__.update(runpy.run_path(init["main_path"], run_name="__mp_main__"))
+            else:
+                mod = importlib.import_module(init["main_name"])
+            sys.modules["__main__"] = sys.modules["__mp_main__"] = mod
+        _write_frames(wfd, [pickle.dumps("ready")])
+    except BaseException as e:
+        try:
+            _write_frames(wfd, [pickle.dumps("%s: %s" % (type(e).__name__, e))])
+        except Exception:
+            pass
+        return
+    checks = {}
+    while True:
+        try:
+            name, blob, key, rule, together = pickle.loads(_read_frame(rfd))
+        except EOFError:
+            return
+        frames = None
+        try:
+            if blob is not None:
+                cls, state = pickle.loads(blob)
+                c = cls.__new__(cls)
+                c.__dict__.update(state)
+                checks[name] = c
+            c = checks[name]
+            c._douts_rule = rule
+            BATCH_ALL = together
+            head, layout, n, blobs = _case_to_frames(c._prepare(key[0], key[1], key[2], key[3], True))
+        except Exception:
+            if os.environ.get("NUMWATCH_HELPER_DEBUG"):
+                traceback.print_exc()
+        else:
+            frames = (head, layout, n, blobs)
+        try:
+            if frames is None:
+                _write_frames(wfd, [b"-"])
+                continue
+            head, layout, n, blobs = frames
+            out = bytearray()
+            for part in (head, layout):
+                out += _FRAME.pack(len(part))
+                out += part
+            out += _FRAME.pack(n)
+            at = 0
+            for off, arr in blobs:  # the tensors' bytes, each at its offset (a copy: one write)
+                out += bytes(off - at)
+                mv = memoryview(arr).cast("B")
+                out += mv
+                at = off + mv.nbytes
+            out += bytes(n - at)
+            mv = memoryview(out)
+            while mv.nbytes:
+                k = os.write(wfd, mv)
+                mv = mv[k:]
+        except (BrokenPipeError, OSError):
+            return
 
 
 # ---- metric graphs ------------------------------------------------------------------------------
@@ -1543,7 +1941,7 @@ class TorchCheck(Check):
         answer (each tensor's metrics, each repeat's digests, the canaries, the floor scales a
         check computed on the device) comes back in one read."""
         key = (dtype, seed, family, index, named)
-        ahead = _ahead_on(DEVICE)
+        ahead = _ahead_mode(DEVICE)
         case = None
         try:
             if ahead:
@@ -1554,7 +1952,7 @@ class TorchCheck(Check):
                 case = self._prepare(dtype, seed, family, index)
         finally:
             if ahead:
-                _AHEAD.start(self, key)
+                _AHEAD.start(self, key, ahead)
         gpu = torch.device(case.device).type == "cuda"
         if case._digest is not None:
             cdigest = (lambda d=case._digest: d)
