@@ -960,8 +960,8 @@ def _env_flag(name):
 #: "process" where the device is a GPU, in line on the CPU (there the trial is all host work: a
 #: second process would only take another core). NUMWATCH_PREPARE_AHEAD=0 (in line), 1 or process,
 #: thread. The answers are the same either way.
-PREPARE_AHEAD = {"process": "process", "thread": "thread", "1": "process", "0": False}.get(
-    os.environ.get("NUMWATCH_PREPARE_AHEAD", ""), None if not os.environ.get("NUMWATCH_PREPARE_AHEAD") else "process")
+PREPARE_AHEAD = {"": None, "thread": "thread", "0": False, "off": False, "false": False, "no": False}.get(
+    os.environ.get("NUMWATCH_PREPARE_AHEAD", "").strip().lower(), "process")
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 0, "graph_captures": 0,
@@ -1086,6 +1086,15 @@ _AHEAD = _Ahead()
 #: helper (it is stuck: a preparation takes milliseconds).
 HELPER_TIMEOUT_S = 60.0
 _FRAME = struct.Struct("<Q")
+
+
+def _wait_readable(fd, timeout_s):
+    """Whether fd has something to read (or its end) within timeout_s."""
+    import select
+
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(p.poll(int(timeout_s * 1000)))
 
 
 def _write_frames(fd, parts):
@@ -1216,7 +1225,11 @@ class _Helper:
         code = ("import sys; sys.path.insert(0, %r); from numwatch_runner.torchcheck import _helper_main; "
                 "_helper_main()" % here)
         main = sys.modules.get("__main__")
-        init = {"path": list(sys.path), "main_path": None, "main_name": None}
+        # What the cases depend on besides the seed: the same modules, and torch's process-wide
+        # settings that CPU arithmetic follows (set at run time; those the main module sets when
+        # imported, the helper sets too).
+        init = {"path": list(sys.path), "main_path": None, "main_name": None, "threads": torch.get_num_threads(),
+                "default_dtype": str(torch.get_default_dtype()).replace("torch.", "")}
         spec = getattr(main, "__spec__", None)
         if spec is not None and getattr(spec, "name", None):
             if spec.name != "__main__" and not spec.name.endswith(".__main__"):
@@ -1227,6 +1240,12 @@ class _Helper:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=env, close_fds=True, bufsize=0)
             self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+            try:  # room for a whole case in the pipe: the helper's write is done before the trial reads
+                import fcntl
+
+                fcntl.fcntl(self.rfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            except Exception:
+                pass
             _write_frames(self.wfd, [pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)])
         except Exception as e:
             self._stop("cannot start it: %s: %s" % (type(e).__name__, e))
@@ -1238,10 +1257,8 @@ class _Helper:
     def ready(self):
         """Whether it answers requests (False while it starts, and after it failed)."""
         if self.state == "starting":
-            import select
-
             try:
-                if not select.select([self.rfd], [], [], 0)[0]:
+                if not _wait_readable(self.rfd, 0):
                     return False
                 msg = pickle.loads(_read_frame(self.rfd))
             except Exception as e:
@@ -1257,6 +1274,10 @@ class _Helper:
         """Sends the request of key; a handle to take its case, or None (prepare it in line)."""
         if id(check) in self.unpicklable or not self.ready():
             return None
+        if self.pending is not None:  # an answer not taken: read it first, so that answers stay in step
+            self.answer(self.pending, False)
+            if self.state != "ready":
+                return None
         # The check as the helper has it: its class and attributes, sent again when they change
         # (the output gradients' guess goes with each request).
         state = dict(vars(check))
@@ -1286,17 +1307,18 @@ class _Helper:
 
     def answer(self, job, want):
         """The answer of the request job sent (the one pending): the case when want, else None."""
-        import select
-
         if self.pending is not job or self.state != "ready":
             return None
         self.pending = None
         try:
-            if not select.select([self.rfd], [], [], HELPER_TIMEOUT_S)[0]:
+            if not _wait_readable(self.rfd, HELPER_TIMEOUT_S):
                 raise TimeoutError("no answer in %g s" % HELPER_TIMEOUT_S)
-            head = _read_frame(self.rfd)
-            if head == b"-":
+            name, key, ok = pickle.loads(_read_frame(self.rfd))
+            if (name, key) != (job.check.name, job.key):
+                raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
+            if not ok:
                 return None  # it could not prepare the case (an exception, or a case it does not send)
+            head = _read_frame(self.rfd)
             layout = pickle.loads(_read_frame(self.rfd))
             n = _FRAME.unpack(bytes(_read_exact(self.rfd, _FRAME.size)))[0]
             buf = _read_exact(self.rfd, n)
@@ -1338,7 +1360,7 @@ class _Helper:
             return
         self.proc = None
         try:
-            proc.stdin.close()
+            proc.stdin.close()  # its end of input: it exits
             proc.wait(2)
         except Exception:
             proc.kill()
@@ -1346,6 +1368,10 @@ class _Helper:
                 proc.wait(2)
             except Exception:
                 pass
+        try:
+            proc.stdout.close()
+        except Exception:
+            pass
 
 
 class _HelperJob:
@@ -1378,6 +1404,8 @@ def _helper_main():
     try:
         init = pickle.loads(_read_frame(rfd))
         sys.path[:] = init["path"]
+        torch.set_num_threads(init["threads"])
+        torch.set_default_dtype(getattr(torch, init["default_dtype"]))
         if init["main_path"] or init["main_name"]:  # the runner's main module, where its checks may be
             mod = types.ModuleType("__mp_main__")
             if init["main_path"]:
@@ -1415,12 +1443,13 @@ def _helper_main():
         else:
             frames = (head, layout, n, blobs)
         try:
+            echo = pickle.dumps((name, key, frames is not None), protocol=pickle.HIGHEST_PROTOCOL)
             if frames is None:
-                _write_frames(wfd, [b"-"])
+                _write_frames(wfd, [echo])
                 continue
             head, layout, n, blobs = frames
             out = bytearray()
-            for part in (head, layout):
+            for part in (echo, head, layout):
                 out += _FRAME.pack(len(part))
                 out += part
             out += _FRAME.pack(n)
@@ -1445,9 +1474,12 @@ def _helper_main():
 #: trial) replay a CUDA graph captured for their shape instead of being launched one by one (_Graphs).
 #: None: on where the device is a GPU; NUMWATCH_TORCH_GRAPHS=0 turns them off. The answers are the same.
 GRAPHS = _env_flag("NUMWATCH_TORCH_GRAPHS")
-#: Graphs a process keeps (the least recently used dropped): each holds its static buffers and the
-#: memory of its own pool on the device (a few MB for the example's largest outputs, 64K elements).
-GRAPHS_MAX = 32
+#: Graphs a process keeps (the least recently used dropped), and about how much device memory they may
+#: hold together: each its static buffers and the intermediates in a memory pool of its own (about
+#: 25 MB for the example's largest key, 3 outputs of 64K elements; 0.4 MB for the smallest). The
+#: example's 10 checks x dtypes use about 70 keys at one number of repeats.
+GRAPHS_MAX = 256
+GRAPH_BYTES_MAX = 1 << 29
 #: The longest output (elements) measured by a graph; longer ones eagerly (their time is elements).
 GRAPH_WIDTH_MAX = 1 << 20
 #: The shortest row of a graph: outputs are padded to a power of two from here (the metrics and
@@ -1538,7 +1570,7 @@ def _cat_into(pieces, out):
 class _Graph:
     """One captured measurement: its static inputs, its output and its decoding layout."""
 
-    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified")
+    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes")
 
 
 class _Graphs:
@@ -1566,6 +1598,7 @@ class _Graphs:
         import collections
 
         self.cache = collections.OrderedDict()
+        self.nbytes = 0  # of the graphs in the cache, about
         self.seen = {}
         self.off = set()  # check names
 
@@ -1604,6 +1637,9 @@ class _Graphs:
                 g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
                 g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
                 g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
+                # About what it holds: its inputs, and in its pool the float64 rows of the maxima and
+                # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
+                g.nbytes = g.X.numel() * 8 * 2 + T * lw * 8 * 16 + g.D.numel() * g.D.element_size()
             _cat_into(batch._x_pieces(lw), g.X)
             if has_unw:
                 _cat_into(batch._mask_pieces(unw, lw), g.U)
@@ -1619,10 +1655,12 @@ class _Graphs:
                 STATS["graph_captures"] += 1
             else:
                 g.impl.replay()
-            self.cache[key] = g
+            if fresh:
+                self.cache[key] = g
+                self.nbytes += g.nbytes
             self.cache.move_to_end(key)
-            while len(self.cache) > GRAPHS_MAX:
-                self.cache.popitem(last=False)
+            while len(self.cache) > 1 and (len(self.cache) > GRAPHS_MAX or self.nbytes > GRAPH_BYTES_MAX):
+                self.nbytes -= self.cache.popitem(last=False)[1].nbytes
             STATS["graph_replays"] += 1
             vals = _host(g.impl.out)
             batch.width, batch.layout, batch.ntail = lw, g.layout, []
@@ -1671,7 +1709,9 @@ class _Graphs:
         g.impl, g.layout = impl, m.layout
 
     def _off(self, check, key, why):
-        self.cache.pop(key, None)
+        g = self.cache.pop(key, None)
+        if g is not None:
+            self.nbytes -= g.nbytes
         if check.name not in self.off:
             self.off.add(check.name)
             STATS["graph_off"] += 1
