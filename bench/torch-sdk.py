@@ -107,19 +107,43 @@ def rate(fn, seeds, warm=5):
     return seeds / (time.perf_counter() - t0)
 
 
+#: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
+#: the SDK's default (on a GPU: prepared ahead by a helper process, metrics replayed from graphs).
+SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
+         "thread": ("SDK, thread + graphs", "thread", None), "inline": ("SDK in line", False, False)}
+
+
 @contextlib.contextmanager
-def in_line(nwt, on=True):
-    """The SDK's fast paths (the next seed prepared ahead, the metric graphs) off while on."""
+def mode(nwt, ahead=None, graphs=None):
+    """The SDK's fast paths as given while on (None: the SDK's default)."""
     saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
-    if on:
-        nwt.PREPARE_AHEAD = nwt.GRAPHS = False
+    nwt.PREPARE_AHEAD = ahead if ahead is not None else saved[0]
+    nwt.GRAPHS = graphs if graphs is not None else saved[1]
     try:
         yield
     finally:
         nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
 
 
-def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds):
+def in_line(nwt):
+    return mode(nwt, False, False)
+
+
+def wait_helper(nwt, runner, name, dtype):
+    """Starts the SDK's helper process (if trials are prepared ahead by one) and waits until it
+    serves, so that no timing pays its start (importing torch and the checks: seconds)."""
+    if nwt._ahead_mode(nwt.DEVICE) != "process":
+        return
+    runner.trial(name, dtype, 0, None, 1)
+    h = nwt._AHEAD.helper
+    t0 = time.time()
+    while h is not None and h.state == "starting" and not h.ready() and time.time() - t0 < 120:
+        time.sleep(0.05)
+    print("(the helper that prepares trials ahead: %s after %.1f s)" % (h.state if h else "none", time.time() - t0),
+          file=sys.stderr, flush=True)
+
+
+def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
     import torch
 
     import numwatch_runner as nw
@@ -127,89 +151,95 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds):
 
     runner = nw.Runner(fc.checks(), name="bench")
     by_name = {c.name: c for c in fc.checks()}
-    print("| check | dtype | SDK trials/s | SDK in line trials/s | plain loop trials/s | SDK / plain | in line / plain |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    sdk_sides = [x for x in sides if x != "plain"]
+    cols = [SIDES[x][0] for x in sdk_sides]
+    print("| check | dtype | %s | plain loop trials/s | %s |" % (
+        " | ".join("%s trials/s" % c for c in cols), " | ".join("%s / plain" % c for c in cols)))
+    print("| --- | --- |%s" % (" ---: |" * (2 * len(cols) + 1)))
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
-
-            def sdk(seed):
-                runner.trial(name, dtype, seed, None, repeats)
-
-            def inline(seed):
-                with in_line(nwt):
-                    runner.trial(name, dtype, seed, None, repeats)
-
-            def plain(seed):
-                plain_trial(torch, c, dtype, seed, device)
+            fns = {}
+            for side in sdk_sides:
+                def fn(seed, _m=SIDES[side]):
+                    with mode(nwt, _m[1], _m[2]):
+                        runner.trial(name, dtype, seed, None, repeats)
+                fns[side] = fn
+            fns["plain"] = lambda seed: plain_trial(torch, c, dtype, seed, device)
 
             # Untimed first: the plain loop over the timed seeds. The kernel meets every shape of
             # the run here, so neither side's timing pays a Triton compilation (or a cache load)
             # for a new specialisation: the side timed first used to pay them all.
             for s in range(seeds):
-                plain(s)
+                fns["plain"](s)
+            with mode(nwt, *SIDES["sdk"][1:]):
+                wait_helper(nwt, runner, name, dtype)
             best = {}
             for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
-                for side, fn in (("sdk", sdk), ("inline", inline), ("plain", plain)):
-                    best[side] = max(best.get(side, 0.0), rate(fn, seeds))
-            print("| %s | %s | %.1f | %.1f | %.1f | %.2f | %.2f |" % (
-                name, dtype, best["sdk"], best["inline"], best["plain"], best["sdk"] / best["plain"],
-                best["inline"] / best["plain"]), flush=True)
+                for side in sdk_sides + ["plain"]:
+                    best[side] = max(best.get(side, 0.0), rate(fns[side], seeds))
+            print("| %s | %s | %s | %.1f | %s |" % (
+                name, dtype, " | ".join("%.1f" % best[x] for x in sdk_sides), best["plain"],
+                " | ".join("%.2f" % (best[x] / best["plain"]) for x in sdk_sides)), flush=True)
 
 
 def verify(fc, names, dtypes, seeds):
     """The fast paths against the in-line trial: every check x dtype (names/dtypes: None for all),
-    seeds 0..N-1 at repeats 1 and 2, fast twice (the second pass replays the graphs the first
-    captured) and in line once; every field compared but kernel_us. Returns the exit status."""
+    seeds 0..N-1 at repeats 1 and 2: prepared ahead by the helper process with graphs (twice: the
+    second pass replays the graphs the first captured), by a thread with graphs, and in line; every
+    field compared but kernel_us. Returns the exit status."""
     import numwatch_runner as nw
     from numwatch_runner import torchcheck as nwt
 
     checks = fc.checks()
     runner = nw.Runner(checks, name="bench")
-    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
-    nwt.PREPARE_AHEAD, nwt.GRAPHS = True, None  # prepared ahead whatever the device; graphs where there are
+    with mode(nwt, "process"):
+        wait_helper(nwt, runner, checks[0].name, checks[0].dtypes[0])
     stats0 = dict(nwt.STATS)
     bad = trials = 0
-    print("| check | dtype | repeats | trials compared | differences |")
+    passes = (("process", None), ("process", None), ("thread", None))
+    print("| check | dtype | repeats | fast trials compared | differences |")
     print("| --- | --- | ---: | ---: | --- |")
-    try:
-        for c in checks:
-            if names and c.name not in names:
+    for c in checks:
+        if names and c.name not in names:
+            continue
+        for dtype in c.dtypes:
+            if dtypes and dtype not in dtypes:
                 continue
-            for dtype in c.dtypes:
-                if dtypes and dtype not in dtypes:
-                    continue
-                for repeats in (1, 2):
-                    def run(s):
-                        a = runner.trial(c.name, dtype, s, None, repeats)
-                        a.pop("kernel_us", None)
-                        return a
-                    fast = [[run(s) for s in range(seeds)] for _ in range(2)]
-                    with in_line(nwt):
-                        slow = [run(s) for s in range(seeds)]
-                    diffs = []
-                    for p, answers in enumerate(fast):
-                        for s, (a, b) in enumerate(zip(answers, slow)):
-                            if a != b:
-                                keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-                                diffs.append("pass %d seed %d: %s" % (p + 1, s, ",".join(keys)))
-                                if len(diffs) == 1:
-                                    print("fast:    %s\nin line: %s" % (a, b), file=sys.stderr)
-                    trials += 2 * len(slow)
-                    bad += len(diffs)
-                    print("| %s | %s | %d | %d | %s |" % (c.name, dtype, repeats, 2 * len(slow),
-                                                          "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
-                                                          if diffs else "none"), flush=True)
-    finally:
-        nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
+            for repeats in (1, 2):
+                def run(s):
+                    a = runner.trial(c.name, dtype, s, None, repeats)
+                    a.pop("kernel_us", None)
+                    return a
+                fast = []
+                for ahead, graphs in passes:
+                    with mode(nwt, ahead, graphs):
+                        fast.append([run(s) for s in range(seeds)])
+                with in_line(nwt):
+                    slow = [run(s) for s in range(seeds)]
+                diffs = []
+                for p, answers in enumerate(fast):
+                    for s, (a, b) in enumerate(zip(answers, slow)):
+                        if a != b:
+                            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                            diffs.append("pass %d seed %d: %s" % (p + 1, s, ",".join(keys)))
+                            if len(diffs) == 1:
+                                print("fast:    %s\nin line: %s" % (a, b), file=sys.stderr)
+                trials += len(passes) * len(slow)
+                bad += len(diffs)
+                print("| %s | %s | %d | %d | %s |" % (c.name, dtype, repeats, len(passes) * len(slow),
+                                                      "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "")
+                                                      if diffs else "none"), flush=True)
     d = {k: nwt.STATS[k] - stats0.get(k, 0) for k in nwt.STATS}
-    print("\nverify: %d fast trials compared with in-line ones, %d differences; prepared ahead: %d hits, %d "
-          "misses, %d output gradients drawn ahead; graphs: %d captured, %d replays (%d checked against the "
-          "eager measurement), %d checks turned graphs off%s" % (
-              trials, bad, d["ahead_hits"], d["ahead_misses"], d["douts_ahead"], d["graph_captures"],
-              d["graph_replays"], d["graph_verified"], d["graph_off"],
-              " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    return 1 if bad or d["graph_off"] else 0
+    helper = nwt._AHEAD.helper
+    print("\nverify: %d fast trials compared with in-line ones, %d differences; prepared ahead: %d taken, %d "
+          "prepared in line by the helper's choice, %d misses, %d output gradients drawn ahead (helper: %s); "
+          "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
+          "off%s" % (
+              trials, bad, d["ahead_hits"], d["ahead_in_line"], d["ahead_misses"], d["douts_ahead"],
+              helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
+              d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
+    return 1 if bad or d["graph_off"] or (helper is not None and helper.state != "ready") else 0
 
 
 class Sampler(threading.Thread):
@@ -429,6 +459,9 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
+    ap.add_argument("--sides", default="sdk,graphs,inline,plain",
+                    help="what the rates time: sdk (the SDK's defaults), graphs (prepared in line, graphs on), "
+                    "thread (prepared ahead by a thread), inline (no fast path), plain (the plain loop)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
                     help="first: N seeds of every check x dtype with the fast paths and in line, compared "
                     "(exit 1 on a difference)")
@@ -444,9 +477,9 @@ def main():
     if a.emulate_graphs:  # (graphs measure a trial's outputs together, as a GPU does: BATCH_ALL)
         nwt._GRAPH_IMPL, nwt.BATCH_ALL = nwt._EmulatedGraph, True
 
-    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; SDK: prepare ahead %s, graphs %s" % (
+    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; the SDK's defaults: prepared ahead %s, graphs %s" % (
         a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
-        time.strftime("%Y-%m-%d"), "on" if nwt._ahead_on(nwt.DEVICE) else "off",
+        time.strftime("%Y-%m-%d"), nwt._ahead_mode(nwt.DEVICE) or "in line",
         ("emulated" if nwt._GRAPH_IMPL else "on") if nwt._graphs_on(nwt.DEVICE) else "off"))
     print()
     rc = 0
@@ -460,7 +493,8 @@ def main():
         ops(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.ops, a.repeats)
         return rc
     if a.seeds > 0:
-        bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats, a.rounds)
+        sides = [x for x in a.sides.split(",") if x in SIDES] + ["plain"]
+        bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats, a.rounds, sides)
     slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
     if slots and a.device != "cpu":
         bench_busy(slots, a.gpu, a.busy_check, a.busy_dtype, a.busy_count)
