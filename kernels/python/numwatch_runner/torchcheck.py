@@ -1570,7 +1570,7 @@ def _cat_into(pieces, out):
 class _Graph:
     """One captured measurement: its static inputs, its output and its decoding layout."""
 
-    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes")
+    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes", "consts")
 
 
 class _Graphs:
@@ -1667,6 +1667,7 @@ class _Graphs:
             nd = R * T
             got = (batch.finish(vals[:len(vals) - nd])[0], vals[len(vals) - nd:])
         except Exception as e:
+            _CudaGraph.stream = None  # a new side stream for the next capture, whatever this one's state
             self._off(check, key, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
             return want
         if want is not None:
@@ -1695,17 +1696,20 @@ class _Graphs:
             return torch.cat(parts)
 
         impl = (_GRAPH_IMPL or _CudaGraph)()
-        consts = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
         fn()  # the constants made eagerly
         before = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
         impl.capture(fn)
         after = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
         if after != before:
-            for d, ids in zip((_CONST, _WEIGHTS), consts):
+            for d, ids in zip((_CONST, _WEIGHTS), before):
                 for k in [k for k in d if ids.get(k) != id(d[k])]:
                     del d[k]  # made during the capture: never to be used eagerly
             raise RuntimeError("a constant was made during the capture")
         impl.replay()
+        # The constants a replay reads, kept with the graph: a CUDA graph holds their addresses, and
+        # _const and _digest_weights replace a tensor by a longer one when longer rows come (the old
+        # one's memory would go back to the allocator for anything else to use).
+        g.consts = list(_CONST.values()) + list(_WEIGHTS.values())
         g.impl, g.layout = impl, m.layout
 
     def _off(self, check, key, why):
