@@ -387,8 +387,9 @@ def ops(fc, device, names, dtypes, seeds, repeats):
         def trial(s):
             with record_function("bench::trial"):
                 fn(s)
-        for s in range(seeds):  # warm-up: caches filled, every Triton specialisation compiled
-            trial(s)
+        for _ in range(2):  # warm-up: caches filled, Triton specialisations compiled, graphs captured
+            for s in range(seeds):
+                trial(s)
         with tprofile(activities=acts) as p:
             for s in range(seeds):
                 trial(s)
@@ -432,6 +433,7 @@ def ops(fc, device, names, dtypes, seeds, repeats):
                 with in_line(nwt):
                     runner.trial(name, dtype, seed, None, repeats)
 
+            wait_helper(nwt, runner, name, dtype)
             res = [count(lambda seed: runner.trial(name, dtype, seed, None, repeats)), count(inline),
                    count(lambda seed: plain_trial(torch, c, dtype, seed, device))]
             cols = []

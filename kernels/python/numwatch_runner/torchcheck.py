@@ -968,8 +968,14 @@ STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 
          "graph_replays": 0, "graph_verified": 0, "graph_off": 0}
 
 
+#: True in the helper process: it prepares in line whatever the settings (no helper of its own).
+_IN_HELPER = False
+
+
 def _ahead_mode(device):
     """How the next trial is prepared ahead on device: "process", "thread" or None (not)."""
+    if _IN_HELPER:
+        return None
     m = PREPARE_AHEAD
     if m is None:
         return "process" if torch.device(device).type == "cuda" else None
@@ -1082,8 +1088,8 @@ _AHEAD = _Ahead()
 
 # ---- the helper process that prepares trials ahead ---------------------------------------------
 
-#: How long a trial waits for the helper's answer before it prepares the case in line and stops the
-#: helper (it is stuck: a preparation takes milliseconds).
+#: How long an answer of the helper may take before the helper is taken as stuck and stopped (a
+#: preparation takes milliseconds; the first of a check also imports the check's module).
 HELPER_TIMEOUT_S = 60.0
 _FRAME = struct.Struct("<Q")
 
@@ -1216,9 +1222,11 @@ class _Helper:
         import subprocess
 
         self.state = "starting"
-        self.sent = {}  # check name -> the check's pickle the helper has
+        self.sent = {}  # check name -> (check, its attributes) as the helper has them
         self.unpicklable = set()  # checks that do not pickle
-        self.pending = None
+        self.pending = None  # the request whose answer is not read yet
+        self.sent_at = 0.0
+        self.took = None  # how long the helper takes to answer, about (a moving average, seconds)
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
                    PYTHONDONTWRITEBYTECODE="1")
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -1274,8 +1282,10 @@ class _Helper:
         """Sends the request of key; a handle to take its case, or None (prepare it in line)."""
         if id(check) in self.unpicklable or not self.ready():
             return None
-        if self.pending is not None:  # an answer not taken: read it first, so that answers stay in step
-            self.answer(self.pending, False)
+        if self.pending is not None:  # an answer not taken: read it first (answers stay in step), or
+            if not self._arrived(0.0):  # while it is still being made, send nothing (in line meanwhile)
+                return None
+            self._read(self.pending, False)
             if self.state != "ready":
                 return None
         # The check as the helper has it: its class and attributes, sent again when they change
@@ -1303,19 +1313,40 @@ class _Helper:
         if not same:
             self.sent[check.name] = (check, state)
         self.pending = _HelperJob(self, check, key)
+        self.sent_at = time.perf_counter()
         return self.pending
 
+    def _arrived(self, wait_s):
+        """Whether the pending answer is there to read (waiting up to wait_s); a helper whose answer
+        is later than HELPER_TIMEOUT_S is stopped."""
+        if _wait_readable(self.rfd, wait_s):
+            return True
+        if time.perf_counter() - self.sent_at > HELPER_TIMEOUT_S:
+            self._stop("no answer in %g s" % HELPER_TIMEOUT_S)
+        return False
+
     def answer(self, job, want):
-        """The answer of the request job sent (the one pending): the case when want, else None."""
+        """The case the helper prepared for job (the pending request) when want, else None. A trial
+        waits for it about four times as long as the helper usually takes (10 ms until it has
+        answered once), then prepares its case in line: the answer is read, and dropped, before the
+        next request is sent (a helper that falls behind, or imports a check's module, costs no
+        more than the in-line preparation)."""
         if self.pending is not job or self.state != "ready":
             return None
+        wait = 0.010 if self.took is None else min(4.0 * self.took + 0.001, 1.0)
+        if not want or not self._arrived(max(0.0, wait - (time.perf_counter() - self.sent_at))):
+            return None  # read later (submit), or never: a discarded answer need not be waited for
+        return self._read(job, want)
+
+    def _read(self, job, want):
         self.pending = None
         try:
-            if not _wait_readable(self.rfd, HELPER_TIMEOUT_S):
-                raise TimeoutError("no answer in %g s" % HELPER_TIMEOUT_S)
-            name, key, ok = pickle.loads(_read_frame(self.rfd))
+            name, key, ok, took = pickle.loads(_read_frame(self.rfd))
             if (name, key) != (job.check.name, job.key):
                 raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
+            # How long it takes to prepare a case, as it measured it (the first of a check, which
+            # imports the check's module, left out when it is far longer than the rest).
+            self.took = took if self.took is None else 0.8 * self.took + 0.2 * min(took, 10 * self.took)
             if not ok:
                 return None  # it could not prepare the case (an exception, or a case it does not send)
             head = _read_frame(self.rfd)
@@ -1394,7 +1425,8 @@ def _helper_main():
     import traceback
     import types
 
-    global BATCH_ALL
+    global BATCH_ALL, _IN_HELPER
+    _IN_HELPER = True
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -1426,6 +1458,7 @@ def _helper_main():
             name, blob, key, rule, together = pickle.loads(_read_frame(rfd))
         except EOFError:
             return
+        t0 = time.perf_counter()
         frames = None
         try:
             if blob is not None:
@@ -1443,7 +1476,8 @@ def _helper_main():
         else:
             frames = (head, layout, n, blobs)
         try:
-            echo = pickle.dumps((name, key, frames is not None), protocol=pickle.HIGHEST_PROTOCOL)
+            echo = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0),
+                                protocol=pickle.HIGHEST_PROTOCOL)
             if frames is None:
                 _write_frames(wfd, [echo])
                 continue
