@@ -233,7 +233,7 @@ def verify(fc, names, dtypes, seeds):
     d = {k: nwt.STATS[k] - stats0.get(k, 0) for k in nwt.STATS}
     helper = nwt._AHEAD.helper
     print("\nverify: %d fast trials compared with in-line ones, %d differences; prepared ahead: %d taken, %d "
-          "prepared in line by the helper's choice, %d misses, %d output gradients drawn ahead (helper: %s); "
+          "prepared in line (the helper late, or unable), %d misses, %d output gradients drawn ahead (helper: %s); "
           "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
           "off%s" % (
               trials, bad, d["ahead_hits"], d["ahead_in_line"], d["ahead_misses"], d["douts_ahead"],

@@ -46,6 +46,10 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   and ref_nonfinite, mismatch, unwritten and canary (kernels that write into
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
+On a GPU two fast paths give the same answers: the next seed's host work is
+prepared ahead by a helper process (_Ahead, _Helper; PREPARE_AHEAD), and the
+metrics and digests replay a CUDA graph per padded shape (_Graphs; GRAPHS).
+
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
 """
