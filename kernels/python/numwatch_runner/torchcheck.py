@@ -1345,7 +1345,7 @@ class _Helper:
     def _read(self, job, want):
         self.pending = None
         try:
-            name, key, ok, took = pickle.loads(_read_frame(self.rfd))
+            name, key, ok, took, head, layout = pickle.loads(_read_frame(self.rfd))
             if (name, key) != (job.check.name, job.key):
                 raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
             # How long it takes to prepare a case, as it measured it (the first of a check, which
@@ -1353,10 +1353,7 @@ class _Helper:
             self.took = took if self.took is None else 0.8 * self.took + 0.2 * min(took, 10 * self.took)
             if not ok:
                 return None  # it could not prepare the case (an exception, or a case it does not send)
-            head = _read_frame(self.rfd)
-            layout = pickle.loads(_read_frame(self.rfd))
-            n = _FRAME.unpack(bytes(_read_exact(self.rfd, _FRAME.size)))[0]
-            buf = _read_exact(self.rfd, n)
+            buf = _read_frame(self.rfd)
         except Exception as e:
             self._stop("%s: %s" % (type(e).__name__, e))
             return None
@@ -1365,7 +1362,7 @@ class _Helper:
         import io
 
         tensors = []
-        for dt, shape, at, nb in layout:
+        for dt, shape, at, nb in pickle.loads(layout):
             dtype = getattr(torch, dt)
             if nb:  # views of the one buffer read (each at a multiple of 64 bytes), no copy
                 n = nb // torch.empty((), dtype=dtype).element_size()
@@ -1480,16 +1477,16 @@ def _helper_main():
         else:
             frames = (head, layout, n, blobs)
         try:
-            echo = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0),
+            # The answer: (the request, whether prepared, how long it took, the case's pickle, its
+            # tensors' layout), then the tensors' bytes.
+            head, layout, n, blobs = frames or (None, None, 0, [])
+            meta = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0, head, layout),
                                 protocol=pickle.HIGHEST_PROTOCOL)
             if frames is None:
-                _write_frames(wfd, [echo])
+                _write_frames(wfd, [meta])
                 continue
-            head, layout, n, blobs = frames
-            out = bytearray()
-            for part in (echo, head, layout):
-                out += _FRAME.pack(len(part))
-                out += part
+            out = bytearray(_FRAME.pack(len(meta)))
+            out += meta
             out += _FRAME.pack(n)
             at = 0
             for off, arr in blobs:  # the tensors' bytes, each at its offset (a copy: one write)
