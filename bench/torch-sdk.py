@@ -10,23 +10,27 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
    Triton specialisation the shapes need is compiled before either side is timed). The SDK is
-   timed twice: as a runner on the device runs it (on a GPU: the next seed prepared ahead on a
-   worker thread, the metrics replayed from CUDA graphs), and in line (both off). Each side is
-   timed --rounds times in turn, the best rate of each kept. Prints a markdown table: trials/s of
-   each and the ratios (the SDK's full contract should keep at least 0.8x the plain loop's rate).
+   timed as --sides says: sdk, as a runner on the device runs it (on a GPU: the next seed prepared
+   ahead by a helper process, the metrics replayed from CUDA graphs); graphs, prepared in line;
+   thread, prepared ahead by a thread; inline, neither. Each side is timed --rounds times in turn,
+   the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
+   full contract should keep at least 0.8x the plain loop's rate).
 
 2. GPU busy fraction. K runner processes (the checks' command line, --count seeds each) on one
    GPU at once, for K in --slots, while nvidia-smi samples utilization.gpu every 100 ms: the
    mean over the run, and the trials per second of all K together.
 
-3. Verify (--verify N): for every check x dtype of the suite, N seeds at repeats 1 and 2 answered
-   with the fast paths on (twice: the second pass replays the graphs the first captured) and in
-   line, every field compared but kernel_us; exits 1 on any difference, or if the SDK turned its
-   graphs off for a check (an error or a disagreement, which it logs on stderr).
+3. Verify (--verify N, before the rates): for every check x dtype of the suite, N seeds at repeats
+   1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
+   the graphs the first captured; a thread and graphs) and in line (twice: seeds whose in-line
+   answers differ are left out), every field compared but kernel_us; exits 1 on any difference, if
+   the SDK turned its graphs off for a check (an error or a disagreement, which it logs on stderr),
+   or if its helper process is not serving at the end.
 
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
     python3 bench/torch-sdk.py --verify 40 --seeds 100 --slots 0        # check the fast paths, then the rates
+    python3 bench/torch-sdk.py --ops 20                                  # operations and launches a trial
     NUMWATCH_PREPARE_AHEAD=1 python3 bench/torch-sdk.py --device cpu --emulate-graphs --verify 5 --slots 0 --seeds 5
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
     python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
