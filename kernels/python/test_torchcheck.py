@@ -155,6 +155,14 @@ import test_torchcheck as t
 sys.exit(t.planted_runner().run())
 """
 
+#: The runner as a script should be (its work under the main guard: the helper process loads it).
+RUNNER_SCRIPT_GUARDED = """import sys
+sys.path.insert(0, %r)
+import test_torchcheck as t
+if __name__ == "__main__":
+    sys.exit(t.planted_runner().run())
+"""
+
 
 def seed_of(family):
     return list(Planted.families).index(family)
@@ -709,6 +717,56 @@ class RunnerProcessTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             out = subprocess.run(cmd + ["0", "--runs", "x"], env=env, capture_output=True, text=True, timeout=120)
             self.assertEqual(out.returncode, 2)
+
+    def test_prepared_ahead_by_the_helper_process(self):
+        """A runner whose trials are prepared by its helper process answers as one that prepares
+        them in line, on a clean stdout; a script without the main guard (the helper would run the
+        runner) has them prepared in line, with one line on stderr."""
+        reqs = [{"op": "trial", "id": i, "check": c, "dtype": d, "seed": s, "repeats": 2}
+                for i, (c, d, s) in enumerate([(c, d, s) for c in ("planted.fwd", "planted.bwd")
+                                               for d in ("f32", "bf16") for s in list(range(40)) + [3, 4]])
+                if Planted.families[s % len(Planted.families)] != "fatal"]
+        text = "".join(json.dumps(r) + "\n" for r in reqs + [{"op": "bye"}])
+        answers = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, src in (("guarded", RUNNER_SCRIPT_GUARDED), ("unguarded", RUNNER_SCRIPT)):
+                script = os.path.join(tmp, name)
+                with open(script, "w") as f:
+                    f.write(src % HERE)
+                for ahead in ("0", "process"):
+                    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
+                               NUMWATCH_PREPARE_AHEAD=ahead, OMP_NUM_THREADS="1", NUMWATCH_TORCH_STATS="1")
+                    p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, text=True)
+                    # The first trial starts the helper; the rest after it has imported torch and the checks.
+                    p.stdin.write(json.dumps(reqs[0]) + "\n")
+                    p.stdin.flush()
+                    first = p.stdout.readline()
+                    time.sleep(4 if ahead == "process" else 0)
+                    rest, err = p.communicate(text[len(json.dumps(reqs[0])) + 1:], timeout=300)
+                    out = subprocess.CompletedProcess(p.args, p.returncode, first + rest, err)
+                    self.assertEqual(out.returncode, 0, out.stderr)
+                    got = [strict_json(line) for line in out.stdout.splitlines()]
+                    for a in got:
+                        a.pop("kernel_us", None)
+                    answers[name, ahead] = got
+                    helper_lines = [x for x in out.stderr.splitlines() if "prepares trials ahead" in x]
+                    stats = [x for x in out.stderr.splitlines() if x.startswith("numwatch-runner: torchcheck: {")]
+                    self.assertEqual(len(stats), 1, out.stderr)
+                    hits = int(stats[0].split("'ahead_hits': ")[1].split(",")[0])
+                    if ahead == "0" or name == "guarded":
+                        self.assertEqual(helper_lines, [], out.stderr)
+                    else:  # (unless the run ended before the helper said it could not start)
+                        self.assertLessEqual(len(helper_lines), 1, out.stderr)
+                        self.assertTrue(all("did not start" in x for x in helper_lines), helper_lines)
+                    if ahead == "process" and name == "guarded":
+                        self.assertGreater(hits, len(reqs) // 4, stats)
+                    else:
+                        self.assertEqual(hits, 0, (name, ahead, stats))
+        want = answers["guarded", "0"]
+        self.assertEqual(len(want), len(reqs) + 1)
+        for key, got in answers.items():
+            self.assertEqual(got, want, key)
 
 
 #: The first two uniforms of Gen("softmax.fwd", "f32", 0), as torch 1.13's CPU generator draws them.

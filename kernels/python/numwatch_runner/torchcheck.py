@@ -976,6 +976,12 @@ STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 
 _IN_HELPER = False
 
 
+if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr at exit
+    import atexit
+
+    atexit.register(lambda: print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True))
+
+
 def _ahead_mode(device):
     """How the next trial is prepared ahead on device: "process", "thread" or None (not)."""
     if _IN_HELPER:
@@ -1233,6 +1239,7 @@ class _Helper:
         self.took = None  # how long the helper takes to answer, about (a moving average, seconds)
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
                    PYTHONDONTWRITEBYTECODE="1")
+        env.pop("NUMWATCH_TORCH_STATS", None)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = ("import sys; sys.path.insert(0, %r); from numwatch_runner.torchcheck import _helper_main; "
                 "_helper_main()" % here)
