@@ -1255,6 +1255,8 @@ class _Helper:
                 init["main_name"] = spec.name
         elif getattr(main, "__file__", None):
             init["main_path"] = os.path.abspath(main.__file__)
+        if main is not None:  # the helper's classes of the main module are __mp_main__'s: the same here
+            sys.modules.setdefault("__mp_main__", main)
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=env, close_fds=True, bufsize=0)
@@ -1368,15 +1370,18 @@ class _Helper:
             return None
         import io
 
-        tensors = []
-        for dt, shape, at, nb in pickle.loads(layout):
-            dtype = getattr(torch, dt)
-            if nb:  # views of the one buffer read (each at a multiple of 64 bytes), no copy
-                n = nb // torch.empty((), dtype=dtype).element_size()
-                tensors.append(torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(shape))
-            else:
-                tensors.append(torch.empty(shape, dtype=dtype))
-        case, state = _CaseUnpickler(io.BytesIO(head), tensors).load()
+        try:
+            tensors = []
+            for dt, shape, at, nb in pickle.loads(layout):
+                dtype = getattr(torch, dt)
+                if nb:  # views of the one buffer read (each at a multiple of 64 bytes), no copy
+                    n = nb // torch.empty((), dtype=dtype).element_size()
+                    tensors.append(torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(shape))
+                else:
+                    tensors.append(torch.empty(shape, dtype=dtype))
+            case, state = _CaseUnpickler(io.BytesIO(head), tensors).load()
+        except Exception:  # (a class of the case this process cannot find, ...): prepared in line
+            return None
         dtype, seed, family, index = job.key[:4]
         g = Gen.__new__(Gen)  # the trial's generator where make_case left it (no seeding: the state is whole)
         g.g = torch.Generator(device="cpu")
@@ -1399,7 +1404,8 @@ class _Helper:
             return
         self.proc = None
         try:
-            proc.stdin.close()  # its end of input: it exits
+            proc.stdout.close()  # an answer it is writing fails,
+            proc.stdin.close()  # and its end of input ends it
             proc.wait(2)
         except Exception:
             proc.kill()
@@ -1407,10 +1413,6 @@ class _Helper:
                 proc.wait(2)
             except Exception:
                 pass
-        try:
-            proc.stdout.close()
-        except Exception:
-            pass
 
 
 class _HelperJob:
