@@ -469,10 +469,12 @@ class FastPathsTest(unittest.TestCase):
     FAMILIES = ("ok", "scaled", "nan", "dtail", "unwritten", "canary", "kink", "view", "raise")
 
     def setUp(self):
-        saved = (nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL)
+        saved = (nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL, nwt.HELPER_WAIT_S)
+        nwt.HELPER_WAIT_S = 120.0  # every case from the helper, however busy the machine (the default is
+        #                            to prepare in line an answer that is late: the same answers)
 
         def restore():
-            nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL = saved
+            nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL, nwt.HELPER_WAIT_S = saved
             nwt._AHEAD.drop()
             if nwt._AHEAD.helper is not None and nwt._AHEAD.helper.state == "dead":
                 nwt._AHEAD.helper = None  # a new one for the next test
@@ -734,17 +736,12 @@ class RunnerProcessTest(unittest.TestCase):
                 with open(script, "w") as f:
                     f.write(src % HERE)
                 for ahead in ("0", "process"):
+                    # (every case from the helper once it started, however busy the machine)
                     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
-                               NUMWATCH_PREPARE_AHEAD=ahead, OMP_NUM_THREADS="1", NUMWATCH_TORCH_STATS="1")
-                    p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, text=True)
-                    # The first trial starts the helper; the rest after it has imported torch and the checks.
-                    p.stdin.write(json.dumps(reqs[0]) + "\n")
-                    p.stdin.flush()
-                    first = p.stdout.readline()
-                    time.sleep(4 if ahead == "process" else 0)
-                    rest, err = p.communicate(text[len(json.dumps(reqs[0])) + 1:], timeout=300)
-                    out = subprocess.CompletedProcess(p.args, p.returncode, first + rest, err)
+                               NUMWATCH_PREPARE_AHEAD=ahead, OMP_NUM_THREADS="1", NUMWATCH_TORCH_STATS="1",
+                               NUMWATCH_HELPER_WAIT_S="120")
+                    out = subprocess.run([sys.executable, script], input=text, env=env, capture_output=True,
+                                         text=True, timeout=600)
                     self.assertEqual(out.returncode, 0, out.stderr)
                     got = [strict_json(line) for line in out.stdout.splitlines()]
                     for a in got:
@@ -760,7 +757,7 @@ class RunnerProcessTest(unittest.TestCase):
                         self.assertLessEqual(len(helper_lines), 1, out.stderr)
                         self.assertTrue(all("did not start" in x for x in helper_lines), helper_lines)
                     if ahead == "process" and name == "guarded":
-                        self.assertGreater(hits, len(reqs) // 4, stats)
+                        self.assertGreater(hits, len(reqs) // 2, stats)
                     else:
                         self.assertEqual(hits, 0, (name, ahead, stats))
         want = answers["guarded", "0"]

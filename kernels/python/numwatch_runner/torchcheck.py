@@ -1101,6 +1101,11 @@ _AHEAD = _Ahead()
 #: How long an answer of the helper may take before the helper is taken as stuck and stopped (a
 #: preparation takes milliseconds; the first of a check also imports the check's module).
 HELPER_TIMEOUT_S = 60.0
+#: How long a trial waits for the helper (for it to start, and for each answer): None (the
+#: default) waits for its start not at all and for an answer about four times its usual time; a
+#: number waits up to that long, so that every case comes from the helper (the tests).
+#: NUMWATCH_HELPER_WAIT_S.
+HELPER_WAIT_S = float(os.environ["NUMWATCH_HELPER_WAIT_S"]) if os.environ.get("NUMWATCH_HELPER_WAIT_S") else None
 _FRAME = struct.Struct("<Q")
 
 
@@ -1279,7 +1284,7 @@ class _Helper:
         """Whether it answers requests (False while it starts, and after it failed)."""
         if self.state == "starting":
             try:
-                if not _wait_readable(self.rfd, 0):
+                if not _wait_readable(self.rfd, HELPER_WAIT_S or 0):
                     return False
                 msg = pickle.loads(_read_frame(self.rfd))
             except Exception as e:
@@ -1296,7 +1301,7 @@ class _Helper:
         if id(check) in self.unpicklable or not self.ready():
             return None
         if self.pending is not None:  # an answer not taken: read it first (answers stay in step), or
-            if not self._arrived(0.0):  # while it is still being made, send nothing (in line meanwhile)
+            if not self._arrived(HELPER_WAIT_S or 0.0):  # while it is being made, send nothing (in line)
                 return None
             self._read(self.pending, False)
             if self.state != "ready":
@@ -1347,6 +1352,8 @@ class _Helper:
         if self.pending is not job or self.state != "ready":
             return None
         wait = 0.010 if self.took is None else min(4.0 * self.took + 0.001, 1.0)
+        if HELPER_WAIT_S is not None:
+            wait = HELPER_WAIT_S
         if not want or not self._arrived(max(0.0, wait - (time.perf_counter() - self.sent_at))):
             return None  # read later (submit), or never: a discarded answer need not be waited for
         return self._read(job, want)
