@@ -9,20 +9,35 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    suite would write for the same shapes: torch.randn inputs on the device, the kernel (and
    autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
-   Triton specialisation the shapes need is compiled before either side is timed). Prints a markdown table: trials/s of each
-   and their ratio (the SDK's full contract should keep at least 0.8x the plain loop's rate).
+   Triton specialisation the shapes need is compiled before either side is timed). The SDK is
+   timed as --sides says: sdk, as a runner on the device runs it (on a GPU: the next seed prepared
+   ahead by a helper process, the metrics replayed from CUDA graphs); graphs, prepared in line;
+   thread, prepared ahead by a thread; inline, neither. Each side is timed --rounds times in turn,
+   the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
+   full contract should keep at least 0.8x the plain loop's rate).
 
 2. GPU busy fraction. K runner processes (the checks' command line, --count seeds each) on one
    GPU at once, for K in --slots, while nvidia-smi samples utilization.gpu every 100 ms: the
    mean over the run, and the trials per second of all K together.
 
+3. Verify (--verify N, before the rates): for every check x dtype of the suite, N seeds at repeats
+   1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
+   the graphs the first captured; a thread and graphs) and in line (twice: seeds whose in-line
+   answers differ are left out), every field compared but kernel_us; exits 1 on any difference, if
+   the SDK turned its graphs off for a check (an error or a disagreement, which it logs on stderr),
+   or if its helper process is not serving at the end.
+
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
+    python3 bench/torch-sdk.py --verify 40 --seeds 100 --slots 0        # check the fast paths, then the rates
+    python3 bench/torch-sdk.py --ops 20                                  # operations and launches a trial
+    NUMWATCH_PREPARE_AHEAD=1 python3 bench/torch-sdk.py --device cpu --emulate-graphs --verify 5 --slots 0 --seeds 5
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
     python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
     python3 bench/torch-sdk.py --device cpu --ops 20       # torch operations per trial (what a GPU's time is)
 """
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -96,33 +111,147 @@ def rate(fn, seeds, warm=5):
     return seeds / (time.perf_counter() - t0)
 
 
-def bench_rates(fc, device, names, dtypes, seeds, repeats):
+#: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
+#: the SDK's default (on a GPU: prepared ahead by a helper process, metrics replayed from graphs).
+SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
+         "thread": ("SDK, thread + graphs", "thread", None), "inline": ("SDK in line", False, False)}
+
+
+@contextlib.contextmanager
+def mode(nwt, ahead=None, graphs=None):
+    """The SDK's fast paths as given while on (None: the SDK's default)."""
+    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
+    nwt.PREPARE_AHEAD = ahead if ahead is not None else saved[0]
+    nwt.GRAPHS = graphs if graphs is not None else saved[1]
+    try:
+        yield
+    finally:
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
+
+
+def in_line(nwt):
+    return mode(nwt, False, False)
+
+
+def wait_helper(nwt, runner, name, dtype):
+    """Starts the SDK's helper process (if trials are prepared ahead by one) and waits until it
+    serves, so that no timing pays its start (importing torch and the checks: seconds)."""
+    if nwt._ahead_mode(nwt.DEVICE) != "process":
+        return
+    runner.trial(name, dtype, 0, None, 1)
+    h = nwt._AHEAD.helper
+    t0 = time.time()
+    while h is not None and h.state == "starting" and not h.ready() and time.time() - t0 < 120:
+        time.sleep(0.05)
+    print("(the helper that prepares trials ahead: %s after %.1f s)" % (h.state if h else "none", time.time() - t0),
+          file=sys.stderr, flush=True)
+
+
+def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
     import torch
 
     import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
 
     runner = nw.Runner(fc.checks(), name="bench")
     by_name = {c.name: c for c in fc.checks()}
-    print("| check | dtype | SDK trials/s | plain loop trials/s | SDK / plain |")
-    print("| --- | --- | ---: | ---: | ---: |")
+    sdk_sides = [x for x in sides if x != "plain"]
+    cols = [SIDES[x][0] for x in sdk_sides]
+    print("| check | dtype | %s | plain loop trials/s | %s |" % (
+        " | ".join("%s trials/s" % c for c in cols), " | ".join("%s / plain" % c for c in cols)))
+    print("| --- | --- |%s" % (" ---: |" * (2 * len(cols) + 1)))
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
-
-            def sdk(seed):
-                runner.trial(name, dtype, seed, None, repeats)
-
-            def plain(seed):
-                plain_trial(torch, c, dtype, seed, device)
+            fns = {}
+            for side in sdk_sides:
+                def fn(seed, _m=SIDES[side]):
+                    with mode(nwt, _m[1], _m[2]):
+                        runner.trial(name, dtype, seed, None, repeats)
+                fns[side] = fn
+            fns["plain"] = lambda seed: plain_trial(torch, c, dtype, seed, device)
 
             # Untimed first: the plain loop over the timed seeds. The kernel meets every shape of
             # the run here, so neither side's timing pays a Triton compilation (or a cache load)
             # for a new specialisation: the side timed first used to pay them all.
             for s in range(seeds):
-                plain(s)
-            r_sdk = rate(sdk, seeds)
-            r_plain = rate(plain, seeds)
-            print("| %s | %s | %.1f | %.1f | %.2f |" % (name, dtype, r_sdk, r_plain, r_sdk / r_plain), flush=True)
+                fns["plain"](s)
+            with mode(nwt, *SIDES["sdk"][1:]):
+                wait_helper(nwt, runner, name, dtype)
+            best = {}
+            for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
+                for side in sdk_sides + ["plain"]:
+                    best[side] = max(best.get(side, 0.0), rate(fns[side], seeds))
+            print("| %s | %s | %s | %.1f | %s |" % (
+                name, dtype, " | ".join("%.1f" % best[x] for x in sdk_sides), best["plain"],
+                " | ".join("%.2f" % (best[x] / best["plain"]) for x in sdk_sides)), flush=True)
+
+
+def verify(fc, names, dtypes, seeds):
+    """The fast paths against the in-line trial: every check x dtype (names/dtypes: None for all),
+    seeds 0..N-1 at repeats 1 and 2: prepared ahead by the helper process with graphs (twice: the
+    second pass replays the graphs the first captured), by a thread with graphs, and in line
+    (twice: a seed whose in-line answers differ has a kernel that is not deterministic, and is
+    counted apart, not compared); every field compared but kernel_us. Returns the exit status."""
+    import numwatch_runner as nw
+    from numwatch_runner import torchcheck as nwt
+
+    checks = fc.checks()
+    runner = nw.Runner(checks, name="bench")
+    with mode(nwt, "process"):
+        wait_helper(nwt, runner, checks[0].name, checks[0].dtypes[0])
+    stats0 = dict(nwt.STATS)
+    wait0, nwt.HELPER_WAIT_S = nwt.HELPER_WAIT_S, 60.0  # every case it can make from the helper, to check them
+    bad = trials = flaky = 0
+    passes = (("process", None), ("process", None), ("thread", None))
+    print("| check | dtype | repeats | fast trials compared | differences | seeds not deterministic in line |")
+    print("| --- | --- | ---: | ---: | --- | ---: |")
+    for c in checks:
+        if names and c.name not in names:
+            continue
+        for dtype in c.dtypes:
+            if dtypes and dtype not in dtypes:
+                continue
+            for repeats in (1, 2):
+                def run(s):
+                    a = runner.trial(c.name, dtype, s, None, repeats)
+                    a.pop("kernel_us", None)
+                    return a
+                fast = []
+                for ahead, graphs in passes:
+                    with mode(nwt, ahead, graphs):
+                        fast.append([run(s) for s in range(seeds)])
+                with in_line(nwt):
+                    slow = [run(s) for s in range(seeds)]
+                    again = [run(s) for s in range(seeds)]
+                unsure = {s for s in range(seeds) if slow[s] != again[s]}
+                diffs = []
+                for p, answers in enumerate(fast):
+                    for s, (a, b) in enumerate(zip(answers, slow)):
+                        if a != b and s not in unsure:
+                            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+                            diffs.append("pass %d seed %d: %s" % (p + 1, s, ",".join(keys)))
+                            if len(diffs) == 1:
+                                print("fast:    %s\nin line: %s" % (a, b), file=sys.stderr)
+                trials += len(passes) * (seeds - len(unsure))
+                bad += len(diffs)
+                flaky += len(unsure)
+                print("| %s | %s | %d | %d | %s | %d |" % (
+                    c.name, dtype, repeats, len(passes) * (seeds - len(unsure)),
+                    "; ".join(diffs[:3]) + (" ..." if len(diffs) > 3 else "") if diffs else "none", len(unsure)),
+                    flush=True)
+    nwt.HELPER_WAIT_S = wait0
+    d = {k: nwt.STATS[k] - stats0.get(k, 0) for k in nwt.STATS}
+    helper = nwt._AHEAD.helper
+    print("\nverify: %d fast trials compared with in-line ones, %d differences (%d seeds left out: their "
+          "in-line answers differ); prepared ahead: %d taken, %d "
+          "prepared in line (the helper late, or unable), %d misses, %d output gradients drawn ahead (helper: %s); "
+          "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
+          "off%s" % (
+              trials, bad, flaky, d["ahead_hits"], d["ahead_in_line"], d["ahead_misses"], d["douts_ahead"],
+              helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
+              d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
+    return 1 if bad or d["graph_off"] or (helper is not None and helper.state != "ready") else 0
 
 
 class Sampler(threading.Thread):
@@ -231,7 +360,7 @@ META_OPS = {"aten::view", "aten::empty", "aten::reshape", "aten::select", "aten:
             "aten::split_with_sizes", "aten::flatten", "aten::unflatten", "aten::numpy_T", "aten::lift",
             "aten::_has_compatible_shallow_copy_type", "aten::record_stream"}
 #: The CUDA runtime's kernel launches, as the profiler names them.
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 
 
 def ops(fc, device, names, dtypes, seeds, repeats):
@@ -257,26 +386,44 @@ def ops(fc, device, names, dtypes, seeds, repeats):
             with record_function("bench::make_case"):
                 return _f(self, *a, **k)
         cls.make_case = make_case
+    if nwt._GRAPH_IMPL is not None:  # --emulate-graphs: a replay counts as the one launch it is on a GPU
+        def replay(self, _f=nwt._GRAPH_IMPL.replay):
+            with record_function("bench::graph_replay"):
+                return _f(self)
+        nwt._GRAPH_IMPL.replay = replay
     runner = nw.Runner(checks, name="bench")
     by_name = {c.name: c for c in checks}
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
 
     def count(fn):
-        for s in range(seeds):  # warm-up: caches filled, every Triton specialisation compiled
-            fn(s)
+        def trial(s):
+            with record_function("bench::trial"):
+                fn(s)
+        for _ in range(2):  # warm-up: caches filled, Triton specialisations compiled, graphs captured
+            for s in range(seeds):
+                trial(s)
         with tprofile(activities=acts) as p:
             for s in range(seeds):
-                fn(s)
+                trial(s)
             sync(torch, device)
+        events = p.events()
+        # The trial's own thread: the path a trial waits on (a worker thread's, preparing the next
+        # seed meanwhile, is not; torch 1.13 does not record it at all).
+        main = collections.Counter(e.thread for e in events if e.name == "bench::trial").most_common(1)[0][0]
         n = collections.Counter()
-        for e in p.events():
+        for e in events:
             if e.name in LAUNCHES:
                 n["launches"] += 1
+            if e.thread != main:
+                continue
+            if e.name == "bench::graph_replay":
+                n["compute"] += 1
+                continue
             if not e.name.startswith("aten::") or e.name in ("aten::as_strided", "aten::_reshape_alias"):
                 continue  # (children of views, which the profiler sometimes leaves unnested)
             q, top, gen = e.cpu_parent, True, False
             while q is not None:
-                top = top and not q.name.startswith("aten::")
+                top = top and not q.name.startswith("aten::") and q.name != "bench::graph_replay"
                 gen = gen or q.name == "bench::make_case"
                 q = q.cpu_parent
             if top:
@@ -286,18 +433,26 @@ def ops(fc, device, names, dtypes, seeds, repeats):
         return {k: v / seeds for k, v in n.items()}
 
     gpu = device.startswith("cuda")
-    print("| check | dtype | SDK compute | SDK metadata |%s plain compute | plain metadata |%s make_case compute "
-          "/ metadata (each side) |" % (" SDK launches |" if gpu else "", " plain launches |" if gpu else ""))
-    print("| --- | --- |%s" % (" ---: |" * (7 if gpu else 5)))
+    sides = ("SDK", "SDK in line", "plain")
+    head = " | ".join("%s compute | %s metadata%s" % (x, x, " | %s launches" % x if gpu else "") for x in sides)
+    print("| check | dtype | %s | make_case compute / metadata (trial's thread: SDK, in line, plain) |" % head)
+    print("| --- | --- |%s ---: |" % (" ---: |" * (9 if gpu else 6)))
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
-            s = count(lambda seed: runner.trial(name, dtype, seed, None, repeats))
-            p = count(lambda seed: plain_trial(torch, c, dtype, seed, device))
-            cols = [s.get("compute", 0), s.get("metadata", 0)] + ([s.get("launches", 0)] if gpu else [])
-            cols += [p.get("compute", 0), p.get("metadata", 0)] + ([p.get("launches", 0)] if gpu else [])
-            print("| %s | %s | %s | %.0f / %.0f |" % (name, dtype, " | ".join("%.0f" % v for v in cols),
-                                                      s.get("make_case compute", 0), s.get("make_case metadata", 0)),
+
+            def inline(seed):
+                with in_line(nwt):
+                    runner.trial(name, dtype, seed, None, repeats)
+
+            wait_helper(nwt, runner, name, dtype)
+            res = [count(lambda seed: runner.trial(name, dtype, seed, None, repeats)), count(inline),
+                   count(lambda seed: plain_trial(torch, c, dtype, seed, device))]
+            cols = []
+            for r in res:
+                cols += [r.get("compute", 0), r.get("metadata", 0)] + ([r.get("launches", 0)] if gpu else [])
+            print("| %s | %s | %s | %s |" % (name, dtype, " | ".join("%.0f" % v for v in cols), ", ".join(
+                "%.0f / %.0f" % (r.get("make_case compute", 0), r.get("make_case metadata", 0)) for r in res)),
                   flush=True)
 
 
@@ -317,27 +472,48 @@ def main():
                     help="instead of the figures: torch operations per trial over N seeds (SDK and plain loop)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
+    ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
+    ap.add_argument("--sides", default="sdk,graphs,inline,plain",
+                    help="what the rates time: sdk (the SDK's defaults), graphs (prepared in line, graphs on), "
+                    "thread (prepared ahead by a thread), inline (no fast path), plain (the plain loop)")
+    ap.add_argument("--verify", type=int, default=0, metavar="N",
+                    help="first: N seeds of every check x dtype with the fast paths and in line, compared "
+                    "(exit 1 on a difference)")
+    ap.add_argument("--emulate-graphs", action="store_true",
+                    help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
     a = ap.parse_args()
     fc = setup(a.device)
     import torch
 
     import fusedops
+    from numwatch_runner import torchcheck as nwt
 
-    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s" % (
+    if a.emulate_graphs:  # (graphs measure a trial's outputs together, as a GPU does: BATCH_ALL)
+        nwt._GRAPH_IMPL, nwt.BATCH_ALL = nwt._EmulatedGraph, True
+
+    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; the SDK's defaults: prepared ahead %s, graphs %s" % (
         a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
-        time.strftime("%Y-%m-%d")))
+        time.strftime("%Y-%m-%d"), nwt._ahead_mode(nwt.DEVICE) or "in line",
+        ("emulated" if nwt._GRAPH_IMPL else "on") if nwt._graphs_on(nwt.DEVICE) else "off"))
     print()
+    rc = 0
+    if a.verify:
+        rc = verify(fc, None, None, a.verify)
+        print()
     if a.profile:
         profile(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.profile, a.repeats)
-        return
+        return rc
     if a.ops:
         ops(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.ops, a.repeats)
-        return
-    bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats)
+        return rc
+    if a.seeds > 0:
+        sides = [x for x in a.sides.split(",") if x in SIDES] + ["plain"]
+        bench_rates(fc, a.device, a.checks.split(","), a.dtypes.split(","), a.seeds, a.repeats, a.rounds, sides)
     slots = [int(s) for s in a.slots.split(",") if int(s) > 0]
     if slots and a.device != "cpu":
         bench_busy(slots, a.gpu, a.busy_check, a.busy_dtype, a.busy_count)
+    return rc
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

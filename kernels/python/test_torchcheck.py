@@ -6,6 +6,8 @@ Needs torch (Debian's python3-torch is enough); skipped without it. The
 ctest 'python_sdk' (kernels/python/run-tests.sh) refuses to skip.
 """
 import collections
+import contextlib
+import io
 import json
 import math
 import os
@@ -13,6 +15,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,6 +113,37 @@ if torch is not None:
                     y = torch.where(idx == 0, torch.nextafter(y, torch.full_like(y, math.inf)), y)
             return y
 
+    class PlantedSizes(Planted):
+        """Outputs of two sizes (padded rows), the second of a shape no input has (its output
+        gradient's shape cannot be told from the inputs' ahead)."""
+
+        op = "sizes"
+        outputs = ("y", "s")
+
+        def reference(self, case, x, w):
+            return x * w + 1, (x * x).sum(-1)
+
+        def kernel(self, case, x, w):
+            y = Planted.kernel(self, case, x, w)
+            return (y, (x * x).sum(-1)) if isinstance(y, torch.Tensor) else y
+
+    class PlantedFixed(Planted):
+        """A fixed tolerance (atol, rtol) instead of a plain program, and a floor scale."""
+
+        op = "fixed"
+        atol, rtol = 1e-3, 1e-2
+
+    class PlantedTwoPlains(Planted):
+        """Two plain programs (two reduction orders) and a floor scale on the device."""
+
+        op = "plains"
+
+        def plain_programs(self):
+            return [self.reference, lambda case, x, w: (x * w) + 1.0]
+
+        def floor_scales(self, case, inputs, douts):
+            return {"dx": inputs["x"].abs().max()} if douts is not None else {}
+
     def planted_runner():
         return nw.Runner(Planted.both(), name="planted-torch 1",
                          repro="./planted --check {check} --dtype {dtype} --seed {seed} --runs {runs}")
@@ -119,6 +153,14 @@ RUNNER_SCRIPT = """import sys
 sys.path.insert(0, %r)
 import test_torchcheck as t
 sys.exit(t.planted_runner().run())
+"""
+
+#: The runner as a script should be (its work under the main guard: the helper process loads it).
+RUNNER_SCRIPT_GUARDED = """import sys
+sys.path.insert(0, %r)
+import test_torchcheck as t
+if __name__ == "__main__":
+    sys.exit(t.planted_runner().run())
 """
 
 
@@ -211,6 +253,10 @@ class CompareTest(unittest.TestCase):
             have, tails = batch.finish(nwt._host(vals))
             self.assertEqual(have, want, "trial %d" % trial)
             self.assertEqual(tails, [[-5, 7]])
+            # The same rows padded further (a metric graph's width, a power of two): the same values.
+            batch.width = nwt._graph_width(batch.width) or batch.width
+            vals = batch.start(tail=[extra])
+            self.assertEqual(batch.finish(nwt._host(vals)), (want, [[-5, 7]]), "trial %d padded" % trial)
 
     def test_empty_tensor(self):
         e = torch.zeros(0, dtype=torch.float64)
@@ -414,6 +460,171 @@ class TrialTest(unittest.TestCase):
 
 
 @unittest.skipIf(torch is None, "torch is not installed")
+class FastPathsTest(unittest.TestCase):
+    """A GPU runner's fast paths give the in-line trial's answers, field for field but kernel_us:
+    the next seed prepared ahead (by a helper process, or a thread) and the metrics and digests
+    replayed from graphs (emulated on the CPU: each replay runs the captured operations again, on
+    the same static buffers)."""
+
+    FAMILIES = ("ok", "scaled", "nan", "dtail", "unwritten", "canary", "kink", "view", "raise")
+
+    def setUp(self):
+        saved = (nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL, nwt.HELPER_WAIT_S)
+        nwt.HELPER_WAIT_S = 120.0  # every case from the helper, however busy the machine (the default is
+        #                            to prepare in line an answer that is late: the same answers)
+
+        def restore():
+            nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL, nwt.HELPER_WAIT_S = saved
+            nwt._AHEAD.drop()
+            if nwt._AHEAD.helper is not None and nwt._AHEAD.helper.state == "dead":
+                nwt._AHEAD.helper = None  # a new one for the next test
+            nwt._GRAPHS.__init__()
+        self.addCleanup(restore)
+        nwt._GRAPHS.__init__()
+        self.checks = Planted.both() + PlantedSizes.both() + PlantedFixed.both() + PlantedTwoPlains.both()
+
+    def requests(self):
+        """Runs of seeds (prepared ahead), jumps (misses), named families, errors, repeats 1 and 2."""
+        out = []
+        for c in self.checks:
+            for dtype in ("f32", "bf16"):
+                n = len(c.families)
+                for seed in list(range(2 * n)) + [7 * n + 3, 40, 41, 42]:
+                    out.append((c.name, dtype, seed, None, 1 + seed % 2))
+                for seed in (5, 6, 7):
+                    out.append((c.name, dtype, seed, "ok", 2))
+        return out
+
+    def answers(self, runner, requests):
+        got = []
+        for check, dtype, seed, family, repeats in requests:
+            Planted.calls = 0
+            if family is None and seed % len(Planted.families) == Planted.families.index("fatal"):
+                continue  # (a fatal error ends a runner: its own test)
+            if family is None and Planted.families[seed % len(Planted.families)] == "racy":
+                continue  # not deterministic across the runs compared
+            try:
+                a = runner.trial(check, dtype, seed, family, repeats)
+                a.pop("kernel_us")
+            except Exception as e:
+                a = (type(e).__name__, str(e))
+            got.append(a)
+        return got
+
+    def in_line(self, requests=None):
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = False, False
+        return self.answers(nw.Runner(self.checks, name="planted 1"), requests or self.requests())
+
+    def test_prepared_ahead_gives_the_same_answers(self):
+        nwt.BATCH_ALL = True  # packed inputs, as on a GPU
+        want = self.in_line()
+        for mode in ("thread", "process"):
+            nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
+            r = nw.Runner(self.checks, name="planted 1")
+            if mode == "process":  # the helper starts with the first trial; wait until it serves
+                r.trial("planted.fwd", "f32", 0, None, 1)
+                helper = nwt._AHEAD.helper
+                for _ in range(1200):
+                    if helper.ready() or helper.state != "starting":
+                        break
+                    time.sleep(0.05)
+                self.assertEqual(helper.state, "ready")
+            before = dict(nwt.STATS)
+            self.assertEqual(self.answers(r, self.requests()), want, mode)
+            hits = nwt.STATS["ahead_hits"] - before["ahead_hits"]
+            self.assertGreater(hits, len(want) // 2, mode)
+            self.assertGreater(nwt.STATS["ahead_misses"], before["ahead_misses"], mode)
+            self.assertGreater(nwt.STATS["douts_ahead"], before["douts_ahead"], mode)
+            nwt._AHEAD.drop()
+
+    def test_a_helper_that_dies_leaves_trials_in_line(self):
+        reqs = self.requests()[:40]
+        want = self.in_line(reqs)
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
+        r = nw.Runner(self.checks, name="planted 1")
+        r.trial("planted.fwd", "f32", 0, None, 1)
+        helper = nwt._AHEAD.helper
+        for _ in range(1200):
+            if helper.ready() or helper.state != "starting":
+                break
+            time.sleep(0.05)
+        self.assertEqual(helper.state, "ready")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            got = self.answers(r, reqs[:10])
+            helper.proc.kill()
+            helper.proc.wait(60)  # (a process with torch takes a while to be torn down on a busy machine)
+            got += self.answers(r, reqs[10:])
+        self.assertEqual(got, want)
+        self.assertEqual(helper.state, "dead")
+        self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+        self.assertIn("prepared in line", err.getvalue())
+
+    def graphed(self, impl=None):
+        nwt.BATCH_ALL, nwt.GRAPHS = True, None
+        nwt._GRAPH_IMPL = impl or nwt._EmulatedGraph
+        nwt.PREPARE_AHEAD = False
+        r = nw.Runner(self.checks, name="planted 1")
+        return [self.answers(r, self.requests()) for _ in range(3)]
+
+    def test_graphs_give_the_same_answers(self):
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        before = dict(nwt.STATS)
+        for got in self.graphed():
+            self.assertEqual(got, want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertGreater(d["graph_captures"], 5)
+        self.assertGreater(d["graph_verified"], d["graph_captures"])
+        self.assertGreater(d["graph_replays"], 2 * d["graph_verified"])  # trusted replays, unchecked
+        self.assertEqual((d["graph_off"], nwt._GRAPHS.off), (0, set()))
+        # A trusted graph's trial reads once, as an eager one.
+        r = nw.Runner(self.checks, name="planted 1")
+        for _ in range(1 + nwt.GRAPH_VERIFY):  # captured, checked
+            r.trial("planted.bwd", "f32", 0, None, 1)
+        reads, replays = nwt.HOST_READS[0], nwt.STATS["graph_replays"]
+        r.trial("planted.bwd", "f32", 0, None, 1)
+        self.assertEqual((nwt.HOST_READS[0] - reads, nwt.STATS["graph_replays"] - replays), (1, 1))
+
+    def test_graphs_that_disagree_or_fail_are_turned_off(self):
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+
+        class Wrong(nwt._EmulatedGraph):
+            def replay(self):
+                super().replay()
+                self.out[0] += 1  # one value off
+
+        class Fails(nwt._EmulatedGraph):
+            def capture(self, fn):
+                raise RuntimeError("operation not permitted when stream is capturing")
+
+        class MakesConstants(nwt._EmulatedGraph):
+            def capture(self, fn):
+                nwt._CONST.clear()  # a constant made during the capture: never to be used
+                return super().capture(fn)
+
+        for impl in (Wrong, Fails, MakesConstants):
+            nwt._GRAPHS.__init__()
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                for got in self.graphed(impl):
+                    self.assertEqual(got, want, impl.__name__)
+            self.assertEqual(nwt._GRAPHS.off, {c.name for c in self.checks}, impl.__name__)
+            lines = err.getvalue().splitlines()
+            self.assertEqual(len(lines), len(self.checks), lines)  # one line a check
+            self.assertIn("metric graphs off for this check", lines[0])
+
+    def test_everything_at_once(self):
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL = "thread", None, nwt._EmulatedGraph
+        r = nw.Runner(self.checks, name="planted 1")
+        for _ in range(2):
+            self.assertEqual(self.answers(r, self.requests()), want)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
 class HostReadsTest(unittest.TestCase):
     """A trial waits for the device once: on a GPU each device-to-host read (.item(), .tolist(),
     float(t), bool(t), .cpu(), ...) stalls the host until the device is idle, and a few of them
@@ -508,6 +719,51 @@ class RunnerProcessTest(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             out = subprocess.run(cmd + ["0", "--runs", "x"], env=env, capture_output=True, text=True, timeout=120)
             self.assertEqual(out.returncode, 2)
+
+    def test_prepared_ahead_by_the_helper_process(self):
+        """A runner whose trials are prepared by its helper process answers as one that prepares
+        them in line, on a clean stdout; a script without the main guard (the helper would run the
+        runner) has them prepared in line, with one line on stderr."""
+        reqs = [{"op": "trial", "id": i, "check": c, "dtype": d, "seed": s, "repeats": 2}
+                for i, (c, d, s) in enumerate([(c, d, s) for c in ("planted.fwd", "planted.bwd")
+                                               for d in ("f32", "bf16") for s in list(range(40)) + [3, 4]])
+                if Planted.families[s % len(Planted.families)] != "fatal"]
+        text = "".join(json.dumps(r) + "\n" for r in reqs + [{"op": "bye"}])
+        answers = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, src in (("guarded", RUNNER_SCRIPT_GUARDED), ("unguarded", RUNNER_SCRIPT)):
+                script = os.path.join(tmp, name)
+                with open(script, "w") as f:
+                    f.write(src % HERE)
+                for ahead in ("0", "process"):
+                    # (every case from the helper once it started, however busy the machine)
+                    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
+                               NUMWATCH_PREPARE_AHEAD=ahead, OMP_NUM_THREADS="1", NUMWATCH_TORCH_STATS="1",
+                               NUMWATCH_HELPER_WAIT_S="120")
+                    out = subprocess.run([sys.executable, script], input=text, env=env, capture_output=True,
+                                         text=True, timeout=600)
+                    self.assertEqual(out.returncode, 0, out.stderr)
+                    got = [strict_json(line) for line in out.stdout.splitlines()]
+                    for a in got:
+                        a.pop("kernel_us", None)
+                    answers[name, ahead] = got
+                    helper_lines = [x for x in out.stderr.splitlines() if "prepares trials ahead" in x]
+                    stats = [x for x in out.stderr.splitlines() if x.startswith("numwatch-runner: torchcheck: {")]
+                    self.assertEqual(len(stats), 1, out.stderr)
+                    hits = int(stats[0].split("'ahead_hits': ")[1].split(",")[0])
+                    if ahead == "0" or name == "guarded":
+                        self.assertEqual(helper_lines, [], out.stderr)
+                    else:  # (unless the run ended before the helper said it could not start)
+                        self.assertLessEqual(len(helper_lines), 1, out.stderr)
+                        self.assertTrue(all("did not start" in x for x in helper_lines), helper_lines)
+                    if ahead == "process" and name == "guarded":
+                        self.assertGreater(hits, len(reqs) // 2, stats)
+                    else:
+                        self.assertEqual(hits, 0, (name, ahead, stats))
+        want = answers["guarded", "0"]
+        self.assertEqual(len(want), len(reqs) + 1)
+        for key, got in answers.items():
+            self.assertEqual(got, want, key)
 
 
 #: The first two uniforms of Gen("softmax.fwd", "f32", 0), as torch 1.13's CPU generator draws them.

@@ -222,7 +222,7 @@ class Runner:
             raise TrialError("unknown family '%.64s' for check '%s'" % (family, c.name))
         index = seed // len(fams)
         if hasattr(c, "run_trial"):  # a check that runs the whole trial itself (torchcheck.TorchCheck)
-            return c.run_trial(dtype, seed, fam, index, repeats)
+            return c.run_trial(dtype, seed, fam, index, repeats, family is not None)
 
         rng = Rng(c.name, dtype, seed, index, fam)
         case = c.make_case(rng, fam, dtype)

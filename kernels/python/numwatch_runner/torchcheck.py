@@ -46,6 +46,10 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   and ref_nonfinite, mismatch, unwritten and canary (kernels that write into
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
+On a GPU two fast paths give the same answers: the next seed's host work is
+prepared ahead by a helper process (_Ahead, _Helper; PREPARE_AHEAD), and the
+metrics and digests replay a CUDA graph per padded shape (_Graphs; GRAPHS).
+
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
 """
@@ -53,9 +57,11 @@ import contextlib
 import hashlib
 import math
 import os
+import pickle
 import platform
 import statistics
 import struct
+import sys
 import time
 
 import torch
@@ -334,6 +340,10 @@ class Case:
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
         self._dev_douts64 = {}
+        self._packs = None  # _pack(): the inputs packed for the device ahead of the trial
+        self._digest = None  # case_digest(), when hashed ahead of the trial
+        self._douts_ahead = None  # _draw_douts_ahead()
+        self.gen = None
 
     def __getitem__(self, key):
         if key in self.inputs:
@@ -458,28 +468,51 @@ def _together(device):
     return torch.device(device).type == "cuda" if BATCH_ALL is None else BATCH_ALL
 
 
-def _upload_all(ts, device, also64=False):
+def _upload_all(ts, device, also64=False, flat=None):
     """The CPU tensors ts (of one dtype) on device with one copy (packed end to end on the host,
     moved at once, handed back as views of the one device tensor with ts' shapes), and when
     also64 in float64 too (one conversion): (tensors, float64 tensors or None). On the CPU, where
-    nothing is copied, each as it is (_together)."""
+    nothing is copied, each as it is (_together). flat: ts already packed (_pack_host), by the
+    thread that prepares trials ahead."""
     if len(ts) == 1 or not _together(device):
         d = [_upload(t, device) for t in ts]
         return d, ([t.to(torch.float64) for t in d] if also64 else None)
-    flat = _upload(torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts]), device)
+    flat = _upload(flat if flat is not None else _pack_host(ts), device)
     return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
+
+
+def _pack_host(ts):
+    """The CPU tensors ts end to end in one 1-dimensional tensor (host work: _upload_all's)."""
+    return torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts])
+
+
+def _input_groups(case):
+    """The case's tensor inputs by dtype, in their order: [[name, ...], ...]."""
+    groups = {}
+    for k, v in case.inputs.items():
+        if isinstance(v, torch.Tensor):
+            groups.setdefault(v.dtype, []).append(k)
+    return list(groups.values())
+
+
+def _group_tensors(case, keys):
+    return [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
+
+
+def _pack(case):
+    """The host side of _load, done ahead: each dtype's inputs packed (where they go up together)."""
+    if _together(case.device):
+        case._packs = [_pack_host(_group_tensors(case, keys)) if len(keys) > 1 else None
+                       for keys in _input_groups(case)]
 
 
 def _load(case):
     """The case's tensor inputs on the device, once per trial: those of one dtype with one copy
     (_upload_all), floating ones also in float64 (one conversion per dtype)."""
-    groups = {}
-    for k, v in case.inputs.items():
-        if isinstance(v, torch.Tensor):
-            groups.setdefault(v.dtype, []).append(k)
-    for keys in groups.values():
-        ts = [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
-        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point())
+    packs = case._packs if case._packs is not None and _together(case.device) else None
+    for j, keys in enumerate(_input_groups(case)):
+        ts = _group_tensors(case, keys)
+        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point(), packs[j] if packs else None)
         case._dev.update(zip(keys, d))
         if d64 is not None:
             case._dev64.update(zip(keys, d64))
@@ -613,113 +646,20 @@ class _Batch:
             return self._start(tail)
 
     def _start(self, tail):
-        items, T, L, P = self.items, len(self.items), self.width, self.nplain or 0
+        items, L = self.items, self.width
         dev = items[0].ref.device if items else torch.device("cpu")
         parts = []
         self.layout = None
         if L:
-            f64, bool_ = torch.float64, torch.bool
-            K = 2 + P
-            zero = _const("zero", dev, f64)
-            pads = [_const("pad", dev, f64, L - it.n) if it.n < L else None for it in items]
-
-            def laid(ts, pads):  # the pieces of a cat() that lays ts out as padded rows
-                out = []
-                for t, pad in zip(ts, pads):
-                    out += (t,) if pad is None else (t, pad)
-                return out
-
-            def masks(ms):  # boolean rows: each mask padded with False, all False for none
-                out = []
-                for m, it in zip(ms, items):
-                    if m is None:
-                        out.append(_const("pad", dev, bool_, L))
-                    else:
-                        out += (m,) if it.n == L else (m, _const("pad", dev, bool_, L - it.n))
-                return out
-
-            pieces = laid([it.got for it in items], pads)
-            for j in range(P):
-                pieces += laid([it.plains[j] for it in items], pads)
-            pieces += laid([it.ref for it in items], pads)
-            X = torch.cat(pieces)  # float64 by type promotion: the reference is float64
-            if X.dtype != f64:
-                X = X.to(f64)
-            X = X.view(K, T, L)  # rows: kernel, plain programs, reference
-            has_unw = any(it.unwritten is not None for it in items)
-            exc = None
+            X = torch.cat(self._x_pieces(L))  # float64 by type promotion: the reference is float64
+            if X.dtype != torch.float64:
+                X = X.to(torch.float64)
+            unw = exc = None
+            if any(it.unwritten is not None for it in items):
+                unw = self._mask_pieces([it.unwritten for it in items], L)
             if any(it.exclude is not None for it in items):
-                exc = torch.cat(masks([it.exclude for it in items]))
-                exc = exc.view(T, L)
-            # The boolean rows whose true elements are counted, in one reduction: each program's
-            # finite and written elements, the mismatches, then the unwritten and the excluded ones.
-            nc = K + 1 + has_unw + (exc is not None)
-            C = torch.empty((nc, T, L), dtype=bool_, device=dev)
-            cs = C.unbind(0)
-            # The float64 rows of the maxima (their first K rows hold |X| a moment first: few and
-            # reused buffers, which the CPU's allocator keeps in step with).
-            rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
-            B = torch.empty((rows, T, L), dtype=f64, device=dev)
-            bs = B.unbind(0)
-            BK = B[:K]
-            F = torch.lt(torch.abs(X, out=BK), _INF, out=C[:K])  # finite (NaN compares false)
-            unw = None
-            if has_unw:
-                unw = cs[K + 1]
-                torch.cat(masks([it.unwritten for it in items]), out=unw.view(-1))
-                written = ~unw
-                F &= written
-            ok = cs[0] & cs[K - 1]
-            if exc is not None:
-                ok = ok > exc  # and not excluded
-            # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
-            # that the classes compare with one != (an unwritten element is no mismatch: its
-            # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
-            S = X[::K - 1]  # the kernel's row and the reference's
-            cls = S.nan_to_num(5.0, _INF, -_INF).masked_fill_(F[::K - 1], 0.0)
-            mism = torch.ne(*cls.unbind(0), out=cs[K])
-            if unw is not None:
-                mism &= written
-            if exc is not None:
-                torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
-                if unw is not None:
-                    cs[-1].logical_and_(written)
-            # |program - reference| of the kernel and each plain program, and |reference| (the
-            # reference's row takes 0 times itself: exact), each where it and the reference are
-            # finite, on the ok elements.
-            torch.addcmul(X, _const("neg", dev, f64, K), X[-1], out=BK).abs_()
-            torch.where(F & ok, BK, zero, out=BK)
-            err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
-            torch.div(err, absr, out=rel)
-            torch.where(absr > 0, rel, zero, out=rel)
-            r = 3 + P
-            key = err
-            if self.fixed:
-                key = bs[r]
-                r += 1
-                tol = absr * self.rtol + self.atol if self.rtol else self.atol
-                # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
-                torch.div(err, tol, out=key).nan_to_num_(0.0, _INF, -_INF)
-            ulp64 = None
-            if self.dtype == "f32":
-                # The distance of the float32 values in ULPs: the magnitude's bits with the value's
-                # sign, as float64 (exact), differenced; none where the reference is past f32's range.
-                Y = S.to(torch.float32)
-                o = (Y.view(torch.int32) & 0x7FFFFFFF).to(f64).copysign_(Y)
-                d = torch.sub(*o.unbind(0), out=o[0]).abs_()
-                torch.where(ok & (absr < _F32_OVERFLOW), d, zero, out=bs[r])
-            elif self.ulp:
-                i = S.view(torch.int64)
-                o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
-                ulp64 = torch.where(ok, torch.sub(*o.unbind(0)).abs_(), 0).amax(-1)
-            hard = mism if unw is None else mism | unw
-            # The first hard element if any (NaN wins an argmax, the first of them), else the
-            # first of the largest key.
-            pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
-            parts = [B.amax(-1).view(torch.int64).view(-1), pos, C.sum(-1).view(-1)]
-            if ulp64 is not None:
-                parts.append(ulp64)
-            self.layout = (rows, nc, unw is not None, exc is not None)
+                exc = torch.cat(self._mask_pieces([it.exclude for it in items], L)).view(len(items), L)
+            parts = self._measure(X.view(2 + (self.nplain or 0), len(items), L), unw, exc)
         fscales = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         if fscales:
             fs = torch.stack([f.reshape(()).to(dev) for f in fscales])
@@ -727,6 +667,120 @@ class _Batch:
         parts += [it.canary.reshape(1).to(dev, torch.int64) for it in items if isinstance(it.canary, torch.Tensor)]
         self.ntail = [t.numel() for t in tail]
         return parts + [t.reshape(-1) for t in tail]
+
+    def _x_pieces(self, L):
+        """The pieces of the one cat() that lays the kernel's values, each plain program's and the
+        reference's out as the rows of X (programs, tensors, L), each row padded with zeros to L."""
+        items = self.items
+        dev = items[0].ref.device
+        pads = [_const("pad", dev, torch.float64, L - it.n) if it.n < L else None for it in items]
+
+        def laid(ts):
+            out = []
+            for t, pad in zip(ts, pads):
+                out += (t,) if pad is None else (t, pad)
+            return out
+
+        pieces = laid([it.got for it in items])
+        for j in range(self.nplain or 0):
+            pieces += laid([it.plains[j] for it in items])
+        return pieces + laid([it.ref for it in items])
+
+    def _mask_pieces(self, ms, L):
+        """The pieces of a cat() of boolean rows of L: each mask padded with False, all False for none."""
+        dev = self.items[0].ref.device
+        out = []
+        for m, it in zip(ms, self.items):
+            if m is None:
+                out.append(_const("pad", dev, torch.bool, L))
+            else:
+                out += (m,) if it.n == L else (m, _const("pad", dev, torch.bool, L - it.n))
+        return out
+
+    def _measure(self, X, unw, exc):
+        """The reductions of start() on the laid-out rows: X (programs, tensors, L) float64, unw the
+        unwritten rows (a (tensors, L) boolean tensor, or the pieces of its cat(), or None), exc
+        the excluded ones ((tensors, L) or None). Depends on the tensors only through X, unw and
+        exc (and this batch's dtype and tolerance), so that it can be captured once for a shape
+        and replayed (_Graphs). Sets self.layout; returns the int64 tensors of the values."""
+        K, T, L = X.shape
+        P = K - 2
+        dev = X.device
+        f64, bool_ = torch.float64, torch.bool
+        zero = _const("zero", dev, f64)
+        # The boolean rows whose true elements are counted, in one reduction: each program's
+        # finite and written elements, the mismatches, then the unwritten and the excluded ones.
+        nc = K + 1 + (unw is not None) + (exc is not None)
+        C = torch.empty((nc, T, L), dtype=bool_, device=dev)
+        cs = C.unbind(0)
+        # The float64 rows of the maxima (their first K rows hold |X| a moment first: few and
+        # reused buffers, which the CPU's allocator keeps in step with).
+        rows = 3 + P + (1 if self.fixed else 0) + (1 if self.dtype == "f32" else 0)
+        B = torch.empty((rows, T, L), dtype=f64, device=dev)
+        bs = B.unbind(0)
+        BK = B[:K]
+        F = torch.lt(torch.abs(X, out=BK), _INF, out=C[:K])  # finite (NaN compares false)
+        if unw is not None:
+            u = cs[K + 1]
+            if isinstance(unw, torch.Tensor):
+                u.copy_(unw)
+            else:
+                torch.cat(unw, out=u.view(-1))
+            unw = u
+            written = ~unw
+            F &= written
+        ok = cs[0] & cs[K - 1]
+        if exc is not None:
+            ok = ok > exc  # and not excluded
+        # NaN/Inf of another class than the reference's: finite values as 0, NaN as 5, so
+        # that the classes compare with one != (an unwritten element is no mismatch: its
+        # finite bit is off, its class whatever its bits are, its mismatch bit cleared).
+        S = X[::K - 1]  # the kernel's row and the reference's
+        cls = S.nan_to_num(5.0, _INF, -_INF).masked_fill_(F[::K - 1], 0.0)
+        mism = torch.ne(*cls.unbind(0), out=cs[K])
+        if unw is not None:
+            mism &= written
+        if exc is not None:
+            torch.gt(exc, mism, out=cs[-1])  # excluded and not a mismatch (and written)
+            if unw is not None:
+                cs[-1].logical_and_(written)
+        # |program - reference| of the kernel and each plain program, and |reference| (the
+        # reference's row takes 0 times itself: exact), each where it and the reference are
+        # finite, on the ok elements.
+        torch.addcmul(X, _const("neg", dev, f64, K), X[-1], out=BK).abs_()
+        torch.where(F & ok, BK, zero, out=BK)
+        err, absr, rel = bs[0], bs[1 + P], bs[2 + P]
+        torch.div(err, absr, out=rel)
+        torch.where(absr > 0, rel, zero, out=rel)
+        r = 3 + P
+        key = err
+        if self.fixed:
+            key = bs[r]
+            r += 1
+            tol = absr * self.rtol + self.atol if self.rtol else self.atol
+            # err / 0 is inf (err > 0) or NaN (0 / 0, as an element that is not measured): 0.
+            torch.div(err, tol, out=key).nan_to_num_(0.0, _INF, -_INF)
+        ulp64 = None
+        if self.dtype == "f32":
+            # The distance of the float32 values in ULPs: the magnitude's bits with the value's
+            # sign, as float64 (exact), differenced; none where the reference is past f32's range.
+            Y = S.to(torch.float32)
+            o = (Y.view(torch.int32) & 0x7FFFFFFF).to(f64).copysign_(Y)
+            d = torch.sub(*o.unbind(0), out=o[0]).abs_()
+            torch.where(ok & (absr < _F32_OVERFLOW), d, zero, out=bs[r])
+        elif self.ulp:
+            i = S.view(torch.int64)
+            o = torch.where(i < 0, -(i & 0x7FFFFFFFFFFFFFFF), i)
+            ulp64 = torch.where(ok, torch.sub(*o.unbind(0)).abs_(), 0).amax(-1)
+        hard = mism if unw is None else mism | unw
+        # The first hard element if any (NaN wins an argmax, the first of them), else the
+        # first of the largest key.
+        pos = torch.where(hard, _const("nan", dev, f64), key).argmax(-1)
+        parts = [B.amax(-1).view(torch.int64).view(-1), pos, C.sum(-1).view(-1)]
+        if ulp64 is not None:
+            parts.append(ulp64)
+        self.layout = (rows, nc, unw is not None, exc is not None)
+        return parts
 
     def finish(self, vals):
         """compare()'s dict of each tensor from the values start() queued (a list of ints), and the
@@ -893,6 +947,836 @@ def _digest_on_device(t):
     return _digest_rows(t.view(1, t.numel()))[0]
 
 
+# ---- prepared ahead ----------------------------------------------------------------------------
+
+
+def _env_flag(name):
+    """An on/off environment variable: None where unset or empty (the default), else whether it is not "0"."""
+    v = os.environ.get(name, "")
+    return None if v == "" else v != "0"
+
+
+#: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
+#: device, a bwd check's output gradients) is done for the next seed while this trial's device work
+#: runs, as the C runner does (kernels/sdk/prepare.c): "process" in a helper process (_Helper: no
+#: GIL shared with the trial), "thread" on a worker thread of this process (the GIL is shared: the
+#: trial's own Python slows by about as much as it gains, measured on the CPU), False in line. None:
+#: "process" where the device is a GPU, in line on the CPU (there the trial is all host work: a
+#: second process would only take another core). NUMWATCH_PREPARE_AHEAD=0 (in line), 1 or process,
+#: thread. The answers are the same either way.
+PREPARE_AHEAD = {"": None, "thread": "thread", "0": False, "off": False, "false": False, "no": False}.get(
+    os.environ.get("NUMWATCH_PREPARE_AHEAD", "").strip().lower(), "process")
+
+#: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
+STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 0, "graph_captures": 0,
+         "graph_replays": 0, "graph_verified": 0, "graph_off": 0}
+
+
+#: True in the helper process: it prepares in line whatever the settings (no helper of its own).
+_IN_HELPER = False
+
+
+if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr at exit
+    import atexit
+
+    atexit.register(lambda: print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True))
+
+
+def _ahead_mode(device):
+    """How the next trial is prepared ahead on device: "process", "thread" or None (not)."""
+    if _IN_HELPER:
+        return None
+    m = PREPARE_AHEAD
+    if m is None:
+        return "process" if torch.device(device).type == "cuda" else None
+    if m is True:
+        return "process"
+    return m or None
+
+
+def _ahead_on(device):
+    return _ahead_mode(device) is not None
+
+
+def _douts_rule(case, want):
+    """How the output gradients' shapes [(output, shape), ...] came from the inputs' (the first
+    input of the same shape, else the shape itself): the next trial's guess."""
+    rule = []
+    for name, shape in want:
+        src = None
+        for k, v in case.inputs.items():
+            if isinstance(v, torch.Tensor) and tuple(v.shape) == shape:
+                src = k
+                break
+        rule.append((name, src, shape))
+    return tuple(rule)
+
+
+class _Ahead:
+    """The next trial prepared while this one runs (TorchCheck._prepare with ahead), by a helper
+    process (_Helper) or a worker thread: the daemon sends a part's seeds in order, and the command
+    line runs them in order, so after the trial of a seed the next seed's host work starts before
+    this trial's device work. A request that is not the one prepared has the prepared one thrown
+    away and is prepared in line; after a miss, only a request that follows the one before it (a
+    run of seeds again), or every PROBE_EVERY-th, has the next prepared, so out-of-order requests
+    (a bisection's probes) cost the helper's time rarely. A prepared case is a function of its
+    request alone (make_case draws from the seed's generator alone), so the answers are the same
+    either way: a preparation that fails in the helper is done again in line (and fails there the
+    same way); one that fails on the thread raises in the trial that takes it."""
+
+    PROBE_EVERY = 16
+
+    def __init__(self):
+        self.pool = None
+        self.helper = None
+        self.job = None  # (check, key, handle) of the request prepared for: handle.result() -> case or None
+        self.last = None  # (check, key) of the request before
+        self.missed = False
+        self.since_probe = 0
+
+    def take(self, check, key):
+        """The case prepared for this request, or None (then prepare it in line)."""
+        job, self.job = self.job, None
+        if job is None:
+            return None
+        if job[0] is not check or job[1] != key:
+            self.missed = True
+            STATS["ahead_misses"] += 1
+            job[2].discard()
+            return None
+        self.missed = False
+        case = job[2].result()
+        STATS["ahead_hits" if case is not None else "ahead_in_line"] += 1
+        return case
+
+    def start(self, check, key, mode):
+        """Starts preparing the request after this one (key), unless misses made it rest."""
+        last, self.last = self.last, (check, key)
+        nxt = check._next_key(key)
+        if nxt is None:
+            return
+        if self.missed and not (last is not None and last[0] is check and check._next_key(last[1]) == key):
+            self.since_probe += 1
+            if self.since_probe % self.PROBE_EVERY:
+                return
+        if mode == "thread":
+            if self.pool is None:
+                import concurrent.futures
+
+                self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
+            self.job = (check, nxt, _Future(self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True)))
+            return
+        if self.helper is None:
+            self.helper = _Helper()
+        handle = self.helper.submit(check, nxt)
+        if handle is not None:
+            self.job = (check, nxt, handle)
+
+    def drop(self):
+        """Forgets what was prepared (prepare-ahead turned off)."""
+        if self.job is not None:
+            self.job[2].discard()
+        self.job = self.last = None
+        self.missed = False
+
+
+class _Future:
+    """A thread's preparation: result() is the case (or raises what the preparation raised)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def result(self):
+        return self.f.result()
+
+    def discard(self):
+        pass
+
+
+_AHEAD = _Ahead()
+
+
+# ---- the helper process that prepares trials ahead ---------------------------------------------
+
+#: How long an answer of the helper may take before the helper is taken as stuck and stopped (a
+#: preparation takes milliseconds; the first of a check also imports the check's module).
+HELPER_TIMEOUT_S = 60.0
+#: How long a trial waits for the helper (for it to start, and for each answer): None (the
+#: default) waits for its start not at all and for an answer about four times its usual time; a
+#: number waits up to that long, so that every case comes from the helper (the tests).
+#: NUMWATCH_HELPER_WAIT_S.
+HELPER_WAIT_S = float(os.environ["NUMWATCH_HELPER_WAIT_S"]) if os.environ.get("NUMWATCH_HELPER_WAIT_S") else None
+_FRAME = struct.Struct("<Q")
+
+
+def _wait_readable(fd, timeout_s):
+    """Whether fd has something to read (or its end) within timeout_s."""
+    import select
+
+    p = select.poll()
+    p.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    return bool(p.poll(int(timeout_s * 1000)))
+
+
+def _write_frames(fd, parts):
+    """Writes each bytes-like of parts, each after its length, to the file descriptor fd, in one
+    write where they are small (each write wakes the reader: one for a request)."""
+    out = bytearray()
+    for part in parts:
+        mv = memoryview(part).cast("B")
+        out += _FRAME.pack(mv.nbytes)
+        out += mv
+    mv = memoryview(out)
+    while mv.nbytes:
+        n = os.write(fd, mv)
+        mv = mv[n:]
+
+
+def _read_exact(fd, n, into=None):
+    """n bytes from fd (into the bytearray into when given); EOFError at end of input."""
+    buf = into if into is not None else bytearray(n)
+    mv = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [mv[got:]])
+        if k == 0:
+            raise EOFError("the other side of the pipe is gone")
+        got += k
+    return buf
+
+
+def _read_frame(fd):
+    """One frame _write_frames wrote: a bytearray."""
+    return _read_exact(fd, _FRAME.unpack(bytes(_read_exact(fd, _FRAME.size)))[0])
+
+
+class _CasePickler(pickle.Pickler):
+    """Pickles a prepared Case with its tensors out of band: each a contiguous CPU tensor that
+    shares no memory with another, sent as its bytes (_case_to_frames)."""
+
+    def __init__(self, f, tensors):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors = tensors
+        self.ids = {}
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Generator):
+            raise pickle.PicklingError("a torch.Generator in the case")
+        if not isinstance(obj, torch.Tensor):
+            return None
+        j = self.ids.get(id(obj))
+        if j is None:
+            if (obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided or not obj.is_contiguous()
+                    or obj.dtype not in _BYTE_DTYPES or type(obj) is not torch.Tensor):
+                raise pickle.PicklingError("a tensor the helper does not send")
+            j = self.ids[id(obj)] = len(self.tensors)
+            self.tensors.append(obj)
+        return j
+
+
+#: The dtypes a prepared case's tensors may have, and the dtype numpy sees their bytes as.
+_BYTE_DTYPES = {torch.float64: torch.float64, torch.float32: torch.float32, torch.float16: torch.float16,
+                torch.bfloat16: torch.int16, torch.int64: torch.int64, torch.int32: torch.int32,
+                torch.int16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8, torch.bool: torch.bool}
+
+
+def _case_to_frames(case):
+    """A prepared case as frames: the pickle (tensors by number), their layout, their bytes (each
+    at a multiple of 64 bytes)."""
+    import io
+
+    tensors = []
+    f = io.BytesIO()
+    gen, case.gen = case.gen, None
+    try:
+        _CasePickler(f, tensors).dump((case, gen.g.get_state()))
+    finally:
+        case.gen = gen
+    spans, at = [], 0
+    for t in tensors:
+        # Two tensors sharing memory would come back apart: such a case is prepared in line.
+        spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+    spans.sort()
+    for (_, e1), (b2, _) in zip(spans, spans[1:]):
+        if b2 < e1:
+            raise pickle.PicklingError("tensors of the case share memory")
+    layout, blobs = [], []
+    for t in tensors:
+        nb = t.numel() * t.element_size()
+        layout.append((str(t.dtype).replace("torch.", ""), tuple(t.shape), at, nb))
+        if nb:
+            blobs.append((at, t.view(_BYTE_DTYPES[t.dtype]).numpy() if t.dtype == torch.bfloat16 else t.numpy()))
+        at += -(-nb // 64) * 64
+    return f.getvalue(), pickle.dumps(layout, protocol=pickle.HIGHEST_PROTOCOL), at, blobs
+
+
+class _CaseUnpickler(pickle.Unpickler):
+    def __init__(self, f, tensors):
+        super().__init__(f)
+        self.tensors = tensors
+
+    def persistent_load(self, pid):
+        return self.tensors[pid]
+
+
+class _Helper:
+    """A process that prepares trials ahead (TorchCheck._prepare with ahead): a Python of its own
+    (the same interpreter, sys.path and main module, as multiprocessing's spawn starts one, so
+    that it has the checks' classes), started with the first trial, answering one request at a
+    time on pipes of its own (its stdin and stdout; what it prints goes to stderr). A request is
+    (check name, the check as a pickle when it changed, the trial's key, the output gradients'
+    guess, BATCH_ALL); the answer the prepared Case, its tensors as raw bytes, and the generator's
+    state, from which the trial's Gen is made again here. Until it says it is ready (it imports
+    torch and the checks' module, a few seconds) trials are prepared in line; a check that does not
+    pickle, or a case that does not (a generator, tensors that share memory, ...), is prepared in
+    line; a helper that fails, dies or stalls is stopped, and every trial is prepared in line, with
+    one line on stderr. It ends when this process's end of its stdin closes (at exit, or when this
+    process dies: numwatchd kills the runner's process group anyway)."""
+
+    def __init__(self):
+        import subprocess
+
+        self.state = "starting"
+        self.sent = {}  # check name -> (check, its attributes) as the helper has them
+        self.unpicklable = set()  # checks that do not pickle
+        self.pending = None  # the request whose answer is not read yet
+        self.sent_at = 0.0
+        self.took = None  # how long the helper takes to answer, about (a moving average, seconds)
+        env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
+                   PYTHONDONTWRITEBYTECODE="1")
+        env.pop("NUMWATCH_TORCH_STATS", None)
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = ("import sys; sys.path.insert(0, %r); from numwatch_runner.torchcheck import _helper_main; "
+                "_helper_main()" % here)
+        main = sys.modules.get("__main__")
+        # What the cases depend on besides the seed: the same modules, and torch's process-wide
+        # settings that CPU arithmetic follows (set at run time; those the main module sets when
+        # imported, the helper sets too).
+        init = {"path": list(sys.path), "main_path": None, "main_name": None, "threads": torch.get_num_threads(),
+                "default_dtype": str(torch.get_default_dtype()).replace("torch.", "")}
+        spec = getattr(main, "__spec__", None)
+        if spec is not None and getattr(spec, "name", None):
+            if spec.name != "__main__" and not spec.name.endswith(".__main__"):
+                init["main_name"] = spec.name
+        elif getattr(main, "__file__", None):
+            init["main_path"] = os.path.abspath(main.__file__)
+        if main is not None:  # the helper's classes of the main module are __mp_main__'s: the same here
+            sys.modules.setdefault("__mp_main__", main)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, env=env, close_fds=True, bufsize=0)
+            self.wfd, self.rfd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+            try:  # room for a whole case in the pipe: the helper's write is done before the trial reads
+                import fcntl
+
+                fcntl.fcntl(self.rfd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+            except Exception:
+                pass
+            _write_frames(self.wfd, [pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)])
+        except Exception as e:
+            self._stop("cannot start it: %s: %s" % (type(e).__name__, e))
+            return
+        import atexit
+
+        atexit.register(self.close)
+
+    def ready(self):
+        """Whether it answers requests (False while it starts, and after it failed)."""
+        if self.state == "starting":
+            try:
+                if not _wait_readable(self.rfd, HELPER_WAIT_S or 0):
+                    return False
+                msg = pickle.loads(_read_frame(self.rfd))
+            except Exception as e:
+                self._stop("it did not start: %s: %s" % (type(e).__name__, e))
+                return False
+            if msg != "ready":
+                self._stop("it did not start: %s" % (msg,))
+                return False
+            self.state = "ready"
+        return self.state == "ready"
+
+    def submit(self, check, key):
+        """Sends the request of key; a handle to take its case, or None (prepare it in line)."""
+        if id(check) in self.unpicklable or not self.ready():
+            return None
+        if self.pending is not None:  # an answer not taken: read it first (answers stay in step), or
+            if not self._arrived(HELPER_WAIT_S or 0.0):  # while it is being made, send nothing (in line)
+                return None
+            self._read(self.pending, False)
+            if self.state != "ready":
+                return None
+        # The check as the helper has it: its class and attributes, sent again when they change
+        # (the output gradients' guess goes with each request).
+        state = dict(vars(check))
+        state.pop("_douts_rule", None)
+        last = self.sent.get(check.name)
+        try:
+            same = last is not None and last[0] is check and last[1] == state
+        except Exception:  # attributes that do not compare (tensors): pickled again
+            same = False
+        blob = None
+        if not same:
+            try:
+                blob = pickle.dumps((type(check), state), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                self.unpicklable.add(id(check))
+                return None
+        req = (check.name, blob, key, check._douts_rule, _together(DEVICE))
+        try:
+            _write_frames(self.wfd, [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)])
+        except Exception as e:
+            self._stop("cannot send it a request: %s: %s" % (type(e).__name__, e))
+            return None
+        if not same:
+            self.sent[check.name] = (check, state)
+        self.pending = _HelperJob(self, check, key)
+        self.sent_at = time.perf_counter()
+        return self.pending
+
+    def _arrived(self, wait_s):
+        """Whether the pending answer is there to read (waiting up to wait_s); a helper whose answer
+        is later than HELPER_TIMEOUT_S is stopped."""
+        if _wait_readable(self.rfd, wait_s):
+            return True
+        if time.perf_counter() - self.sent_at > HELPER_TIMEOUT_S:
+            self._stop("no answer in %g s" % HELPER_TIMEOUT_S)
+        return False
+
+    def answer(self, job, want):
+        """The case the helper prepared for job (the pending request) when want, else None. A trial
+        waits for it about four times as long as the helper usually takes (10 ms until it has
+        answered once), then prepares its case in line: the answer is read, and dropped, before the
+        next request is sent (a helper that falls behind, or imports a check's module, costs no
+        more than the in-line preparation)."""
+        if self.pending is not job or self.state != "ready":
+            return None
+        wait = 0.010 if self.took is None else min(4.0 * self.took + 0.001, 1.0)
+        if HELPER_WAIT_S is not None:
+            wait = HELPER_WAIT_S
+        if not want or not self._arrived(max(0.0, wait - (time.perf_counter() - self.sent_at))):
+            return None  # read later (submit), or never: a discarded answer need not be waited for
+        return self._read(job, want)
+
+    def _read(self, job, want):
+        self.pending = None
+        try:
+            name, key, ok, took, head, layout = pickle.loads(_read_frame(self.rfd))
+            if (name, key) != (job.check.name, job.key):
+                raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
+            # How long it takes to prepare a case, as it measured it (the first of a check, which
+            # imports the check's module, left out when it is far longer than the rest).
+            self.took = took if self.took is None else 0.8 * self.took + 0.2 * min(took, 10 * self.took)
+            if not ok:
+                return None  # it could not prepare the case (an exception, or a case it does not send)
+            buf = _read_frame(self.rfd)
+        except Exception as e:
+            self._stop("%s: %s" % (type(e).__name__, e))
+            return None
+        if not want:
+            return None
+        import io
+
+        try:
+            tensors = []
+            for dt, shape, at, nb in pickle.loads(layout):
+                dtype = getattr(torch, dt)
+                if nb:  # views of the one buffer read (each at a multiple of 64 bytes), no copy
+                    n = nb // torch.empty((), dtype=dtype).element_size()
+                    tensors.append(torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(shape))
+                else:
+                    tensors.append(torch.empty(shape, dtype=dtype))
+            case, state = _CaseUnpickler(io.BytesIO(head), tensors).load()
+        except Exception:  # (a class of the case this process cannot find, ...): prepared in line
+            return None
+        dtype, seed, family, index = job.key[:4]
+        g = Gen.__new__(Gen)  # the trial's generator where make_case left it (no seeding: the state is whole)
+        g.g = torch.Generator(device="cpu")
+        g.g.set_state(state)
+        g.seed, g.index, g.family, g.dtype = seed, index, family, dtype
+        case.gen = g
+        case.device = DEVICE
+        return case
+
+    def _stop(self, why):
+        if self.state != "dead":
+            self.state = "dead"
+            print("numwatch-runner: torchcheck: the helper that prepares trials ahead is stopped, trials are "
+                  "prepared in line (%s)" % why, file=sys.stderr, flush=True)
+        self.close()
+
+    def close(self):
+        proc = getattr(self, "proc", None)
+        if proc is None:
+            return
+        self.proc = None
+        try:
+            proc.stdout.close()  # an answer it is writing fails,
+            proc.stdin.close()  # and its end of input ends it
+            proc.wait(2)
+        except Exception:
+            proc.kill()
+            try:
+                proc.wait(2)
+            except Exception:
+                pass
+
+
+class _HelperJob:
+    """The handle of a request sent to the helper."""
+
+    def __init__(self, helper, check, key):
+        self.helper, self.check, self.key = helper, check, key
+
+    def result(self):
+        return self.helper.answer(self, True)
+
+    def discard(self):
+        self.helper.answer(self, False)
+
+
+def _helper_main():
+    """The helper process (_Helper): answers requests on its stdin and stdout until its stdin ends."""
+    import importlib
+    import runpy
+    import traceback
+    import types
+
+    global BATCH_ALL, _IN_HELPER
+    _IN_HELPER = True
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # what the checks' modules print goes to stderr, as in the runner
+    sys.stdout = sys.stderr
+    try:
+        init = pickle.loads(_read_frame(rfd))
+        sys.path[:] = init["path"]
+        torch.set_num_threads(init["threads"])
+        torch.set_default_dtype(getattr(torch, init["default_dtype"]))
+        if init["main_path"] or init["main_name"]:  # the runner's main module, where its checks may be
+            mod = types.ModuleType("__mp_main__")
+            if init["main_path"]:
+                mod.__dict__.update(runpy.run_path(init["main_path"], run_name="__mp_main__"))
+            else:
+                mod = importlib.import_module(init["main_name"])
+            sys.modules["__main__"] = sys.modules["__mp_main__"] = mod
+        _write_frames(wfd, [pickle.dumps("ready")])
+    except BaseException as e:
+        try:
+            _write_frames(wfd, [pickle.dumps("%s: %s" % (type(e).__name__, e))])
+        except Exception:
+            pass
+        return
+    checks = {}
+    while True:
+        try:
+            name, blob, key, rule, together = pickle.loads(_read_frame(rfd))
+        except EOFError:
+            return
+        t0 = time.perf_counter()
+        frames = None
+        try:
+            if blob is not None:
+                cls, state = pickle.loads(blob)
+                c = cls.__new__(cls)
+                c.__dict__.update(state)
+                checks[name] = c
+            c = checks[name]
+            c._douts_rule = rule
+            BATCH_ALL = together
+            head, layout, n, blobs = _case_to_frames(c._prepare(key[0], key[1], key[2], key[3], True))
+        except Exception:
+            if os.environ.get("NUMWATCH_HELPER_DEBUG"):
+                traceback.print_exc()
+        else:
+            frames = (head, layout, n, blobs)
+        try:
+            # The answer: (the request, whether prepared, how long it took, the case's pickle, its
+            # tensors' layout), then the tensors' bytes.
+            head, layout, n, blobs = frames or (None, None, 0, [])
+            meta = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0, head, layout),
+                                protocol=pickle.HIGHEST_PROTOCOL)
+            if frames is None:
+                _write_frames(wfd, [meta])
+                continue
+            out = bytearray(_FRAME.pack(len(meta)))
+            out += meta
+            out += _FRAME.pack(n)
+            at = 0
+            for off, arr in blobs:  # the tensors' bytes, each at its offset (a copy: one write)
+                out += bytes(off - at)
+                mv = memoryview(arr).cast("B")
+                out += mv
+                at = off + mv.nbytes
+            out += bytes(n - at)
+            mv = memoryview(out)
+            while mv.nbytes:
+                k = os.write(wfd, mv)
+                mv = mv[k:]
+        except (BrokenPipeError, OSError):
+            return
+
+
+# ---- metric graphs ------------------------------------------------------------------------------
+
+#: Whether a trial's metrics and digests (the SDK's own operations after the kernel: some 50 a
+#: trial) replay a CUDA graph captured for their shape instead of being launched one by one (_Graphs).
+#: None: on where the device is a GPU; NUMWATCH_TORCH_GRAPHS=0 turns them off. The answers are the same.
+GRAPHS = _env_flag("NUMWATCH_TORCH_GRAPHS")
+#: Graphs a process keeps (the least recently used dropped), and about how much device memory they may
+#: hold together: each its static buffers and the intermediates in a memory pool of its own (about
+#: 25 MB for the example's largest key, 3 outputs of 64K elements; 0.4 MB for the smallest). The
+#: example's 10 checks x dtypes use about 70 keys at one number of repeats.
+GRAPHS_MAX = 256
+GRAPH_BYTES_MAX = 1 << 29
+#: The longest output (elements) measured by a graph; longer ones eagerly (their time is elements).
+GRAPH_WIDTH_MAX = 1 << 20
+#: The shortest row of a graph: outputs are padded to a power of two from here (the metrics and
+#: digests do not change with padding), so that a few graphs serve every shape.
+GRAPH_WIDTH_MIN = 1024
+#: Replays of a graph checked against the eager measurement of the same trial before it is trusted.
+GRAPH_VERIFY = 2
+#: What captures and replays graphs: _CudaGraph on a GPU; tests and the bench's --emulate-graphs
+#: set _EmulatedGraph to run the same path on the CPU.
+_GRAPH_IMPL = None
+
+
+def _graphs_on(device):
+    if GRAPHS is False:
+        return False
+    if _GRAPH_IMPL is not None:
+        return True
+    return torch.device(device).type == "cuda"
+
+
+def _graph_width(n):
+    """The padded row length of a graph for outputs of at most n elements, or None (eagerly)."""
+    if n <= 0 or n > GRAPH_WIDTH_MAX:
+        return None
+    return 1 << max(n - 1, GRAPH_WIDTH_MIN - 1).bit_length()
+
+
+class _CudaGraph:
+    """torch.cuda.CUDAGraph, captured on a side stream (after one eager run there, as torch asks)
+    without torch.cuda.graph()'s device synchronisation, garbage collection and emptied cache
+    (each capture would cost tens of milliseconds), in its own memory pool, with errors of this
+    thread only (capture_error_mode "thread_local": the thread that prepares trials ahead does
+    host work meanwhile). Replayed on the current stream."""
+
+    stream = None
+
+    def capture(self, fn):
+        cur = torch.cuda.current_stream()
+        if _CudaGraph.stream is None:
+            _CudaGraph.stream = torch.cuda.Stream()
+        s = _CudaGraph.stream
+        s.wait_stream(cur)  # the static inputs were written on the current stream
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            fn()  # warm-up, eagerly
+            try:
+                g.capture_begin(capture_error_mode="thread_local")
+            except TypeError:  # a torch without the argument
+                g.capture_begin()
+            try:
+                out = fn()
+            finally:
+                g.capture_end()
+        cur.wait_stream(s)
+        self.graph, self.out = g, out
+        return out
+
+    def replay(self):
+        self.graph.replay()
+
+
+class _EmulatedGraph:
+    """_CudaGraph's stand-in on the CPU (tests, bench/torch-sdk.py --emulate-graphs): capture()
+    runs fn once as a warm-up and once more for the output, replay() runs it again into that
+    output's memory, as a CUDA graph's replay rewrites it."""
+
+    def capture(self, fn):
+        fn()
+        self.fn, self.out = fn, fn()
+        return self.out
+
+    def replay(self):
+        self.out.copy_(self.fn())
+
+
+def _cat_into(pieces, out):
+    """torch.cat(pieces) written into the static tensor out, which must be exactly as long (a
+    cat(out=) of another length would resize it, away from the memory its graph reads)."""
+    n = sum(t.numel() for t in pieces)
+    if n != out.numel():
+        raise ValueError("graph input: %d elements for a static buffer of %d" % (n, out.numel()))
+    if len(pieces) == 1:
+        out.view(-1).copy_(pieces[0].reshape(-1))
+    else:
+        torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in pieces], out=out.view(-1))
+
+
+class _Graph:
+    """One captured measurement: its static inputs, its output and its decoding layout."""
+
+    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes", "consts")
+
+
+class _Graphs:
+    """A trial's metrics and digests (_Batch._measure of every output together, and the repeats'
+    digests) as one CUDA graph per shape, replayed with the trial's values copied into its static
+    inputs: about 8 device operations a trial instead of about 55 (on a GPU each is a launch).
+
+    Only the SDK's own operations are captured, never the check's or the library's code (the
+    reference, the plain programs, the kernel, autograd): those may branch on values on the host,
+    read the inputs' CPU copies, allocate, synchronise or differ from call to call, and a graph
+    would replay their first call's decisions silently. The metrics are a fixed sequence of tensor
+    operations whose only inputs are the laid-out rows, which pad to a power of two without changing
+    any value (see _Batch: a pad is finite, written, exact and 0 in every maximum and count that is
+    not corrected for), so a key of (device, dtype, programs, outputs, padded width, repeats,
+    tolerance, which masks, floor scales and canaries) serves many shapes: the example's checks
+    use about 7 a check and dtype.
+
+    Safety: a key is captured the second time it is seen; each graph's first GRAPH_VERIFY replays
+    are checked against the eager measurement of the same trial (every metric and digest); any
+    exception (capture, replay, a constant made during capture) or disagreement turns graphs off
+    for that check, with one line on stderr, and the trial answers eagerly. GRAPHS (the
+    NUMWATCH_TORCH_GRAPHS environment variable) turns them off altogether."""
+
+    def __init__(self):
+        import collections
+
+        self.cache = collections.OrderedDict()
+        self.nbytes = 0  # of the graphs in the cache, about
+        self.seen = {}
+        self.off = set()  # check names
+
+    def measure(self, check, batch, laid, lw, td, eager):
+        """(tensors, hashes) of the trial as eager() measures them, or None: not graphed (then
+        measure eagerly). batch: the trial's one _Batch; laid: each repeat's outputs as padded rows
+        of lw (the graph's width) in td."""
+        items = batch.items
+        T, R = len(items), len(laid)
+        dev = items[0].ref.device
+        fs = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
+        cn = [it.canary for it in items if isinstance(it.canary, torch.Tensor)]
+        unw = [it.unwritten for it in items]
+        exc = [it.exclude for it in items]
+        has_unw = any(m is not None for m in unw)
+        has_exc = any(m is not None for m in exc)
+        key = (str(dev), batch.dtype, str(td), 2 + (batch.nplain or 0), T, lw, R, batch.atol, batch.rtol,
+               has_unw, has_exc, len(fs), len(cn))
+        g = self.cache.get(key)
+        if g is None:
+            n = self.seen.get(key, 0) + 1
+            if len(self.seen) >= 16 * GRAPHS_MAX:
+                self.seen.clear()
+            self.seen[key] = n
+            if n < 2:
+                return None  # once: eagerly (a shape seen once is not worth a capture)
+        want = eager() if g is None or g.verified < GRAPH_VERIFY else None  # before finish() below
+        try:
+            fresh = g is None
+            if fresh:
+                g = _Graph()
+                g.key, g.verified = key, 0
+                g.X = torch.zeros((2 + (batch.nplain or 0), T, lw), dtype=torch.float64, device=dev)
+                g.U = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_unw else None
+                g.E = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_exc else None
+                g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
+                g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
+                g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
+                # About what it holds: its inputs, and in its pool the float64 rows of the maxima and
+                # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
+                g.nbytes = g.X.numel() * 8 * 2 + T * lw * 8 * 16 + g.D.numel() * g.D.element_size()
+            _cat_into(batch._x_pieces(lw), g.X)
+            if has_unw:
+                _cat_into(batch._mask_pieces(unw, lw), g.U)
+            if has_exc:
+                _cat_into(batch._mask_pieces(exc, lw), g.E)
+            for j, f in enumerate(fs):
+                g.FS[j].copy_(f.reshape(()))
+            for j, c in enumerate(cn):
+                g.CN[j].copy_(c.reshape(()))
+            _cat_into(laid, g.D)
+            if fresh:
+                self._capture(g, batch)
+                STATS["graph_captures"] += 1
+            else:
+                g.impl.replay()
+            if fresh:
+                self.cache[key] = g
+                self.nbytes += g.nbytes
+            self.cache.move_to_end(key)
+            while len(self.cache) > 1 and (len(self.cache) > GRAPHS_MAX or self.nbytes > GRAPH_BYTES_MAX):
+                self.nbytes -= self.cache.popitem(last=False)[1].nbytes
+            STATS["graph_replays"] += 1
+            vals = _host(g.impl.out)
+            batch.width, batch.layout, batch.ntail = lw, g.layout, []
+            nd = R * T
+            got = (batch.finish(vals[:len(vals) - nd])[0], vals[len(vals) - nd:])
+        except Exception as e:
+            _CudaGraph.stream = None  # a new side stream for the next capture, whatever this one's state
+            self._off(check, key, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+            return want
+        if want is not None:
+            if got != want:
+                self._off(check, key, "a replay disagreed with the eager measurement")
+                return want
+            g.verified += 1
+            STATS["graph_verified"] += 1
+        return got
+
+    def _capture(self, g, batch):
+        """Captures the measurement of g's static inputs and replays it once (its output then
+        holds this trial's values). The constants it uses (_const, the digest's weights) exist
+        before the capture: the eager warm-up makes them; one made during the capture would hold
+        nothing until a replay, so that is an error."""
+        m = _Batch(batch.dtype, batch.atol, batch.rtol)  # the tolerance and dtype alone: no tensors kept
+        X, U, E, FS, CN, D = g.X, g.U, g.E, g.FS, g.CN, g.D
+
+        def fn():
+            parts = m._measure(X, U, E)
+            if FS is not None:
+                parts.append(FS.view(torch.int64))
+            if CN is not None:
+                parts.append(CN)
+            parts.append(_digest_rows(D))
+            return torch.cat(parts)
+
+        impl = (_GRAPH_IMPL or _CudaGraph)()
+        fn()  # the constants made eagerly
+        before = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
+        impl.capture(fn)
+        after = ({k: id(v) for k, v in _CONST.items()}, {k: id(v) for k, v in _WEIGHTS.items()})
+        if after != before:
+            for d, ids in zip((_CONST, _WEIGHTS), before):
+                for k in [k for k in d if ids.get(k) != id(d[k])]:
+                    del d[k]  # made during the capture: never to be used eagerly
+            raise RuntimeError("a constant was made during the capture")
+        impl.replay()
+        # The constants a replay reads, kept with the graph: a CUDA graph holds their addresses, and
+        # _const and _digest_weights replace a tensor by a longer one when longer rows come (the old
+        # one's memory would go back to the allocator for anything else to use).
+        g.consts = list(_CONST.values()) + list(_WEIGHTS.values())
+        g.impl, g.layout = impl, m.layout
+
+    def _off(self, check, key, why):
+        g = self.cache.pop(key, None)
+        if g is not None:
+            self.nbytes -= g.nbytes
+        if check.name not in self.off:
+            self.off.add(check.name)
+            STATS["graph_off"] += 1
+            print("numwatch-runner: torchcheck: %s: metric graphs off for this check, its trials measured "
+                  "eagerly (%s)" % (check.name, why), file=sys.stderr, flush=True)
+
+
+_GRAPHS = _Graphs()
+
+
 # ---- the check ----------------------------------------------------------------------------------
 
 
@@ -1020,8 +1904,16 @@ class TorchCheck(Check):
         ins = self._inputs(case, "ref")
         ref = _as_dict(self.reference(case, **ins), names)
         if self.backward:
-            douts = [case.gen.normal(tuple(ref[k].shape), case.dtype) for k in ref]
-            d, d64 = _upload_all(douts, case.device, True)
+            want = [(k, tuple(ref[k].shape)) for k in ref]
+            pre, flat = case._douts_ahead, None
+            if pre is not None and pre[0] == want and torch.equal(case.gen.g.get_state(), pre[1]):
+                case.gen.g.set_state(pre[2])  # as if drawn here
+                douts, flat = pre[3], pre[4]
+                STATS["douts_ahead"] += 1
+            else:
+                douts = [case.gen.normal(shape, case.dtype) for _, shape in want]
+            self._douts_rule = _douts_rule(case, want)
+            d, d64 = _upload_all(douts, case.device, True, flat)
             case._dev_douts, case._dev_douts64 = dict(zip(ref, d)), dict(zip(ref, d64))
         hook = getattr(self, "floor_scales", None)
         if hook is not None:
@@ -1062,11 +1954,12 @@ class TorchCheck(Check):
         res = torch.autograd.grad(ys, [inputs[k] for k in self.grads], gs, allow_unused=True)
         return self._grads(inputs, res)
 
-    def run_trial(self, dtype, seed, family, index, repeats):
+    def run_trial(self, dtype, seed, family, index, repeats, named=False):
         """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
-        for an error answer."""
+        for an error answer. named: the request named the family (the next request of a run of
+        seeds then names it too)."""
         try:
-            return self._trial(dtype, seed, family, index, repeats)
+            return self._trial(dtype, seed, family, index, repeats, named)
         except (TrialError, FatalError):
             raise
         except Exception as e:
@@ -1074,11 +1967,11 @@ class TorchCheck(Check):
                 raise FatalError("%s: %s" % (self.name, e)) from e
             raise
 
-    def _trial(self, dtype, seed, family, index, repeats):
-        """One trial. Everything after the case is made runs on the device without waiting for
-        it: the inputs go up without a synchronisation, the kernel is timed by CUDA events on a
-        GPU, and every number of the answer (each tensor's metrics, each repeat's digests, the
-        canaries, the floor scales a check computed on the device) comes back in one read."""
+    def _prepare(self, dtype, seed, family, index, ahead=False):
+        """A trial's host work: its case from the seed (make_case) and the case's checks. ahead: on
+        the thread that prepares the next trial while this one runs (_Ahead), which also hashes the
+        case (case_digest), packs its inputs for the device (_pack) and, for a bwd check, draws the
+        output gradients where their shapes can be told from the inputs (_draw_douts_ahead)."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -1090,8 +1983,76 @@ class TorchCheck(Check):
         for k, v in case.views.items():
             if v not in VIEWS or k not in case.inputs:
                 raise TrialError("%s: bad view %r of input %r" % (self.name, v, k))
+        if ahead:
+            case._digest = case_digest(case)
+            _pack(case)
+            if self.backward:
+                self._draw_douts_ahead(case)
+        return case
+
+    def _next_key(self, key):
+        """The request that follows key = (dtype, seed, family, index, named) in a run of seeds:
+        the next seed, in the same family when the request named it, else in the seed's."""
+        dtype, seed, family, index, named = key
+        if seed + 1 >= 1 << 64:
+            return None
+        n = len(self.families)
+        return (dtype, seed + 1, family if named else self.families[(seed + 1) % n], (seed + 1) // n, named)
+
+    #: ((output, input whose shape it had or None, shape), ...) of the last trial's output gradients
+    #: (a bwd check): how the next trial's are guessed (_draw_douts_ahead).
+    _douts_rule = None
+
+    def _draw_douts_ahead(self, case):
+        """A bwd check's output gradients drawn ahead, with the shapes the last trial's outputs had
+        (those of the inputs they matched): the draws come after the inputs', so they are the same
+        as the trial's own when the guess is right, which _programs() verifies (the outputs' names
+        and shapes, and the generator's state untouched since the case was made) before taking
+        them; else it draws them itself. The generator is left as make_case() left it."""
+        rule = self._douts_rule
+        if rule is None:
+            return
+        shapes = []
+        for name, src, shape in rule:
+            if src is not None:
+                v = case.inputs.get(src)
+                if not isinstance(v, torch.Tensor):
+                    return
+                shape = tuple(v.shape)
+            shapes.append((name, shape))
+        gen = case.gen.g
+        before = gen.get_state()
+        douts = [case.gen.normal(shape, case.dtype) for _, shape in shapes]
+        after = gen.get_state()
+        gen.set_state(before)
+        flat = _pack_host(douts) if len(douts) > 1 and _together(case.device) else None
+        case._douts_ahead = (shapes, before, after, douts, flat)
+
+    def _trial(self, dtype, seed, family, index, repeats, named=False):
+        """One trial. Its host work (the case) may have been prepared while the trial before ran
+        (_Ahead); the next seed's starts before this one's device work. Everything after the case
+        is made runs on the device without waiting for it: the inputs go up without a
+        synchronisation, the kernel is timed by CUDA events on a GPU, and every number of the
+        answer (each tensor's metrics, each repeat's digests, the canaries, the floor scales a
+        check computed on the device) comes back in one read."""
+        key = (dtype, seed, family, index, named)
+        ahead = _ahead_mode(DEVICE)
+        case = None
+        try:
+            if ahead:
+                case = _AHEAD.take(self, key)
+            else:
+                _AHEAD.drop()
+            if case is None:
+                case = self._prepare(dtype, seed, family, index)
+        finally:
+            if ahead:
+                _AHEAD.start(self, key, ahead)
         gpu = torch.device(case.device).type == "cuda"
-        cdigest = _case_digest_later(case, gpu)
+        if case._digest is not None:
+            cdigest = (lambda d=case._digest: d)
+        else:
+            cdigest = _case_digest_later(case, gpu)
         fixed = self.atol is not None
 
         with torch.no_grad() if not self.backward else contextlib.nullcontext():
@@ -1128,6 +2089,11 @@ class TorchCheck(Check):
                 for j, n in enumerate(sizes):
                     by_size.setdefault(n, []).append(j)
                 groups = list(by_size.values())
+            # Measured by a graph (_Graphs): the digests' rows are laid out at the graph's width.
+            graphed = batch_all and _graphs_on(case.device) and self.name not in _GRAPHS.off
+            lw = _graph_width(width) if graphed else None
+            graphed = lw is not None
+            lw = lw or width
             first = first_unw = None
             laid = []  # GPU: repeats' padded rows not digested yet
             digests_dev = []
@@ -1172,18 +2138,15 @@ class TorchCheck(Check):
                     if not batch_all:
                         digests_dev += [_digest_rows(t.view(1, t.numel())) for t in gots]
                         continue
-                    if len(gots) == 1 and repeats == 1:
+                    if len(gots) == 1 and repeats == 1 and not graphed:
                         laid.append(gots[0])  # no later repeat to change it
                     else:
-                        laid.append(torch.cat(_padded(gots, width, td, gots[0].device)))
+                        laid.append(torch.cat(_padded(gots, lw, td, gots[0].device)))
                     if sum(t.numel() for t in laid) >= 1 << 22 and rep < repeats - 1:
-                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), width)))
+                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), lw)))
                         laid = []
 
             with torch.no_grad():
-                if laid:
-                    rows = torch.cat(laid) if len(laid) > 1 else laid[0]
-                    digests_dev.append(_digest_rows(rows.view(len(laid) * len(names), width)))
                 batches = []
                 for group in groups:
                     batch = _Batch(dtype, self.atol, self.rtol)
@@ -1195,21 +2158,31 @@ class TorchCheck(Check):
                                   exclude=case.excluded.get(k), canary=canaries.get(k, 0),
                                   tail_width=self.tail_width)
                     batches.append(batch)
-                parts, widths = [], []
-                for batch in batches:
-                    ps = batch.parts()
-                    parts += ps
-                    widths.append(sum(p.numel() for p in ps))
-                parts += digests_dev
-                vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
-                measured = {}
-                at = 0
-                for group, batch, w in zip(groups, batches, widths):
-                    for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
-                        measured[j] = t
-                    at += w
-                tensors = [measured[j] for j in range(len(names))]
-                hashes = vals[at:]
+
+                def eager():
+                    """(tensors, hashes): every batch's values and the digests in one read."""
+                    parts, widths = [], []
+                    for batch in batches:
+                        ps = batch.parts()
+                        parts += ps
+                        widths.append(sum(p.numel() for p in ps))
+                    parts += digests_dev
+                    if laid:
+                        rows = torch.cat(laid) if len(laid) > 1 else laid[0]
+                        parts.append(_digest_rows(rows.view(len(laid) * len(names), lw)))
+                    vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
+                    measured = {}
+                    at = 0
+                    for group, batch, w in zip(groups, batches, widths):
+                        for j, t in zip(group, batch.finish(vals[at:at + w])[0]):
+                            measured[j] = t
+                        at += w
+                    return [measured[j] for j in range(len(names))], vals[at:]
+
+                res = None
+                if graphed and laid and not digests_dev and len(batches) == 1:
+                    res = _GRAPHS.measure(self, batches[0], laid, lw, td, eager)
+                tensors, hashes = res if res is not None else eager()
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
