@@ -10,9 +10,10 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
    Triton specialisation the shapes need is compiled before either side is timed). The SDK is
-   timed as --sides says: sdk, as a runner on the device runs it (on a GPU: the next seed prepared
-   ahead by a helper process, the metrics replayed from CUDA graphs); graphs, prepared in line;
-   thread, prepared ahead by a thread; inline, neither. Each side is timed --rounds times in turn,
+   timed as --sides says: sdk, as a runner on the device runs it by default (on a GPU: the metrics
+   replayed from CUDA graphs, the case prepared in line); process, also the next seed prepared
+   ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process); thread, prepared ahead by
+   a thread with graphs; inline, no fast path. Each side is timed --rounds times in turn,
    the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
    full contract should keep at least 0.8x the plain loop's rate).
 
@@ -25,13 +26,14 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    the graphs the first captured; a thread and graphs) and in line (twice: seeds whose in-line
    answers differ are left out), every field compared but kernel_us; exits 1 on any difference, if
    the SDK turned its graphs off for a check (an error or a disagreement, which it logs on stderr),
-   or if its helper process is not serving at the end.
+   or preparing ahead off for a check (a case that differed from the in-line one), or if its helper
+   process is not serving at the end.
 
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
     python3 bench/torch-sdk.py --verify 40 --seeds 100 --slots 0        # check the fast paths, then the rates
     python3 bench/torch-sdk.py --ops 20                                  # operations and launches a trial
-    NUMWATCH_PREPARE_AHEAD=1 python3 bench/torch-sdk.py --device cpu --emulate-graphs --verify 5 --slots 0 --seeds 5
+    NUMWATCH_PREPARE_AHEAD=process python3 bench/torch-sdk.py --device cpu --emulate-graphs --verify 5 --slots 0 --seeds 5
     python3 bench/torch-sdk.py --device cpu --seeds 20 --slots 0     # a quick run without a GPU
     python3 bench/torch-sdk.py --profile 50 --checks attention.bwd --dtypes f32   # where a trial goes
     python3 bench/torch-sdk.py --device cpu --ops 20       # torch operations per trial (what a GPU's time is)
@@ -112,9 +114,11 @@ def rate(fn, seeds, warm=5):
 
 
 #: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
-#: the SDK's default (on a GPU: prepared ahead by a helper process, metrics replayed from graphs).
+#: the SDK's default (on a GPU: metrics replayed from graphs, prepared in line; preparing ahead is
+#: opt-in). "graphs" is kept as a name of the default's side.
 SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
-         "thread": ("SDK, thread + graphs", "thread", None), "inline": ("SDK in line", False, False)}
+         "process": ("SDK, helper + graphs", "process", None), "thread": ("SDK, thread + graphs", "thread", None),
+         "inline": ("SDK in line", False, False)}
 
 
 @contextlib.contextmanager
@@ -134,11 +138,13 @@ def in_line(nwt):
 
 
 def wait_helper(nwt, runner, name, dtype):
-    """Starts the SDK's helper process (if trials are prepared ahead by one) and waits until it
-    serves, so that no timing pays its start (importing torch and the checks: seconds)."""
+    """Starts the SDK's helper process (if trials are prepared ahead by one: two consecutive seeds
+    start it) and waits until it serves, so that no timing pays its start (importing torch and the
+    checks: seconds)."""
     if nwt._ahead_mode(nwt.DEVICE) != "process":
         return
     runner.trial(name, dtype, 0, None, 1)
+    runner.trial(name, dtype, 1, None, 1)
     h = nwt._AHEAD.helper
     t0 = time.time()
     while h is not None and h.state == "starting" and not h.ready() and time.time() - t0 < 120:
@@ -176,8 +182,9 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
             # for a new specialisation: the side timed first used to pay them all.
             for s in range(seeds):
                 fns["plain"](s)
-            with mode(nwt, *SIDES["sdk"][1:]):
-                wait_helper(nwt, runner, name, dtype)
+            if "process" in sdk_sides:
+                with mode(nwt, *SIDES["process"][1:]):
+                    wait_helper(nwt, runner, name, dtype)
             best = {}
             for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
                 for side in sdk_sides + ["plain"]:
@@ -244,14 +251,16 @@ def verify(fc, names, dtypes, seeds):
     d = {k: nwt.STATS[k] - stats0.get(k, 0) for k in nwt.STATS}
     helper = nwt._AHEAD.helper
     print("\nverify: %d fast trials compared with in-line ones, %d differences (%d seeds left out: their "
-          "in-line answers differ); prepared ahead: %d taken, %d "
-          "prepared in line (the helper late, or unable), %d misses, %d output gradients drawn ahead (helper: %s); "
+          "in-line answers differ); prepared ahead: %d taken (%d also prepared in line and compared), %d "
+          "prepared in line (the helper late, or unable), %d misses, %d changed checks, %d output gradients drawn "
+          "ahead, %d checks turned it off%s (helper: %s); "
           "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
           "off%s" % (
-              trials, bad, flaky, d["ahead_hits"], d["ahead_in_line"], d["ahead_misses"], d["douts_ahead"],
-              helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
+              trials, bad, flaky, d["ahead_hits"], d["ahead_verified"], d["ahead_in_line"], d["ahead_misses"],
+              d["ahead_stale"], d["douts_ahead"], d["ahead_off"],
+              " (%s)" % ", ".join(sorted(nwt._AHEAD.off)) if nwt._AHEAD.off else "", helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
               d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    return 1 if bad or d["graph_off"] or (helper is not None and helper.state != "ready") else 0
+    return 1 if bad or d["graph_off"] or d["ahead_off"] or (helper is not None and helper.state != "ready") else 0
 
 
 class Sampler(threading.Thread):
@@ -473,12 +482,13 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
-    ap.add_argument("--sides", default="sdk,graphs,inline,plain",
-                    help="what the rates time: sdk (the SDK's defaults), graphs (prepared in line, graphs on), "
-                    "thread (prepared ahead by a thread), inline (no fast path), plain (the plain loop)")
+    ap.add_argument("--sides", default="sdk,process,inline,plain",
+                    help="what the rates time: sdk (the SDK's defaults: graphs on a GPU, prepared in line), "
+                    "process (also prepared ahead by the opt-in helper process), thread (prepared ahead by a "
+                    "thread), graphs (prepared in line, graphs on), inline (no fast path), plain (the plain loop)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
-                    help="first: N seeds of every check x dtype with the fast paths and in line, compared "
-                    "(exit 1 on a difference)")
+                    help="first: N seeds of every check x dtype with the fast paths (the helper process, "
+                    "a thread, graphs) and in line, compared (exit 1 on a difference)")
     ap.add_argument("--emulate-graphs", action="store_true",
                     help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
     a = ap.parse_args()

@@ -144,6 +144,32 @@ if torch is not None:
         def floor_scales(self, case, inputs, douts):
             return {"dx": inputs["x"].abs().max()} if douts is not None else {}
 
+    class Configured(Planted):
+        """A check whose cases depend on state of the runner's, not of import time (what breaks the
+        contract of preparing ahead): a class attribute set at run time (as a script's main block
+        sets one from its arguments) and an instance attribute changed in place."""
+
+        op = "configured"
+        scale = 1.0
+
+        def __init__(self, backward=None):
+            super().__init__(backward)
+            self.rows = [2]
+
+        def make_case(self, g, family, dtype):
+            rows, cols = self.rows[0], g.tail(8, 9, 200)
+            return nwt.Case([rows, cols], {"x": g.normal((rows, cols), dtype) * Configured.scale,
+                                           "w": g.normal((cols,), dtype)})
+
+    class Resized(Configured):
+        """Changed in place only (its attributes' pickle changes: the helper gets them again)."""
+
+        op = "resized"
+
+        def make_case(self, g, family, dtype):
+            rows, cols = self.rows[0], g.tail(8, 9, 200)
+            return nwt.Case([rows, cols], {"x": g.normal((rows, cols), dtype), "w": g.normal((cols,), dtype)})
+
     def planted_runner():
         return nw.Runner(Planted.both(), name="planted-torch 1",
                          repro="./planted --check {check} --dtype {dtype} --seed {seed} --runs {runs}")
@@ -478,6 +504,8 @@ class FastPathsTest(unittest.TestCase):
             nwt._AHEAD.drop()
             if nwt._AHEAD.helper is not None and nwt._AHEAD.helper.state == "dead":
                 nwt._AHEAD.helper = None  # a new one for the next test
+            nwt._AHEAD.off.clear()
+            nwt._AHEAD.taken.clear()
             nwt._GRAPHS.__init__()
         self.addCleanup(restore)
         nwt._GRAPHS.__init__()
@@ -515,26 +543,36 @@ class FastPathsTest(unittest.TestCase):
         nwt.PREPARE_AHEAD, nwt.GRAPHS = False, False
         return self.answers(nw.Runner(self.checks, name="planted 1"), requests or self.requests())
 
+    def start_helper(self, r, check="planted.fwd"):
+        """Two consecutive seeds (the second starts the helper process), then waits until it serves."""
+        r.trial(check, "f32", 0, None, 1)
+        r.trial(check, "f32", 1, None, 1)
+        helper = nwt._AHEAD.helper
+        self.assertIsNotNone(helper)
+        for _ in range(2400):
+            if helper.ready() or helper.state != "starting":
+                break
+            time.sleep(0.05)
+        self.assertEqual(helper.state, "ready")
+        return helper
+
     def test_prepared_ahead_gives_the_same_answers(self):
         nwt.BATCH_ALL = True  # packed inputs, as on a GPU
         want = self.in_line()
         for mode in ("thread", "process"):
             nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
             r = nw.Runner(self.checks, name="planted 1")
-            if mode == "process":  # the helper starts with the first trial; wait until it serves
-                r.trial("planted.fwd", "f32", 0, None, 1)
-                helper = nwt._AHEAD.helper
-                for _ in range(1200):
-                    if helper.ready() or helper.state != "starting":
-                        break
-                    time.sleep(0.05)
-                self.assertEqual(helper.state, "ready")
+            if mode == "process":
+                self.start_helper(r)
             before = dict(nwt.STATS)
             self.assertEqual(self.answers(r, self.requests()), want, mode)
-            hits = nwt.STATS["ahead_hits"] - before["ahead_hits"]
-            self.assertGreater(hits, len(want) // 2, mode)
-            self.assertGreater(nwt.STATS["ahead_misses"], before["ahead_misses"], mode)
-            self.assertGreater(nwt.STATS["douts_ahead"], before["douts_ahead"], mode)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            self.assertGreater(d["ahead_hits"], len(want) // 2, mode)
+            self.assertGreater(d["ahead_misses"], 0, mode)
+            self.assertGreater(d["douts_ahead"], 0, mode)
+            # The first two of each check x direction taken were also prepared in line, and agreed.
+            self.assertGreaterEqual(d["ahead_verified"], 2 * len(self.checks), mode)
+            self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
             nwt._AHEAD.drop()
 
     def test_a_helper_that_dies_leaves_trials_in_line(self):
@@ -542,13 +580,7 @@ class FastPathsTest(unittest.TestCase):
         want = self.in_line(reqs)
         nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
         r = nw.Runner(self.checks, name="planted 1")
-        r.trial("planted.fwd", "f32", 0, None, 1)
-        helper = nwt._AHEAD.helper
-        for _ in range(1200):
-            if helper.ready() or helper.state != "starting":
-                break
-            time.sleep(0.05)
-        self.assertEqual(helper.state, "ready")
+        helper = self.start_helper(r)
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             got = self.answers(r, reqs[:10])
@@ -559,6 +591,127 @@ class FastPathsTest(unittest.TestCase):
         self.assertEqual(helper.state, "dead")
         self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
         self.assertIn("prepared in line", err.getvalue())
+
+    def fresh_ahead(self):
+        """A new _Ahead (no helper yet) for this test, the module's back after it."""
+        saved, nwt._AHEAD = nwt._AHEAD, nwt._Ahead()
+        mine = nwt._AHEAD
+
+        def back():
+            if mine.helper is not None:
+                mine.helper.close()
+            nwt._AHEAD = saved
+        self.addCleanup(back)
+        return mine
+
+    def test_a_case_that_is_not_the_in_line_one_turns_the_helper_off(self):
+        """The contract broken, as a reviewer found it: a class attribute set at run time (as under
+        a script's main guard: the helper, which imports the module, never sees it) and an
+        attribute changed in place between two trials. The answers are the in-line ones; the check
+        whose case from the helper differed has the helper turned off, with one line on stderr; the
+        one changed in place has that case prepared in line (its new state goes to the helper)."""
+        nwt.BATCH_ALL = True
+        self.addCleanup(setattr, Configured, "scale", 1.0)
+
+        def run(mode):
+            nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
+            checks = Configured.both() + Resized.both() + Planted.both()
+            r = nw.Runner(checks, name="configured 1")
+            if mode == "process":
+                self.start_helper(r)
+            Configured.scale = 3.0
+            got = []
+            for c in checks:
+                for seed in range(12):
+                    if seed == 6 and hasattr(c, "rows"):
+                        c.rows[0] = 3  # in place, within a run of seeds
+                    got += self.answers(r, [(c.name, "f32", seed, None, 1)])
+            Configured.scale = 1.0
+            return got
+
+        want = run(False)
+        for mode in ("thread", "process"):
+            before = dict(nwt.STATS)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                got = run(mode)
+            self.assertEqual(got, want, mode)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            self.assertGreater(d["ahead_stale"], 0, mode)
+            self.assertGreater(d["ahead_hits"], 0, mode)
+            lines = err.getvalue().splitlines()
+            if mode == "process":
+                self.assertEqual(nwt._AHEAD.off, {"configured.fwd", "configured.bwd"})
+                self.assertEqual(len(lines), 2, lines)
+                self.assertIn("differed from the same case prepared in line", lines[0])
+            else:  # one process: the class attribute is the same; the change in place is seen
+                self.assertEqual((nwt._AHEAD.off, lines), (set(), []))
+            nwt._AHEAD.drop()
+            nwt._AHEAD.off.clear()
+
+    def test_a_one_trial_run_starts_no_helper(self):
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
+        ahead = self.fresh_ahead()
+        r = nw.Runner(self.checks, name="planted 1")
+        for seed in (5, 5, 2, 0):  # a repro's runs of one seed, out-of-order probes
+            r.trial("planted.fwd", "f32", seed, None, 1)
+            self.assertIsNone(ahead.helper)
+        r.trial("planted.fwd", "f32", 1, None, 1)  # the second of two consecutive seeds
+        self.assertIsNotNone(ahead.helper)
+
+    @unittest.skipUnless(sys.platform.startswith("linux"), "reads /proc")
+    def test_the_helpers_process(self):
+        """It sees no GPU, ignores SIGINT, takes no check that holds a tensor off the CPU, is stopped
+        when it does not start in time, and a frame it stalls in the middle of is not waited for."""
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
+        self.fresh_ahead()
+        helper = self.start_helper(nw.Runner(self.checks, name="planted 1"))
+        pid = helper.proc.pid
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            self.assertIn(b"CUDA_VISIBLE_DEVICES=", f.read().split(b"\0"))
+        with open("/proc/%d/status" % pid) as f:
+            ign = [int(x.split()[1], 16) for x in f if x.startswith("SigIgn:")][0]
+        self.assertTrue(ign & (1 << 1), "SIGINT not ignored")
+        c = Planted()
+        c.table = torch.zeros(2)
+        self.assertIsNotNone(nwt._check_state(c))
+        c.table = torch.zeros(2, device="meta")  # (a CUDA tensor, where there is no GPU)
+        self.assertIsNone(nwt._check_state(c))
+        saved = nwt.HELPER_START_S
+        self.addCleanup(setattr, nwt, "HELPER_START_S", saved)
+        nwt.HELPER_START_S = 0.0
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            late = nwt._Helper()
+            self.assertFalse(late.ready())
+        self.assertEqual(late.state, "dead")
+        self.assertIn("did not start in 0 s", err.getvalue())
+        rfd, wfd = os.pipe()
+        self.addCleanup(os.close, rfd)
+        self.addCleanup(os.close, wfd)
+        os.write(wfd, nwt._FRAME.pack(100) + bytes(10))  # 10 bytes of a frame of 100, then nothing
+        with self.assertRaises(TimeoutError):
+            nwt._read_frame(rfd, time.perf_counter() + 0.2)
+
+    def test_settings_from_the_environment(self):
+        """An unknown NUMWATCH_PREPARE_AHEAD prepares in line, a malformed NUMWATCH_HELPER_WAIT_S
+        waits as by default: each says so on stderr, neither fails the import."""
+        code = ("import sys; sys.path.insert(0, %r); from numwatch_runner import torchcheck as t; "
+                "print(t.PREPARE_AHEAD, t.HELPER_WAIT_S, t._ahead_mode('cuda'))" % HERE)
+        env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="1", NUMWATCH_HELPER_WAIT_S="soon", CUDA_VISIBLE_DEVICES="",
+                   PYTHONDONTWRITEBYTECODE="1")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual((out.returncode, out.stdout), (0, "None None None\n"), out.stderr)
+        self.assertEqual(len(out.stderr.splitlines()), 2, out.stderr)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            for v, want in (("process", "process"), (" Thread ", "thread"), ("0", None), ("", None), (None, None),
+                            ("off", None), ("1", None), ("yes", None)):
+                self.assertEqual(nwt._parse_prepare_ahead(v), want, v)
+            for v, want in (("2.5", 2.5), ("0", 0.0), (None, None), ("", None), ("-1", None), ("nan", None),
+                            ("inf", None)):
+                self.assertEqual(nwt._parse_wait_s(v), want, v)
+        self.assertEqual(len(err.getvalue().splitlines()), 5, err.getvalue())
 
     def graphed(self, impl=None):
         nwt.BATCH_ALL, nwt.GRAPHS = True, None
@@ -614,6 +767,93 @@ class FastPathsTest(unittest.TestCase):
             lines = err.getvalue().splitlines()
             self.assertEqual(len(lines), len(self.checks), lines)  # one line a check
             self.assertIn("metric graphs off for this check", lines[0])
+
+    def test_graphs_out_of_memory_drop_every_graph(self):
+        """Out of device memory in a capture or a replay: every graph dropped, graphs off for the
+        process with one line, the trial measured eagerly (never an error answer, never fatal,
+        though the message says "CUDA error")."""
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+
+        class OnCapture(nwt._EmulatedGraph):
+            def capture(self, fn):
+                raise RuntimeError("CUDA error: out of memory")
+
+        class OnReplay(nwt._EmulatedGraph):
+            replays = 0
+
+            def replay(self):
+                OnReplay.replays += 1
+                if OnReplay.replays == 5:
+                    raise oom("CUDA out of memory. Tried to allocate 2.00 MiB (GPU 0; 79.15 GiB total capacity)")
+                super().replay()
+
+        for impl in (OnCapture, OnReplay):
+            nwt._GRAPHS.__init__()
+            before = dict(nwt.STATS)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                for got in self.graphed(impl):
+                    self.assertEqual(got, want, impl.__name__)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            lines = err.getvalue().splitlines()
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn("out of device memory in a metric graph", lines[0])
+            self.assertTrue(nwt._GRAPHS.dropped)
+            self.assertEqual((len(nwt._GRAPHS.cache), nwt._GRAPHS.nbytes, nwt._GRAPHS.off), (0, 0, set()))
+            self.assertEqual((d["graphs_dropped"], d["graph_off"]), (1, 0))
+            self.assertFalse(nwt._graphs_on("cpu"))
+            replays = nwt.STATS["graph_replays"]
+            self.graphed(impl)
+            self.assertEqual(nwt.STATS["graph_replays"], replays)  # off for the process
+
+    def test_graphs_fatal_errors_stay_fatal(self):
+        """A sticky CUDA error in a replay is the trial's fatal error (the device context is gone),
+        not "metric graphs off"; a capture's own error turns them off for the check."""
+        nwt.BATCH_ALL, nwt.GRAPHS, nwt.PREPARE_AHEAD = True, None, False
+
+        class Sticky(nwt._EmulatedGraph):
+            def replay(self):
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+        class Invalidated(nwt._EmulatedGraph):
+            def capture(self, fn):
+                raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+
+        nwt._GRAPH_IMPL = Sticky
+        r = nw.Runner(self.checks, name="planted 1")
+        r.trial("planted.fwd", "f32", 0, None, 1)  # seen once: eagerly
+        with self.assertRaises(nw.FatalError):
+            r.trial("planted.fwd", "f32", 0, None, 1)
+        self.assertEqual(nwt._GRAPHS.off, set())
+        nwt._GRAPHS.__init__()
+        nwt._GRAPH_IMPL = Invalidated
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            for _ in range(2):
+                r.trial("planted.fwd", "f32", 0, None, 1)
+        self.assertEqual(nwt._GRAPHS.off, {"planted.fwd"})
+        self.assertIn("metric graphs off for this check", err.getvalue())
+
+    def test_graphs_within_their_memory_budget(self):
+        """No graph larger than GRAPH_BYTES_MAX is captured; together they stay within it."""
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        self.addCleanup(setattr, nwt, "GRAPH_BYTES_MAX", nwt.GRAPH_BYTES_MAX)
+        self.graphed()
+        sizes = sorted(g.nbytes for g in nwt._GRAPHS.cache.values())
+        self.assertGreater(len(sizes), 2)
+        for budget, captured in ((sizes[0] - 1, False), (sizes[-1], True)):
+            nwt._GRAPHS.__init__()
+            nwt.GRAPH_BYTES_MAX = budget
+            before = nwt.STATS["graph_captures"]
+            for got in self.graphed():
+                self.assertEqual(got, want, budget)
+                self.assertLessEqual(nwt._GRAPHS.nbytes, budget)
+            self.assertEqual(nwt.STATS["graph_captures"] > before, captured, budget)
+            self.assertEqual(bool(nwt._GRAPHS.too_big), budget < sizes[-1])
+            self.assertEqual(nwt._GRAPHS.off, set())
 
     def test_everything_at_once(self):
         nwt.BATCH_ALL = True

@@ -46,9 +46,11 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   and ref_nonfinite, mismatch, unwritten and canary (kernels that write into
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
-On a GPU two fast paths give the same answers: the next seed's host work is
-prepared ahead by a helper process (_Ahead, _Helper; PREPARE_AHEAD), and the
-metrics and digests replay a CUDA graph per padded shape (_Graphs; GRAPHS).
+On a GPU the metrics and digests replay a CUDA graph per padded shape
+(_Graphs; GRAPHS), with the same answers. Opt-in, under a contract (a check's
+case depends only on what exists at import time and the seed): the next
+seed's host work prepared ahead by a helper process or a thread (_Ahead,
+_Helper; PREPARE_AHEAD), sampled against the in-line preparation.
 
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
@@ -135,6 +137,18 @@ _FATAL_MARKS = ("CUDA error", "illegal memory access", "device-side assert", "un
 def _fatal(e):
     """Whether an exception means the device context is gone (a sticky CUDA error)."""
     return isinstance(e, RuntimeError) and any(m in str(e) for m in _FATAL_MARKS)
+
+
+def _out_of_memory(e):
+    """Whether an exception is the device's memory running out (not sticky: the context lives on)."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(e, oom)) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
+
+
+def _capture_error(e):
+    """Whether an exception is a CUDA graph capture's own (an operation a capture does not allow,
+    a capture invalidated): it ends the capture, not the device context."""
+    return "captur" in str(e).lower()
 
 
 # ---- the generator ------------------------------------------------------------------------------
@@ -956,20 +970,35 @@ def _env_flag(name):
     return None if v == "" else v != "0"
 
 
+def _parse_prepare_ahead(v):
+    v = (v or "").strip().lower()
+    if v in ("process", "thread"):
+        return v
+    if v not in ("", "0", "off", "false", "no", "none", "inline"):
+        print("numwatch-runner: torchcheck: NUMWATCH_PREPARE_AHEAD=%r is not process, thread or 0: trials are "
+              "prepared in line" % v, file=sys.stderr, flush=True)
+    return None
+
+
 #: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
 #: device, a bwd check's output gradients) is done for the next seed while this trial's device work
 #: runs, as the C runner does (kernels/sdk/prepare.c): "process" in a helper process (_Helper: no
 #: GIL shared with the trial), "thread" on a worker thread of this process (the GIL is shared: the
-#: trial's own Python slows by about as much as it gains, measured on the CPU), False in line. None:
-#: "process" where the device is a GPU, in line on the CPU (there the trial is all host work: a
-#: second process would only take another core). NUMWATCH_PREPARE_AHEAD=0 (in line), 1 or process,
-#: thread. The answers are the same either way.
-PREPARE_AHEAD = {"": None, "thread": "thread", "0": False, "off": False, "false": False, "no": False}.get(
-    os.environ.get("NUMWATCH_PREPARE_AHEAD", "").strip().lower(), "process")
+#: trial's own Python slows by about as much as it gains, measured on the CPU), False or None (the
+#: default) in line. Opt-in, because it holds only under a contract (kernels/python/README.md): a
+#: check's case generation depends on nothing but what exists when its module is imported and the
+#: seed. A case prepared ahead from a process whose state differs (a class attribute set under the
+#: main guard, an attribute changed in place or set in kernel(), torch's process settings) would be
+#: another case: the first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and every
+#: VERIFY_EVERY-th after, are prepared in line too and compared, and a difference turns the fast
+#: path off for that check. NUMWATCH_PREPARE_AHEAD=process or thread; 0, off or unset: in line;
+#: anything else: in line, with one line on stderr.
+PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
-STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "douts_ahead": 0, "graph_captures": 0,
-         "graph_replays": 0, "graph_verified": 0, "graph_off": 0}
+STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
+         "ahead_off": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "graph_off": 0, "graphs_dropped": 0}
 
 
 #: True in the helper process: it prepares in line whatever the settings (no helper of its own).
@@ -983,15 +1012,12 @@ if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr
 
 
 def _ahead_mode(device):
-    """How the next trial is prepared ahead on device: "process", "thread" or None (not)."""
+    """How the next trial is prepared ahead: "process", "thread" or None (in line: the default,
+    and always in the helper itself)."""
     if _IN_HELPER:
         return None
     m = PREPARE_AHEAD
-    if m is None:
-        return "process" if torch.device(device).type == "cuda" else None
-    if m is True:
-        return "process"
-    return m or None
+    return m if m in ("process", "thread") else None
 
 
 def _ahead_on(device):
@@ -1019,24 +1045,39 @@ class _Ahead:
     this trial's device work. A request that is not the one prepared has the prepared one thrown
     away and is prepared in line; after a miss, only a request that follows the one before it (a
     run of seeds again), or every PROBE_EVERY-th, has the next prepared, so out-of-order requests
-    (a bisection's probes) cost the helper's time rarely. A prepared case is a function of its
-    request alone (make_case draws from the seed's generator alone), so the answers are the same
-    either way: a preparation that fails in the helper is done again in line (and fails there the
-    same way); one that fails on the thread raises in the trial that takes it."""
+    (a bisection's probes) cost the helper's time rarely. The helper process is started by the
+    second of two consecutive seeds (never for a one-trial run).
+
+    A prepared case is the in-line one only under the contract of PREPARE_AHEAD (make_case draws
+    from the seed's generator alone, and reads nothing set after import time). What is checked:
+    the check's attributes (pickled) when the request was made and when its case is taken (a
+    change between them, a kernel() that sets one: prepared in line); and the first VERIFY_FIRST
+    cases of each check taken, and every VERIFY_EVERY-th after, are prepared in line too and
+    compared (_case_difference: the case digest, shape, parameters, the inputs' bytes, the
+    generator's state after the draws). A difference turns preparing ahead off for that check,
+    with one line on stderr, and the trial takes the in-line case. A preparation that fails in
+    the helper is done again in line (and fails there the same way); one that fails on the thread
+    raises in the trial that takes it."""
 
     PROBE_EVERY = 16
+    VERIFY_FIRST = 2
+    VERIFY_EVERY = 16
 
     def __init__(self):
         self.pool = None
         self.helper = None
-        self.job = None  # (check, key, handle) of the request prepared for: handle.result() -> case or None
+        self.job = None  # (check, key, handle, state, mode) of the request prepared for: handle.result() -> case or None
         self.last = None  # (check, key) of the request before
         self.missed = False
         self.since_probe = 0
+        self.taken = {}  # (check name, mode) -> cases taken from ahead
+        self.off = set()  # check names whose case prepared ahead was not the in-line one
+        self.now = None  # (check, its state) when its case was taken: the next start()'s
 
     def take(self, check, key):
         """The case prepared for this request, or None (then prepare it in line)."""
         job, self.job = self.job, None
+        self.now = None
         if job is None:
             return None
         if job[0] is not check or job[1] != key:
@@ -1046,38 +1087,138 @@ class _Ahead:
             return None
         self.missed = False
         case = job[2].result()
-        STATS["ahead_hits" if case is not None else "ahead_in_line"] += 1
+        if case is None:
+            STATS["ahead_in_line"] += 1
+            return None
+        now = _check_state(check)
+        self.now = (check, now)
+        if now is None or now != job[3]:  # the check changed since the request (or does not pickle now)
+            STATS["ahead_stale"] += 1
+            return None
+        n = self.taken.get((check.name, job[4]), 0)
+        self.taken[check.name, job[4]] = n + 1
+        if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY == 0:
+            try:
+                mine = check._prepare(key[0], key[1], key[2], key[3])
+            except Exception as e:
+                self._off(check, "in line it raised %s" % type(e).__name__)
+                raise
+            why = _case_difference(case, mine)
+            if why:
+                self._off(check, why)
+                return mine
+            STATS["ahead_verified"] += 1
+        STATS["ahead_hits"] += 1
         return case
+
+    def _off(self, check, why):
+        if check.name not in self.off:
+            self.off.add(check.name)
+            STATS["ahead_off"] += 1
+            print("numwatch-runner: torchcheck: %s: a case prepared ahead differed from the same case prepared "
+                  "in line (%s): this check's trials are prepared in line (NUMWATCH_PREPARE_AHEAD's contract: "
+                  "make_case may depend only on what exists at import time and the seed)" % (check.name, why),
+                  file=sys.stderr, flush=True)
 
     def start(self, check, key, mode):
         """Starts preparing the request after this one (key), unless misses made it rest."""
         last, self.last = self.last, (check, key)
+        now, self.now = self.now, None
+        if check.name in self.off:
+            return
         nxt = check._next_key(key)
         if nxt is None:
             return
-        if self.missed and not (last is not None and last[0] is check and check._next_key(last[1]) == key):
+        follows = last is not None and last[0] is check and check._next_key(last[1]) == key
+        if self.missed and not follows:
             self.since_probe += 1
             if self.since_probe % self.PROBE_EVERY:
                 return
+        state = now[1] if now is not None and now[0] is check else _check_state(check)
         if mode == "thread":
             if self.pool is None:
                 import concurrent.futures
 
                 self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
-            self.job = (check, nxt, _Future(self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True)))
+            self.job = (check, nxt, _Future(self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True)),
+                        state, mode)
+            return
+        if state is None:  # a check that does not pickle (or holds tensors on the device): in line
             return
         if self.helper is None:
+            if not follows:  # started by the second of two consecutive seeds: a one-trial run never starts it
+                return
             self.helper = _Helper()
-        handle = self.helper.submit(check, nxt)
+        handle = self.helper.submit(check, nxt, state)
         if handle is not None:
-            self.job = (check, nxt, handle)
+            self.job = (check, nxt, handle, state, mode)
 
     def drop(self):
         """Forgets what was prepared (prepare-ahead turned off)."""
         if self.job is not None:
             self.job[2].discard()
-        self.job = self.last = None
+        self.job = self.last = self.now = None
         self.missed = False
+
+
+class _StatePickler(pickle.Pickler):
+    """Pickles a check's attributes, refusing tensors that are not on the CPU (the helper sees no
+    GPU, and a copy of device memory is no snapshot to compare)."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
+            raise pickle.PicklingError("a tensor on %s" % obj.device)
+        return None
+
+
+def _check_state(check):
+    """The check as the helper gets it (its class and attributes, pickled), or None where it does
+    not pickle. Compared as bytes: an attribute changed in place changes them."""
+    import io
+
+    state = dict(vars(check))
+    state.pop("_douts_rule", None)
+    f = io.BytesIO()
+    try:
+        _StatePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump((type(check), state))
+    except Exception:
+        return None
+    return f.getvalue()
+
+
+def _same_value(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+            return False
+        a, b = a.detach().contiguous(), b.detach().contiguous()
+        if a.dtype in _INT_VIEW:  # the bytes (a NaN equals itself, -0.0 is not 0.0)
+            a, b = a.view(_INT_VIEW[a.dtype]), b.view(_INT_VIEW[b.dtype])
+        return bool(torch.equal(a, b))
+    return repr(a) == repr(b)
+
+
+def _same_dict(a, b):
+    return sorted(a) == sorted(b) and all(_same_value(a[k], b[k]) for k in a)
+
+
+def _case_difference(ahead, mine):
+    """What differs between a case prepared ahead and the same request's case prepared in line
+    (a few words), or None."""
+    if list(ahead.shape) != list(mine.shape):
+        return "case shape %r, in line %r" % (list(ahead.shape), list(mine.shape))
+    if (ahead._digest or case_digest(ahead)) != case_digest(mine):
+        return "case digest"
+    for what in ("inputs", "params", "views", "floor_scale", "excluded"):
+        if not _same_dict(getattr(ahead, what), getattr(mine, what)):
+            return what
+    for what in ("family", "dtype", "seed", "index"):
+        if getattr(ahead, what) != getattr(mine, what):
+            return what
+    if not torch.equal(ahead.gen.g.get_state(), mine.gen.g.get_state()):
+        return "the generator's state after the draws"
+    return None
 
 
 class _Future:
@@ -1105,17 +1246,36 @@ HELPER_TIMEOUT_S = 60.0
 #: default) waits for its start not at all and for an answer about four times its usual time; a
 #: number waits up to that long, so that every case comes from the helper (the tests).
 #: NUMWATCH_HELPER_WAIT_S.
-HELPER_WAIT_S = float(os.environ["NUMWATCH_HELPER_WAIT_S"]) if os.environ.get("NUMWATCH_HELPER_WAIT_S") else None
+def _parse_wait_s(v):
+    if v is None or not v.strip():
+        return None
+    try:
+        w = float(v)
+        if not 0.0 <= w < math.inf:
+            raise ValueError
+        return w
+    except ValueError:
+        print("numwatch-runner: torchcheck: NUMWATCH_HELPER_WAIT_S=%r is not a number of seconds: the default "
+              "is used" % v, file=sys.stderr, flush=True)
+        return None
+
+
+HELPER_WAIT_S = _parse_wait_s(os.environ.get("NUMWATCH_HELPER_WAIT_S"))
+#: How long the helper may take to start (import torch and the checks' modules) before it is stopped.
+HELPER_START_S = 120.0
+#: How long reading one of the helper's answers may take once it has begun (it writes an answer
+#: at once: a helper stalled in the middle of one is stopped, never waited for).
+HELPER_FRAME_S = 10.0
 _FRAME = struct.Struct("<Q")
 
 
 def _wait_readable(fd, timeout_s):
-    """Whether fd has something to read (or its end) within timeout_s."""
+    """Whether fd has something to read (or its end) within timeout_s (None: however long)."""
     import select
 
     p = select.poll()
     p.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    return bool(p.poll(int(timeout_s * 1000)))
+    return bool(p.poll(None if timeout_s is None else max(0, math.ceil(timeout_s * 1000))))
 
 
 def _write_frames(fd, parts):
@@ -1132,12 +1292,18 @@ def _write_frames(fd, parts):
         mv = mv[n:]
 
 
-def _read_exact(fd, n, into=None):
-    """n bytes from fd (into the bytearray into when given); EOFError at end of input."""
+def _read_exact(fd, n, into=None, deadline=None):
+    """n bytes from fd (into the bytearray into when given); EOFError at end of input. deadline
+    (time.perf_counter()): each read waits for its bytes only until then (TimeoutError after),
+    so that a writer stalled in the middle of a frame cannot hold the reader."""
     buf = into if into is not None else bytearray(n)
     mv = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.perf_counter()
+            if left <= 0 or not _wait_readable(fd, left):
+                raise TimeoutError("%d of %d bytes of a frame came in time" % (got, n))
         k = os.readv(fd, [mv[got:]])
         if k == 0:
             raise EOFError("the other side of the pipe is gone")
@@ -1145,9 +1311,9 @@ def _read_exact(fd, n, into=None):
     return buf
 
 
-def _read_frame(fd):
-    """One frame _write_frames wrote: a bytearray."""
-    return _read_exact(fd, _FRAME.unpack(bytes(_read_exact(fd, _FRAME.size)))[0])
+def _read_frame(fd, deadline=None):
+    """One frame _write_frames wrote: a bytearray (deadline: _read_exact's)."""
+    return _read_exact(fd, _FRAME.unpack(bytes(_read_exact(fd, _FRAME.size, None, deadline)))[0], None, deadline)
 
 
 class _CasePickler(pickle.Pickler):
@@ -1226,28 +1392,36 @@ class _Helper:
     time on pipes of its own (its stdin and stdout; what it prints goes to stderr). A request is
     (check name, the check as a pickle when it changed, the trial's key, the output gradients'
     guess, BATCH_ALL); the answer the prepared Case, its tensors as raw bytes, and the generator's
-    state, from which the trial's Gen is made again here. Until it says it is ready (it imports
-    torch and the checks' module, a few seconds) trials are prepared in line; a check that does not
-    pickle, or a case that does not (a generator, tensors that share memory, ...), is prepared in
-    line; a helper that fails, dies or stalls is stopped, and every trial is prepared in line, with
-    one line on stderr. It ends when this process's end of its stdin closes (at exit, or when this
-    process dies: numwatchd kills the runner's process group anyway)."""
+    state, from which the trial's Gen is made again here. It is started by the second of two
+    consecutive seeds (_Ahead.start), with no GPU visible (CUDA_VISIBLE_DEVICES=""), SIGINT
+    ignored, and PR_SET_PDEATHSIG on Linux (it dies with the runner's thread that started it).
+    Until it says it is ready (it imports torch and the checks' module, a few seconds; stopped
+    after HELPER_START_S) trials are prepared in line; a check that does not pickle or holds a
+    tensor off the CPU, or a case that does not pickle (a generator, tensors that share memory,
+    ...), is prepared in line; a helper that fails, dies or stalls (an answer later than
+    HELPER_TIMEOUT_S, or one that stops in the middle for HELPER_FRAME_S) is stopped, and every
+    trial is prepared in line, with one line on stderr. It ends when this process's end of its
+    stdin closes (at exit, or when this process dies: numwatchd kills the runner's process group
+    anyway)."""
 
     def __init__(self):
         import subprocess
 
         self.state = "starting"
-        self.sent = {}  # check name -> (check, its attributes) as the helper has them
-        self.unpicklable = set()  # checks that do not pickle
+        self.sent = {}  # check name -> (check, _check_state()) as the helper has it
         self.pending = None  # the request whose answer is not read yet
         self.sent_at = 0.0
         self.took = None  # how long the helper takes to answer, about (a moving average, seconds)
+        self.started = time.perf_counter()
+        # No GPU in the helper (a case is made on the CPU: a check that reaches for the device there
+        # fails, and its case is prepared in line); its parent's pid, to die with it (_helper_main).
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
-                   PYTHONDONTWRITEBYTECODE="1")
+                   PYTHONDONTWRITEBYTECODE="1", CUDA_VISIBLE_DEVICES="", NUMWATCH_HELPER_PARENT=str(os.getpid()))
         env.pop("NUMWATCH_TORCH_STATS", None)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        code = ("import sys; sys.path.insert(0, %r); from numwatch_runner.torchcheck import _helper_main; "
-                "_helper_main()" % here)
+        # SIGINT ignored from the start (a Ctrl-C at the terminal is the runner's to handle).
+        code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, %r); "
+                "from numwatch_runner.torchcheck import _helper_main; _helper_main()" % here)
         main = sys.modules.get("__main__")
         # What the cases depend on besides the seed: the same modules, and torch's process-wide
         # settings that CPU arithmetic follows (set at run time; those the main module sets when
@@ -1281,12 +1455,16 @@ class _Helper:
         atexit.register(self.close)
 
     def ready(self):
-        """Whether it answers requests (False while it starts, and after it failed)."""
+        """Whether it answers requests (False while it starts, and after it failed). One that has
+        not said it is ready HELPER_START_S after it was started is stopped."""
         if self.state == "starting":
             try:
-                if not _wait_readable(self.rfd, HELPER_WAIT_S or 0):
+                left = self.started + HELPER_START_S - time.perf_counter()
+                if left <= 0 or not _wait_readable(self.rfd, min(HELPER_WAIT_S or 0.0, left)):
+                    if time.perf_counter() - self.started >= HELPER_START_S:
+                        self._stop("it did not start in %g s" % HELPER_START_S)
                     return False
-                msg = pickle.loads(_read_frame(self.rfd))
+                msg = pickle.loads(_read_frame(self.rfd, time.perf_counter() + HELPER_FRAME_S))
             except Exception as e:
                 self._stop("it did not start: %s: %s" % (type(e).__name__, e))
                 return False
@@ -1296,9 +1474,10 @@ class _Helper:
             self.state = "ready"
         return self.state == "ready"
 
-    def submit(self, check, key):
-        """Sends the request of key; a handle to take its case, or None (prepare it in line)."""
-        if id(check) in self.unpicklable or not self.ready():
+    def submit(self, check, key, blob):
+        """Sends the request of key; a handle to take its case, or None (prepare it in line).
+        blob: _check_state(check), the check as the helper is to have it."""
+        if not self.ready():
             return None
         if self.pending is not None:  # an answer not taken: read it first (answers stay in step), or
             if not self._arrived(HELPER_WAIT_S or 0.0):  # while it is being made, send nothing (in line)
@@ -1306,30 +1485,18 @@ class _Helper:
             self._read(self.pending, False)
             if self.state != "ready":
                 return None
-        # The check as the helper has it: its class and attributes, sent again when they change
-        # (the output gradients' guess goes with each request).
-        state = dict(vars(check))
-        state.pop("_douts_rule", None)
+        # The check as the helper has it: its class and attributes, sent again when their pickle
+        # changes (the output gradients' guess goes with each request).
         last = self.sent.get(check.name)
-        try:
-            same = last is not None and last[0] is check and last[1] == state
-        except Exception:  # attributes that do not compare (tensors): pickled again
-            same = False
-        blob = None
-        if not same:
-            try:
-                blob = pickle.dumps((type(check), state), protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception:
-                self.unpicklable.add(id(check))
-                return None
-        req = (check.name, blob, key, check._douts_rule, _together(DEVICE))
+        same = last is not None and last[0] is check and last[1] == blob
+        req = (check.name, None if same else blob, key, check._douts_rule, _together(DEVICE))
         try:
             _write_frames(self.wfd, [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)])
         except Exception as e:
             self._stop("cannot send it a request: %s: %s" % (type(e).__name__, e))
             return None
         if not same:
-            self.sent[check.name] = (check, state)
+            self.sent[check.name] = (check, blob)
         self.pending = _HelperJob(self, check, key)
         self.sent_at = time.perf_counter()
         return self.pending
@@ -1361,7 +1528,8 @@ class _Helper:
     def _read(self, job, want):
         self.pending = None
         try:
-            name, key, ok, took, head, layout = pickle.loads(_read_frame(self.rfd))
+            deadline = time.perf_counter() + HELPER_FRAME_S  # (it writes an answer at once)
+            name, key, ok, took, head, layout = pickle.loads(_read_frame(self.rfd, deadline))
             if (name, key) != (job.check.name, job.key):
                 raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
             # How long it takes to prepare a case, as it measured it (the first of a check, which
@@ -1369,7 +1537,7 @@ class _Helper:
             self.took = took if self.took is None else 0.8 * self.took + 0.2 * min(took, 10 * self.took)
             if not ok:
                 return None  # it could not prepare the case (an exception, or a case it does not send)
-            buf = _read_frame(self.rfd)
+            buf = _read_frame(self.rfd, deadline)
         except Exception as e:
             self._stop("%s: %s" % (type(e).__name__, e))
             return None
@@ -1435,6 +1603,23 @@ class _HelperJob:
         self.helper.answer(self, False)
 
 
+def _die_with_parent():
+    """The helper dies with the runner (Linux: PR_SET_PDEATHSIG, SIGKILL when the thread that
+    started it ends; a parent gone already: exit). Elsewhere it ends when its stdin does."""
+    parent = os.environ.get("NUMWATCH_HELPER_PARENT")
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
+    if parent and os.getppid() != int(parent):
+        os._exit(0)
+
+
 def _helper_main():
     """The helper process (_Helper): answers requests on its stdin and stdout until its stdin ends."""
     import importlib
@@ -1444,6 +1629,10 @@ def _helper_main():
 
     global BATCH_ALL, _IN_HELPER
     _IN_HELPER = True
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -1526,7 +1715,8 @@ def _helper_main():
 #: None: on where the device is a GPU; NUMWATCH_TORCH_GRAPHS=0 turns them off. The answers are the same.
 GRAPHS = _env_flag("NUMWATCH_TORCH_GRAPHS")
 #: Graphs a process keeps (the least recently used dropped), and about how much device memory they may
-#: hold together: each its static buffers and the intermediates in a memory pool of its own (about
+#: hold together (a graph that alone would hold more is never captured): each its static buffers, and
+#: its intermediates and output in the graphs' one memory pool (about
 #: 25 MB for the example's largest key, 3 outputs of 64K elements; 0.4 MB for the smallest). The
 #: example's 10 checks x dtypes use about 70 keys at one number of repeats.
 GRAPHS_MAX = 256
@@ -1544,7 +1734,7 @@ _GRAPH_IMPL = None
 
 
 def _graphs_on(device):
-    if GRAPHS is False:
+    if GRAPHS is False or _GRAPHS.dropped:
         return False
     if _GRAPH_IMPL is not None:
         return True
@@ -1561,29 +1751,40 @@ def _graph_width(n):
 class _CudaGraph:
     """torch.cuda.CUDAGraph, captured on a side stream (after one eager run there, as torch asks)
     without torch.cuda.graph()'s device synchronisation, garbage collection and emptied cache
-    (each capture would cost tens of milliseconds), in its own memory pool, with errors of this
-    thread only (capture_error_mode "thread_local": the thread that prepares trials ahead does
-    host work meanwhile). Replayed on the current stream."""
+    (each capture would cost tens of milliseconds), with errors of this thread only
+    (capture_error_mode "thread_local": the thread that prepares trials ahead does host work
+    meanwhile). Replayed on the current stream. Every graph's intermediates and output are in one
+    memory pool (pool): the graphs are replayed one at a time on one stream, and each replay's
+    output is read (_Graphs.measure) before another graph replays; an output stays allocated in
+    the pool while its graph is kept, so no other graph's capture is given its memory."""
 
     stream = None
+    pool = None
 
     def capture(self, fn):
         cur = torch.cuda.current_stream()
         if _CudaGraph.stream is None:
             _CudaGraph.stream = torch.cuda.Stream()
+        if _CudaGraph.pool is None:
+            _CudaGraph.pool = torch.cuda.graph_pool_handle()
         s = _CudaGraph.stream
         s.wait_stream(cur)  # the static inputs were written on the current stream
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
             fn()  # warm-up, eagerly
             try:
-                g.capture_begin(capture_error_mode="thread_local")
+                g.capture_begin(pool=_CudaGraph.pool, capture_error_mode="thread_local")
             except TypeError:  # a torch without the argument
-                g.capture_begin()
+                g.capture_begin(pool=_CudaGraph.pool)
             try:
                 out = fn()
-            finally:
-                g.capture_end()
+            except BaseException:
+                try:  # the capture's own error, not capture_end()'s about it
+                    g.capture_end()
+                except Exception:
+                    pass
+                raise
+            g.capture_end()
         cur.wait_stream(s)
         self.graph, self.out = g, out
         return out
@@ -1642,8 +1843,11 @@ class _Graphs:
     Safety: a key is captured the second time it is seen; each graph's first GRAPH_VERIFY replays
     are checked against the eager measurement of the same trial (every metric and digest); any
     exception (capture, replay, a constant made during capture) or disagreement turns graphs off
-    for that check, with one line on stderr, and the trial answers eagerly. GRAPHS (the
-    NUMWATCH_TORCH_GRAPHS environment variable) turns them off altogether."""
+    for that check, with one line on stderr, and the trial answers eagerly; but the device's
+    memory running out (in a capture or a replay) drops every graph, empties torch's cache and
+    turns graphs off for the process (one line; the trial measured eagerly), and an error that
+    ends the device context (_fatal) is the trial's fatal error, as it would be eagerly. GRAPHS
+    (the NUMWATCH_TORCH_GRAPHS environment variable) turns them off altogether."""
 
     def __init__(self):
         import collections
@@ -1652,6 +1856,8 @@ class _Graphs:
         self.nbytes = 0  # of the graphs in the cache, about
         self.seen = {}
         self.off = set()  # check names
+        self.dropped = None  # why every graph was dropped and graphs are off for the process (out of memory)
+        self.too_big = set()  # keys whose graph alone would pass GRAPH_BYTES_MAX: measured eagerly
 
     def measure(self, check, batch, laid, lw, td, eager):
         """(tensors, hashes) of the trial as eager() measures them, or None: not graphed (then
@@ -1676,21 +1882,32 @@ class _Graphs:
             self.seen[key] = n
             if n < 2:
                 return None  # once: eagerly (a shape seen once is not worth a capture)
+        if g is None:
+            if key in self.too_big:
+                return None
+            # About what it holds: its inputs, and in the pool the float64 rows of the maxima and
+            # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
+            nplain = 2 + (batch.nplain or 0)
+            nbytes = nplain * T * lw * 8 * 2 + T * lw * 8 * 16 + R * T * lw * torch.empty((), dtype=td).element_size()
+            if nbytes > GRAPH_BYTES_MAX:  # never a graph larger than the budget
+                self.too_big.add(key)
+                return None
+            # Room for it first (the least recently used dropped): the budget holds with it.
+            while self.cache and (len(self.cache) + 1 > GRAPHS_MAX or self.nbytes + nbytes > GRAPH_BYTES_MAX):
+                self.nbytes -= self.cache.popitem(last=False)[1].nbytes
         want = eager() if g is None or g.verified < GRAPH_VERIFY else None  # before finish() below
+        oom = None
         try:
             fresh = g is None
             if fresh:
                 g = _Graph()
-                g.key, g.verified = key, 0
-                g.X = torch.zeros((2 + (batch.nplain or 0), T, lw), dtype=torch.float64, device=dev)
+                g.key, g.verified, g.nbytes = key, 0, nbytes
+                g.X = torch.zeros((nplain, T, lw), dtype=torch.float64, device=dev)
                 g.U = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_unw else None
                 g.E = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_exc else None
                 g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
                 g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
                 g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
-                # About what it holds: its inputs, and in its pool the float64 rows of the maxima and
-                # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
-                g.nbytes = g.X.numel() * 8 * 2 + T * lw * 8 * 16 + g.D.numel() * g.D.element_size()
             _cat_into(batch._x_pieces(lw), g.X)
             if has_unw:
                 _cat_into(batch._mask_pieces(unw, lw), g.U)
@@ -1710,17 +1927,25 @@ class _Graphs:
                 self.cache[key] = g
                 self.nbytes += g.nbytes
             self.cache.move_to_end(key)
-            while len(self.cache) > 1 and (len(self.cache) > GRAPHS_MAX or self.nbytes > GRAPH_BYTES_MAX):
-                self.nbytes -= self.cache.popitem(last=False)[1].nbytes
             STATS["graph_replays"] += 1
-            vals = _host(g.impl.out)
+            vals = _host(g.impl.out)  # read before any other graph replays (they share one memory pool)
             batch.width, batch.layout, batch.ntail = lw, g.layout, []
             nd = R * T
             got = (batch.finish(vals[:len(vals) - nd])[0], vals[len(vals) - nd:])
         except Exception as e:
             _CudaGraph.stream = None  # a new side stream for the next capture, whatever this one's state
-            self._off(check, key, "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
-            return want
+            what = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            if _out_of_memory(e):
+                oom = what  # handled below, once this exception's frames (and the graph's tensors) are gone
+            elif _fatal(e) and not _capture_error(e):
+                raise  # the device context is gone: a fatal error, whatever the graphs' part in it
+            else:
+                self._off(check, key, what)
+                return want
+        if oom is not None:
+            g = None
+            self._drop_all(oom)
+            return want  # (None: the trial measures eagerly)
         if want is not None:
             if got != want:
                 self._off(check, key, "a replay disagreed with the eager measurement")
@@ -1762,6 +1987,23 @@ class _Graphs:
         # one's memory would go back to the allocator for anything else to use).
         g.consts = list(_CONST.values()) + list(_WEIGHTS.values())
         g.impl, g.layout = impl, m.layout
+
+    def _drop_all(self, why):
+        """Out of device memory in a capture or a replay: every graph dropped (their memory given
+        back to the device), graphs off for the rest of the process, one line on stderr."""
+        import gc
+
+        self.cache.clear()
+        self.nbytes = 0
+        self.seen.clear()
+        self.dropped = why
+        _CudaGraph.pool = None
+        STATS["graphs_dropped"] += 1
+        gc.collect()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+        print("numwatch-runner: torchcheck: out of device memory in a metric graph (%s): every graph dropped, "
+              "metric graphs off for this process, trials measured eagerly" % why, file=sys.stderr, flush=True)
 
     def _off(self, check, key, why):
         g = self.cache.pop(key, None)
