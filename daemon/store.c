@@ -214,7 +214,11 @@ static void put_row(struct text *t, const struct trial_row *r, const char *host)
 	put_text(t, outcome_name(r->outcome));
 	put_tab(t);
 	if (p) {
-		put_real(t, p->ratio);
+		/* The decoder's text of the double when it has one: no printf at every trial. */
+		if (p->ratio_text[0])
+			put(t, p->ratio_text, strlen(p->ratio_text));
+		else
+			put_real(t, p->ratio);
 		put_tab(t);
 		put_text_or_null(t, p->family);
 		put_tab(t);
@@ -245,7 +249,10 @@ static void put_row(struct text *t, const struct trial_row *r, const char *host)
 		put_tab(t);
 		put_ll(t, p->digests_differ);
 		put_tab(t);
-		put_real(t, p->kernel_us);
+		if (p->kernel_us_text[0])
+			put(t, p->kernel_us_text, strlen(p->kernel_us_text));
+		else
+			put_real(t, p->kernel_us);
 		put_tab(t);
 		if (!error && p->error[0])
 			error = p->error;
