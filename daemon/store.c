@@ -92,18 +92,24 @@ static void text_reserve(struct text *t, size_t more)
 	t->cap = cap;
 }
 
-static void put(struct text *t, const char *s, size_t n)
+/* Inline where the room is there already (a row is some forty of these: issue 18). */
+static inline void put(struct text *t, const char *s, size_t n)
 {
-	text_reserve(t, n);
-	if (t->oom)
-		return;
+	if (t->len + n > t->cap) {
+		text_reserve(t, n);
+		if (t->oom)
+			return;
+	}
 	memcpy(t->data + t->len, s, n);
 	t->len += n;
 }
 
-static void put_tab(struct text *t)
+static inline void put_tab(struct text *t)
 {
-	put(t, "\t", 1);
+	if (t->len < t->cap)
+		t->data[t->len++] = '\t';
+	else
+		put(t, "\t", 1);
 }
 
 static void put_null(struct text *t)
