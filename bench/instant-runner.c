@@ -7,6 +7,17 @@
  * bench.c00, bench.c01, ..., each deterministic at f32, so that every slot
  * of a daemon with up to 64 slots finds a job of its own.
  *
+ * NW_INSTANT_US=N paces it as a GPU runner goes (issue 18): each trial is
+ * answered N microseconds after the runner's previous answer (at once when
+ * its request came later than that), one line a write, the wait spent
+ * asleep (clock_nanosleep to an absolute time: no CPU). A slot then sends
+ * at most 1e6 / N trials a second, each answer arriving on its own, as a
+ * CUDA runner's do (100 to 250 us apart a slot on an H100), instead of the
+ * batches an unpaced runner's answers form in the daemon's reads. The
+ * daemon's turnaround hides inside the N microseconds while it is shorter:
+ * below its ceiling, trials per second are slots x 1e6 / N whatever the
+ * daemon costs, and its CPU per answer is compared at the same rate.
+ *
  * It reads the request's id and seed by looking for their keys rather than
  * with a JSON parser: it only ever talks to numwatchd, whose requests are
  * written by proto_trial_request() (daemon/protocol.c).
@@ -15,10 +26,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LINE_MAX_BYTES (1024 * 1024)
 #define CHECKS_MAX     256
+/* The longest pace NW_INSTANT_US takes: one second a trial. */
+#define PACE_MAX_US 1000000L
+
+/* NW_INSTANT_US: microseconds from one answer to the next; 0 answers at once. */
+static long pace_us;
+/* When the previous answer was written (CLOCK_MONOTONIC). */
+static struct timespec last_answer;
 
 /* Writes all of 'buf' (a pipe may take it in pieces). */
 static int write_all(const char *buf, size_t len)
@@ -66,6 +85,23 @@ static int hello(unsigned checks)
 	return rc;
 }
 
+/* Sleeps until pace_us after the previous answer, unless that time has passed. */
+static void pace(void)
+{
+	struct timespec due = last_answer;
+
+	if (pace_us <= 0)
+		return;
+	if (due.tv_sec != 0 || due.tv_nsec != 0) {
+		due.tv_nsec += pace_us * 1000L;
+		due.tv_sec += due.tv_nsec / 1000000000L;
+		due.tv_nsec %= 1000000000L;
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &due, NULL) == EINTR)
+			;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &last_answer);
+}
+
 static int trial(const char *line)
 {
 	char out[1024];
@@ -81,12 +117,14 @@ static int trial(const char *line)
 		     "\"digest\":\"9f2c41d07be3a8e1\",\"digests_differ\":0,\"kernel_us\":18.4}\n",
 		     id, seed * 0x9e3779b97f4a7c15ull);
 
+	pace();
 	return write_all(out, (size_t)n);
 }
 
 int main(void)
 {
 	const char *env = getenv("NW_INSTANT_CHECKS");
+	const char *us = getenv("NW_INSTANT_US");
 	unsigned checks = env ? (unsigned)atoi(env) : 64;
 	char *line = malloc(LINE_MAX_BYTES + 2);
 	static const char bye[] = "{\"op\":\"bye\"}\n";
@@ -97,6 +135,9 @@ int main(void)
 		return 1;
 	if (checks < 1 || checks > CHECKS_MAX)
 		checks = 64;
+	pace_us = us ? atol(us) : 0;
+	if (pace_us < 0 || pace_us > PACE_MAX_US)
+		pace_us = 0;
 	while (fgets(line, LINE_MAX_BYTES + 2, stdin)) {
 		int rc;
 

@@ -31,6 +31,8 @@ report=$OUT/report.md
 sql() { "$NW_PGBIN/psql" -XAtq -d "$db" -c "$1"; }
 
 gpu_runtime "$G"
+# The stand-ins for nvidia-smi and nvidia-cuda-mps-control the header promises a rehearsal.
+[[ ${NW_GPU_REHEARSAL:-0} != 1 ]] || gpu_rehearsal_fakes
 ngpu=$(nvidia-smi -L | grep -c '^GPU ')
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)
 log "$ngpu x $gpu"
@@ -106,13 +108,34 @@ CONF
 	done
 }
 
-# slot_time FILE: the daemon's slot-time counters now (/metrics), for slot_shares.
+# slot_time FILE: the daemon's slot-time counters and trials now (/metrics), with the host's CPU
+# time (/proc/stat: all of it, and idle) and the daemon's (/proc/PID/stat, and its loop thread's),
+# for slot_shares.
 slot_time() {
 	python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:18080/metrics", timeout=5).read().decode())' 2>/dev/null |
-		grep -E '^numwatch_(slot_seconds|slot_trial_seconds|loop_idle_seconds)_total' >"$1" || true
+		grep -E '^numwatch_(slot_seconds|slot_trial_seconds|loop_idle_seconds|trials)_total' >"$1" || true
 	echo "wall $(date +%s.%N)" >>"$1"
+	python3 - "$daemon" >>"$1" <<'PY'
+import os, sys
+hz = os.sysconf("SC_CLK_TCK")
+# user nice system idle iowait irq softirq steal (guest time is counted in user and nice already)
+f = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+print("host_cpu %.2f %.2f" % (sum(f) / hz, (f[3] + f[4]) / hz))
+def cpu(path):
+    try:
+        s = open(path).read()
+    except OSError:
+        return -1
+    s = s[s.rindex(")") + 2:].split()
+    return (int(s[11]) + int(s[12])) / hz
+pid = sys.argv[1]
+print("daemon_cpu %.2f" % cpu("/proc/%s/stat" % pid))
+print("loop_cpu %.2f" % cpu("/proc/%s/task/%s/stat" % (pid, pid)))
+PY
 }
-# slot_shares BEFORE AFTER: each state's share of the slot time between the two samples.
+# slot_shares BEFORE AFTER: each state's share of the slot time between the two samples, then
+# (a column of its own) the host's CPU busy share and the daemon's CPU seconds per 1000 answers
+# (its loop thread's in brackets): whether the host's cores or the daemon's one thread limit.
 slot_shares() {
 	python3 - "$1" "$2" <<'PY'
 import re, sys
@@ -122,21 +145,32 @@ def read(path):
         m = re.match(r'numwatch_(?:slot_seconds_total\{state="(\w+)"\}|slot_(trial)_seconds_total|(loop)_idle_seconds_total|(wall)) ([0-9.]+)', line)
         if m:
             v[m.group(1) or m.group(2) or m.group(3) or m.group(4)] = float(m.group(5))
-        elif line.startswith("wall "):
-            v["wall"] = float(line.split()[1])
+        elif line.startswith("numwatch_trials_total"):
+            v["answers"] = v.get("answers", 0) + float(line.rsplit(" ", 1)[1])
+        elif line.split()[0] in ("wall", "daemon_cpu", "loop_cpu"):
+            v[line.split()[0]] = float(line.split()[1])
+        elif line.startswith("host_cpu "):
+            v["host_all"], v["host_idle"] = (float(x) for x in line.split()[1:3])
     return v
 a, b = read(sys.argv[1]), read(sys.argv[2])
 d = {k: b[k] - a.get(k, 0) for k in b}
-loop = d.pop("loop", None)
-wall = d.pop("wall", 0)
+extra = {k: d.pop(k, None) for k in ("loop", "wall", "answers", "daemon_cpu", "loop_cpu", "host_all", "host_idle")}
+loop, wall = extra["loop"], extra["wall"] or 0
+cpu = "n/a"
+if extra["host_all"]:
+    cpu = "host CPU %.0f%% busy" % (100 * (1 - extra["host_idle"] / extra["host_all"]))
+    if extra["answers"] and extra["daemon_cpu"] is not None and min(a.get("daemon_cpu", -1), b.get("daemon_cpu", -1)) >= 0:
+        cpu += "; daemon %.3f CPU s per 1000 answers (loop thread %.3f)" % (
+            1000 * extra["daemon_cpu"] / extra["answers"], 1000 * extra["loop_cpu"] / extra["answers"])
 # Idle is left out: slots wait for work at the phase's ends (the samples are a poll apart).
 total = sum(x for k, x in d.items() if k not in ("trial", "idle"))
 if not total:
-    print("n/a"); sys.exit()
+    print("n/a | " + cpu); sys.exit()
 d["between trials"] = d.get("running", 0) - d.get("trial", 0)
 order = ["trial", "between trials", "claiming", "loading", "starting", "finishing", "restarting"]
 print(", ".join("%s %.0f%%" % (k, 100 * d[k] / total) for k in order if d.get(k, 0) / total >= 0.005) +
-      ("; daemon loop busy %.0f%%" % (100 * (1 - loop / wall)) if loop is not None and wall > 0 else ""))
+      ("; daemon loop busy %.0f%%" % (100 * (1 - loop / wall)) if loop is not None and wall > 0 else "") +
+      " | " + cpu)
 PY
 }
 
@@ -218,8 +252,13 @@ echo "*Slot time*: where the slots' time went over the phase (the daemon's /metr
 echo "numwatch_slot_seconds_total): a trial in flight, between trials of a job, and claiming,"  >>"$report"
 echo "loading, finishing a job (shares of the time the slots were not idle)." >>"$report"
 echo >>"$report"
-echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) | slot time |" >>"$report"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |" >>"$report"
+echo "*Host CPU*: the host's cores' busy share over the phase (/proc/stat), and the daemon's CPU"  >>"$report"
+echo "seconds per 1000 answers (/proc/PID/stat; its event loop's thread in brackets): a host whose" >>"$report"
+echo "cores are busy slows the loop from outside, a loop near one core's second per second is the" >>"$report"
+echo "limit itself." >>"$report"
+echo >>"$report"
+echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) | slot time | host CPU |" >>"$report"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |" >>"$report"
 for ((n = 1; n <= ngpu; n *= 2)); do
 	log "throughput on $n GPU(s)"
 	run_daemon "gpus$n" "$(slots_for "$n")" 1 || break

@@ -659,6 +659,14 @@ static void feed_lines(struct proc *p, const char *s, size_t n)
 		const char *nl = memchr(s, '\n', n);
 		size_t take = nl ? (size_t)(nl - s) : n;
 
+		/* A whole line in what was read (a runner's answer, as a rule): handed over where it is. */
+		if (nl && p->line_len == 0 && !p->line_overflow && take <= p->opts.line_max) {
+			if (!p->done && !p->killing)
+				p->opts.on_line(p, s, take, p->opts.data);
+			s = nl + 1;
+			n -= take + 1;
+			continue;
+		}
 		if (!p->line_overflow) {
 			if (p->line_len + take > p->opts.line_max) {
 				p->line_overflow = true;
@@ -714,11 +722,19 @@ static void init_timer(struct proc *p, uv_timer_t *t)
 	p->open_handles++;
 }
 
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
 int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 {
 	static bool atfork_set;
 	uv_process_options_t po = {0};
 	uv_stdio_container_t stdio[3];
+	int in_fds[2] = {-1, -1}, out_fds[2] = {-1, -1}, err_fds[2] = {-1, -1};
 	struct proc *p;
 	int rc;
 
@@ -756,18 +772,41 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 		p->in.data = p;
 		p->has_in = true;
 		p->open_handles++;
-		stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
-		stdio[0].data.stream = (uv_stream_t *)&p->in;
-	} else {
-		stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null */
 	}
-	stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[1].data.stream = (uv_stream_t *)&p->out;
-	stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-	stdio[2].data.stream = (uv_stream_t *)&p->err;
 	init_timer(p, &p->deadline);
 	init_timer(p, &p->grace);
 	init_timer(p, &p->drain);
+	/*
+	 * Pipes, not the socket pairs libuv's UV_CREATE_PIPE makes: a runner's
+	 * request and answer cross them at every trial, and a pipe's write and
+	 * read cost the kernel less than a socket's (no buffer allocated and
+	 * charged per message: issue 18). The daemon's ends go to the handles
+	 * (close-on-exec: no child inherits them); the child's are its stdio.
+	 */
+	if (pipe2(out_fds, O_CLOEXEC) < 0 || pipe2(err_fds, O_CLOEXEC) < 0 ||
+	    (opts->stdin_pipe && pipe2(in_fds, O_CLOEXEC) < 0)) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((rc = uv_pipe_open(&p->out, out_fds[0])) < 0)
+		goto fail;
+	out_fds[0] = -1;
+	if ((rc = uv_pipe_open(&p->err, err_fds[0])) < 0)
+		goto fail;
+	err_fds[0] = -1;
+	if (opts->stdin_pipe) {
+		if ((rc = uv_pipe_open(&p->in, in_fds[1])) < 0)
+			goto fail;
+		in_fds[1] = -1;
+		stdio[0].flags = UV_INHERIT_FD;
+		stdio[0].data.fd = in_fds[0];
+	} else {
+		stdio[0].flags = UV_IGNORE; /* libuv opens /dev/null */
+	}
+	stdio[1].flags = UV_INHERIT_FD;
+	stdio[1].data.fd = out_fds[1];
+	stdio[2].flags = UV_INHERIT_FD;
+	stdio[2].data.fd = err_fds[1];
 
 	po.file = opts->argv[0];
 	po.args = (char **)opts->argv;
@@ -788,19 +827,15 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 	spawn_parent = getpid();
 	rc = uv_spawn(loop, &p->process, &po);
 	spawn_parent = 0;
+	/* The child has its ends (or was not started): the daemon keeps only its own. */
+	close_fd(&in_fds[0]);
+	close_fd(&out_fds[1]);
+	close_fd(&err_fds[1]);
 	if (rc) {
 		/* libuv requires the process handle to be closed even on failure. */
 		p->open_handles++;
-		p->done = true;
-		if (opts->stdin_pipe)
-			close_handle(p, (uv_handle_t *)&p->in);
-		close_handle(p, (uv_handle_t *)&p->out);
-		close_handle(p, (uv_handle_t *)&p->err);
-		close_handle(p, (uv_handle_t *)&p->deadline);
-		close_handle(p, (uv_handle_t *)&p->grace);
-		close_handle(p, (uv_handle_t *)&p->drain);
 		close_handle(p, (uv_handle_t *)&p->process);
-		return rc;
+		goto fail;
 	}
 	p->open_handles++; /* the process handle */
 	p->guarded = true;
@@ -816,6 +851,23 @@ int proc_spawn(uv_loop_t *loop, const struct proc_opts *opts, struct proc **out)
 		uv_timer_start(&p->deadline, on_deadline, opts->timeout_ms, 0);
 	*out = p;
 	return 0;
+
+fail:
+	/* The fds no handle holds, then the handles (the last one closed frees p). */
+	for (int i = 0; i < 2; i++) {
+		close_fd(&in_fds[i]);
+		close_fd(&out_fds[i]);
+		close_fd(&err_fds[i]);
+	}
+	p->done = true;
+	if (opts->stdin_pipe)
+		close_handle(p, (uv_handle_t *)&p->in);
+	close_handle(p, (uv_handle_t *)&p->out);
+	close_handle(p, (uv_handle_t *)&p->err);
+	close_handle(p, (uv_handle_t *)&p->deadline);
+	close_handle(p, (uv_handle_t *)&p->grace);
+	close_handle(p, (uv_handle_t *)&p->drain);
+	return rc;
 }
 
 struct write_req {

@@ -49,6 +49,9 @@ struct proto_tensor {
 	long nonfinite, ref_nonfinite, unwritten, canary, excluded;
 };
 
+/* Room for a double written by "%.17g" ("-1.2345678901234567e-308"). */
+#define NW_PROTO_REAL_TEXT 32
+
 /* A decoded trial answer. verdict is OUTCOME_PASS, OUTCOME_FAIL or OUTCOME_ERROR. */
 struct proto_trial {
 	long id;
@@ -77,6 +80,14 @@ struct proto_trial {
 	 * as null like every such word, but the trial cannot have passed. "" if none.
 	 */
 	char nonfinite[32];
+	/*
+	 * ratio and kernel_us as text that reads back as the same double (the
+	 * shortest "%.15g" to "%.17g" that does, as the runner wrote it when
+	 * that is so), "" when not finite: what the store writes, without
+	 * formatting a double at every trial.
+	 */
+	char ratio_text[NW_PROTO_REAL_TEXT];
+	char kernel_us_text[NW_PROTO_REAL_TEXT];
 };
 
 /*
@@ -87,6 +98,16 @@ char *proto_hello_request(void);
 char *proto_trial_request(long id, const char *check, const char *dtype, unsigned long long seed,
 			  unsigned repeats, const char *family);
 char *proto_bye_request(void);
+/*
+ * proto_trial_request()'s line for a request without a family, written into
+ * 'buf' without allocating (a slot sends one every trial): its length, or 0
+ * when it does not fit in 'len' bytes or a name needs quoting, and then
+ * proto_trial_request() writes it.
+ */
+size_t proto_trial_request_buf(char *buf, size_t len, long id, const char *check, const char *dtype,
+			       unsigned long long seed, unsigned repeats);
+/* Room for proto_trial_request_buf()'s line with a job's check and dtype (jobs.h). */
+#define NW_PROTO_REQUEST_MAX 256
 
 /*
  * Whether a line the runner wrote can be a protocol message: its first

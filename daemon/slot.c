@@ -168,6 +168,16 @@ struct slot {
 	bool infra_failed;
 
 	bool in_trial;
+	/*
+	 * When the hello or the trial in flight is due (uv_now()): the deadline
+	 * timer is not restarted at every trial but runs out at the earliest
+	 * deadline it was set for, and then looks at this one (on_deadline()).
+	 */
+	uint64_t due_ms;
+	/* runner_declares() for the runner's hello number hello_seq and the job declared_job. */
+	unsigned hello_seq, declared_seq;
+	long long declared_job;
+	bool declared;
 	long req_id;
 	char runner_tool[16]; /* the sanitizer tool the runner runs under, "" for none */
 	size_t san_mark;      /* stderr offset at the start of the trial in flight */
@@ -300,8 +310,8 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 	    .sanitizer_status = s->w.job.tool[0] ? sanitizer_status_name(s->san_status) : NULL,
 	};
 
+	/* The deadline timer is left to run out: on_deadline() finds nothing due (issue 18). */
 	trial_ended(s);
-	uv_timer_stop(&s->deadline);
 	if (store_add_trial(s->d->store, &row) < 0)
 		log_error("slot %s: out of memory storing a trial", s->cfg.name);
 	s->trials++;
@@ -421,6 +431,11 @@ static void on_deadline(uv_timer_t *t)
 
 	if (!hello && !s->in_trial)
 		return;
+	/* Set for an earlier trial: the one in flight is due later. */
+	if (uv_now(s->d->loop) < s->due_ms) {
+		uv_timer_start(&s->deadline, on_deadline, s->due_ms - uv_now(s->d->loop), 0);
+		return;
+	}
 	if (s->runner)
 		partial = proc_partial_line(s->runner, &plen);
 	if (plen > 0) {
@@ -470,6 +485,7 @@ static void handle_hello(struct slot *s, const char *line, size_t len)
 		  hello.device_name, s->w.job.sha);
 	proto_hello_release(&s->hello);
 	s->hello = hello; /* its checks are the slot's now */
+	s->hello_seq++;
 	uv_timer_stop(&s->deadline);
 	s->runner_ready = true;
 	set_state(s, SLOT_RUNNING);
@@ -746,6 +762,7 @@ static int start_runner(struct slot *s)
 	s->runner_commit = s->w.job.commit_id;
 	snprintf(s->runner_tool, sizeof(s->runner_tool), "%s", s->w.job.tool);
 	set_state(s, SLOT_STARTING);
+	s->due_ms = uv_now(s->d->loop) + (uint64_t)cfg->hello_timeout_s * 1000;
 	uv_timer_start(&s->deadline, on_deadline, (uint64_t)cfg->hello_timeout_s * 1000, 0);
 	{
 		char *line = proto_hello_request();
@@ -788,26 +805,39 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	return false;
 }
 
-/* Whether the runner's hello lists the job's check at the job's dtype. */
-static bool runner_declares(const struct slot *s)
+/* Whether the hello lists the job's check at the job's dtype. */
+static bool hello_declares(const struct proto_hello *h, const struct job *job)
 {
-	for (unsigned i = 0; i < s->hello.nchecks; i++) {
-		const struct proto_check *c = &s->hello.checks[i];
+	for (unsigned i = 0; i < h->nchecks; i++) {
+		const struct proto_check *c = &h->checks[i];
 
-		if (strcmp(c->check, s->w.job.check) != 0)
+		if (strcmp(c->check, job->check) != 0)
 			continue;
 		for (unsigned k = 0; k < c->ndtypes; k++)
-			if (strcmp(c->dtypes[k], s->w.job.dtype) == 0)
+			if (strcmp(c->dtypes[k], job->dtype) == 0)
 				return true;
 		return false;
 	}
 	return false;
 }
 
+/* hello_declares() for the runner's hello and the job, looked up once per hello and job (issue 18). */
+static bool runner_declares(struct slot *s)
+{
+	if (s->declared_seq != s->hello_seq || s->declared_job != s->w.job.id) {
+		s->declared = hello_declares(&s->hello, &s->w.job);
+		s->declared_seq = s->hello_seq;
+		s->declared_job = s->w.job.id;
+	}
+	return s->declared;
+}
+
 static void advance(struct slot *s)
 {
+	char req[NW_PROTO_REQUEST_MAX], *line;
+	uint64_t timeout;
 	unsigned seed;
-	char *line;
+	size_t len;
 
 	if (!s->has_job || s->state != SLOT_RUNNING || s->in_trial)
 		return;
@@ -855,9 +885,13 @@ static void advance(struct slot *s)
 	}
 	maybe_claim_ahead(s);
 	s->req_id++;
-	line = proto_trial_request(s->req_id, s->w.job.check, s->w.job.dtype, s->w.seeds[seed].seed,
-				   s->d->cfg.repeats, NULL);
-	if (!line) {
+	/* Written on the stack (no allocation at every trial), or by proto_trial_request() when it cannot be. */
+	len = proto_trial_request_buf(req, sizeof(req), s->req_id, s->w.job.check, s->w.job.dtype,
+				      s->w.seeds[seed].seed, s->d->cfg.repeats);
+	line = len ? NULL
+		   : proto_trial_request(s->req_id, s->w.job.check, s->w.job.dtype, s->w.seeds[seed].seed,
+					 s->d->cfg.repeats, NULL);
+	if (!len && !line) {
 		log_error("slot %s: out of memory", s->cfg.name);
 		restart_later(s);
 		return;
@@ -867,11 +901,18 @@ static void advance(struct slot *s)
 	s->stray = 0;
 	s->san_mark = proc_err_total(s->runner);
 	s->san_status = SANITIZER_CLEAN;
-	uv_timer_start(&s->deadline, on_deadline,
-		       (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
-			   (s->w.job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1),
-		       0);
-	if (proc_write(s->runner, line, strlen(line)) < 0)
+	timeout = (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
+		  (s->w.job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1);
+	s->due_ms = uv_now(s->d->loop) + timeout;
+	/*
+	 * The timer still set for an earlier trial runs out first, and
+	 * on_deadline() sets it again for this one: no timer restarted at
+	 * every trial (issue 18). One set for later than this trial's deadline
+	 * (a sanitizer's longer one) is set again now.
+	 */
+	if (!uv_is_active((uv_handle_t *)&s->deadline) || uv_timer_get_due_in(&s->deadline) > timeout)
+		uv_timer_start(&s->deadline, on_deadline, timeout, 0);
+	if (proc_write(s->runner, len ? req : line, len ? len : strlen(line)) < 0)
 		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
 	free(line);
 }

@@ -47,7 +47,7 @@ _kill_left() {
 }
 nw_atexit _kill_left
 
-modes=(good stray ids bigline forkpipe flood hellobad1 hellobad2 exit0 partial nonutf8 nochecks good nan good)
+modes=(good stray ids bigline forkpipe flood hellobad1 hellobad2 exit0 partial nonutf8 nochecks good nan good patient)
 git init -q -b main "$work/repo"
 commit_mode() { # INDEX MODE
 	echo "$2" >"$work/repo/mode"
@@ -230,13 +230,18 @@ check "NaN elsewhere (kernel_us) and Infinity (max_rel): no value, the trial pas
 	[ "$(q "SELECT outcome || ' ' || coalesce(kernel_us::text, 'null') || ' ' || coalesce(tensors->0->>'max_rel', 'null')
 		FROM trials WHERE commit_id = $(cid "$m") AND seed = 1")" == "pass null null" ]
 check "the commit after it: judged" [ "$(verdict "14 good")" != pending ]
+m="$(at patient)"
+show "$m"
+# The slot's deadline timer is not restarted at every trial (issue 18): each trial still has its own.
+check "three answers 2 s late in a row (6 s, each within the 5 s deadline): no timeout, one runner, clean" \
+	[ "$(outcomes "$m")" == pass=8 -a "$(pids "$m")" == 1 -a "$(verdict "$m")" == clean ]
 check "no trial of phase 1 is a crash or a timeout" \
 	[ "$(q "SELECT count(*) FROM trials WHERE outcome IN ('crash', 'timeout')")" == 0 ]
 
 # ---- Phase 2: a runner that ignores SIGTERM, and floods stderr instead of answering seed 4.
-commit_mode 15 stubborn
+commit_mode 16 stubborn
 modes+=(stubborn)
-m="15 stubborn"
+m="16 stubborn"
 nw_wait 300 "the stubborn commit judged" judged
 show "$m"
 sdir=$(bdir "$m")

@@ -142,6 +142,43 @@ static void test_requests(void **state)
 	assert_null(proto_trial_request(3, "bad\xff", "f32", 0, 1, NULL));
 }
 
+/* The slots' request without allocating: the same bytes, or 0 where it cannot write them. */
+static void test_request_buf(void **state)
+{
+	static const struct {
+		long id;
+		const char *check, *dtype;
+		unsigned long long seed;
+		unsigned repeats;
+	} cases[] = {
+	    {17, "softmax.bwd", "bf16", 42, 1},
+	    {0, "a", "f32", 0, 0},
+	    {-5, "attention.fwd", "f16", 18446744073709551615ULL, 4294967295U},
+	    {9223372036854775807L, "x", "y", 1, 3},
+	};
+	char buf[NW_PROTO_REQUEST_MAX];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *want = proto_trial_request(cases[i].id, cases[i].check, cases[i].dtype, cases[i].seed,
+						 cases[i].repeats, NULL);
+		size_t n = proto_trial_request_buf(buf, sizeof(buf), cases[i].id, cases[i].check,
+						   cases[i].dtype, cases[i].seed, cases[i].repeats);
+
+		assert_non_null(want);
+		if (n != strlen(want) || memcmp(buf, want, n) != 0)
+			fail_msg("case %zu: '%.*s' against '%s'", i, (int)n, buf, want);
+		/* One byte short: nothing written that could be sent. */
+		assert_int_equal(proto_trial_request_buf(buf, n - 1, cases[i].id, cases[i].check,
+							 cases[i].dtype, cases[i].seed, cases[i].repeats),
+				 0);
+		free(want);
+	}
+	/* Names that need quoting are proto_trial_request()'s. */
+	assert_int_equal(proto_trial_request_buf(buf, sizeof(buf), 3, "odd\"name", "f32", 1, 1), 0);
+	assert_int_equal(proto_trial_request_buf(buf, sizeof(buf), 3, "a", "tab\t", 1, 1), 0);
+}
+
 static void test_hello_example(void **state)
 {
 	struct proto_hello h;
@@ -1169,15 +1206,38 @@ static void test_fast_numbers(void **state)
 				token[len++] = '.';
 			token[len++] = (char)('0' + d);
 		}
-		if (((x >> 60) & 3) == 0)
-			len += (size_t)snprintf(token + len, sizeof(token) - len, "e%s%u",
-						(x >> 62) & 1 ? "-" : "", (unsigned)((x >> 40) % 40));
+		/* Exponents as printf writes them ("e-05", "e+100") and as it does not ("E7", "e007"). */
+		if (((x >> 60) & 3) == 0) {
+			static const char *const marks[] = {"e", "e-", "e+", "E", "E-", "e-", "e+", "e-0"};
+			unsigned e = (x >> 50) & 1 ? (unsigned)((x >> 40) % 40) : (unsigned)((x >> 40) % 400);
+
+			len +=
+			    (size_t)snprintf(token + len, sizeof(token) - len, "%s%s%u", marks[(x >> 56) & 7],
+					     e < 10 && ((x >> 62) & 1) ? "0" : "", e);
+		}
 		token[len] = '\0';
 		n = (unsigned)snprintf(line, sizeof(line),
 				       "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":0,"
 				       "\"tensors\":[{\"name\":\"a\",\"ratio\":0,\"x\":%s}]}",
 				       token);
 		compare_decoders(line, n);
+		/* As ratio and kernel_us (0 or more): their stored text reads back as the number. */
+		n = (unsigned)snprintf(line, sizeof(line),
+				       "{\"op\":\"trial\",\"id\":17,\"verdict\":\"pass\",\"ratio\":%s,"
+				       "\"kernel_us\":%s,\"tensors\":[]}",
+				       token + (token[0] == '-'), token + (token[0] == '-'));
+		compare_decoders(line, n);
+		{
+			struct proto_trial t;
+			char err[256];
+
+			if (proto_parse_trial(line, n, 17, &t, err, sizeof(err)) == 0 &&
+			    (!t.ratio_text[0] || strtod(t.ratio_text, NULL) != t.ratio ||
+			     strcmp(t.ratio_text, t.kernel_us_text) != 0))
+				fail_msg("line '%s': ratio %.17g stored as '%s', kernel_us as '%s'", line,
+					 t.ratio, t.ratio_text, t.kernel_us_text);
+			proto_trial_release(&t);
+		}
 	}
 }
 
@@ -1249,6 +1309,7 @@ int main(void)
 	    cmocka_unit_test(test_case_digest),
 	    cmocka_unit_test(test_message_is_clean_text),
 	    cmocka_unit_test(test_small_error_buffer),
+	    cmocka_unit_test(test_request_buf),
 	    cmocka_unit_test(test_fast_matches_reference),
 	    cmocka_unit_test(test_fast_numbers),
 	};
