@@ -818,8 +818,8 @@ static int start_runner(struct slot *s)
 
 /*
  * The next seed whose first run is neither done nor in a request awaiting its
- * answer. At most NW_SLOT_PIPELINE_MAX seeds are sent at once, so the scan
- * past the cursor steps over at most that many.
+ * answer. Past the cursor it steps over the seeds in flight (at most
+ * NW_SLOT_PIPELINE_MAX) and, in a job resumed with gaps, seeds already run.
  */
 static bool pick_first_run(struct slot *s, unsigned *index)
 {
