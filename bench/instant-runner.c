@@ -18,6 +18,17 @@
  * below its ceiling, trials per second are slots x 1e6 / N whatever the
  * daemon costs, and its CPU per answer is compared at the same rate.
  *
+ * NW_INSTANT_FROM=request counts the N microseconds from when the trial's
+ * request is read (a GPU runner's trial starts when its request comes, not
+ * when it sent the previous answer): every microsecond of the daemon's
+ * turnaround then shows as the runner waiting, unless the request was
+ * already in its pipe (a pipeline).
+ *
+ * NW_INSTANT_PIPELINE=N (default 2) is its hello's "pipeline": it reads
+ * requests from stdin's buffered stream and answers in order, so the daemon
+ * may send the next trial while one is paced (issue 18); 1 declares none
+ * (one request at a time, as a version-1 runner), for comparison.
+ *
  * It reads the request's id and seed by looking for their keys rather than
  * with a JSON parser: it only ever talks to numwatchd, whose requests are
  * written by proto_trial_request() (daemon/protocol.c).
@@ -63,6 +74,11 @@ static long long field(const char *line, const char *key, long long fallback)
 	return p ? strtoll(p + strlen(key), NULL, 10) : fallback;
 }
 
+/* NW_INSTANT_FROM=request: the pace counts from the request's read, not the previous answer. */
+static int from_request;
+/* NW_INSTANT_PIPELINE: the trial requests it takes outstanding. */
+static long pipeline = 2;
+
 static int hello(unsigned checks)
 {
 	char *buf = malloc(256 + (size_t)checks * 160);
@@ -72,7 +88,10 @@ static int hello(unsigned checks)
 	if (!buf)
 		return -1;
 	len += (size_t)sprintf(buf + len, "{\"op\":\"hello\",\"protocol\":1,\"runner\":\"instant-runner 1\","
-					  "\"device\":{\"backend\":\"host\",\"name\":\"none\"},\"checks\":[");
+					  "\"device\":{\"backend\":\"host\",\"name\":\"none\"},");
+	if (pipeline > 1)
+		len += (size_t)sprintf(buf + len, "\"pipeline\":%ld,", pipeline);
+	len += (size_t)sprintf(buf + len, "\"checks\":[");
 	for (unsigned i = 0; i < checks; i++)
 		len +=
 		    (size_t)sprintf(buf + len,
@@ -92,6 +111,8 @@ static void pace(void)
 
 	if (pace_us <= 0)
 		return;
+	if (from_request)
+		clock_gettime(CLOCK_MONOTONIC, &due); /* the request was just read: its trial starts now */
 	if (due.tv_sec != 0 || due.tv_nsec != 0) {
 		due.tv_nsec += pace_us * 1000L;
 		due.tv_sec += due.tv_nsec / 1000000000L;
@@ -125,6 +146,7 @@ int main(void)
 {
 	const char *env = getenv("NW_INSTANT_CHECKS");
 	const char *us = getenv("NW_INSTANT_US");
+	const char *pipe_env = getenv("NW_INSTANT_PIPELINE");
 	unsigned checks = env ? (unsigned)atoi(env) : 64;
 	char *line = malloc(LINE_MAX_BYTES + 2);
 	static const char bye[] = "{\"op\":\"bye\"}\n";
@@ -136,6 +158,10 @@ int main(void)
 	if (checks < 1 || checks > CHECKS_MAX)
 		checks = 64;
 	pace_us = us ? atol(us) : 0;
+	pipeline = pipe_env && *pipe_env ? atol(pipe_env) : 2;
+	from_request = getenv("NW_INSTANT_FROM") && strcmp(getenv("NW_INSTANT_FROM"), "request") == 0;
+	if (pipeline < 1 || pipeline > 1024)
+		pipeline = 1;
 	if (pace_us < 0 || pace_us > PACE_MAX_US)
 		pace_us = 0;
 	while (fgets(line, LINE_MAX_BYTES + 2, stdin)) {

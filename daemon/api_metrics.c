@@ -137,7 +137,7 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	const struct nwd_metrics *m = &p->d->metrics;
 	struct text t = {0};
 	static const char *const builds[] = {"ok", "failed", "timeout", "no_runner"};
-	double in_state[SLOT_STATES] = {0}, in_trial = 0; /* summed over slots */
+	double in_state[SLOT_STATES] = {0}, in_trial = 0, ahead = 0; /* summed over slots */
 
 	add(&t,
 	    "# HELP numwatch_up Whether numwatchd is serving.\n# TYPE numwatch_up gauge\nnumwatch_up 1\n");
@@ -164,6 +164,7 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 		for (int k = 0; k < SLOT_STATES; k++)
 			in_state[k] += st.state_s[k];
 		in_trial += st.trial_s;
+		ahead += st.ahead_s;
 	}
 	add(&t, "# HELP numwatch_slot_seconds_total Time the slots spent in each state, summed over "
 		"slots.\n"
@@ -175,6 +176,16 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	    "'running'), summed over slots.\n# TYPE numwatch_slot_trial_seconds_total counter\n"
 	    "numwatch_slot_trial_seconds_total %.3f\n",
 	    in_trial);
+	add(&t,
+	    "# HELP numwatch_slot_ahead_seconds_total Time the slots had a second trial request waiting "
+	    "behind the trial in flight (a runner's pipeline), summed over slots.\n"
+	    "# TYPE numwatch_slot_ahead_seconds_total counter\nnumwatch_slot_ahead_seconds_total %.3f\n",
+	    ahead);
+	add(&t,
+	    "# HELP numwatch_trials_resent_total Trial requests sent behind one that was not answered (a "
+	    "crash, a timeout), sent again: never stored.\n"
+	    "# TYPE numwatch_trials_resent_total counter\nnumwatch_trials_resent_total %llu\n",
+	    m->trials_resent);
 	add(&t, "# HELP numwatch_builds_total Builds by status.\n# TYPE numwatch_builds_total counter\n");
 	for (int i = 0; i < 4; i++)
 		add(&t, "numwatch_builds_total{status=\"%s\"} %llu\n", builds[i], m->builds[i]);

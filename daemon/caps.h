@@ -22,6 +22,17 @@
 #define NW_PROTO_NAME_MAX 64
 /* Free text in protocol messages (error texts, runner and device names). */
 #define NW_PROTO_TEXT_MAX 1024
+/*
+ * A hello's "pipeline" (trial requests a runner takes outstanding) is read up
+ * to this; the daemon sends at most NW_SLOT_PIPELINE_MAX of them (slot.c).
+ */
+#define NW_PROTO_PIPELINE_MAX 1024
+/*
+ * Trial requests a slot keeps outstanding at a runner that declares a
+ * pipeline (issue 18): one ahead of the trial that runs hides the daemon's
+ * round trip; more would only hold more seeds out of other runners' reach.
+ */
+#define NW_SLOT_PIPELINE_MAX 2
 
 /* Captured output of a child process (build log, runner stderr, git). */
 #define NW_CAPTURE_MAX (256 * 1024)

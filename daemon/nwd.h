@@ -29,6 +29,8 @@ struct nwd_metrics {
 	unsigned long long build_count;
 	double build_seconds;
 	unsigned long long runner_restarts;
+	/* Trial requests sent behind one that was not answered (a pipeline), sent again: none stored. */
+	unsigned long long trials_resent;
 };
 extern const double nwd_build_bucket_le[NWD_BUILD_BUCKETS];
 

@@ -831,7 +831,7 @@ static int parse_device(json_t *root, struct proto_hello *out, char *err, size_t
 
 int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen)
 {
-	long long protocol = 0;
+	long long protocol = 0, pipeline = 1;
 	json_t *root = NULL, *checks, *item;
 	size_t i, j;
 	int r;
@@ -861,6 +861,8 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 	    (r = parse_device(root, out, err, errlen)) < 0 ||
 	    (r = get_string(root, "", "repro", false, STR_COMMAND, out->repro, sizeof(out->repro), err,
 			    errlen)) < 0 ||
+	    (r = get_integer(root, "", "pipeline", false, 1, NW_PROTO_PIPELINE_MAX, &pipeline, err, errlen)) <
+		0 ||
 	    (r = get_array(root, "", "checks", true, NW_PROTO_CHECKS_MAX, &checks, err, errlen)) < 0)
 		goto out;
 	/* A command without the seed would print one trial for every failing seed. */
@@ -890,6 +892,7 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 		}
 		out->nchecks++;
 	}
+	out->pipeline = (unsigned)pipeline;
 	r = 0;
 out:
 	json_decref(root);

@@ -39,6 +39,12 @@ struct proto_hello {
 	 * and {runs} placeholders; "" when it declares none.
 	 */
 	char repro[NW_PROTO_TEXT_MAX];
+	/*
+	 * Trial requests the runner takes outstanding (its "pipeline"): it reads
+	 * them as lines from a stream and answers them in order. 1 when it
+	 * declares none: one request at a time, as every version-1 runner.
+	 */
+	unsigned pipeline;
 	struct proto_check *checks; /* owned; freed by proto_hello_release() */
 	unsigned nchecks;
 };

@@ -68,6 +68,7 @@ struct seed_rec {
 	int next_attempt;
 	double worst_ratio;
 	double first_ratio; /* the first run's ratio, for the drift test */
+	bool sent;          /* in a request awaiting its answer: not picked again (pipeline) */
 };
 
 /* A job this slot holds and what its seeds came to: the one it runs, or the one it claimed ahead. */
@@ -134,6 +135,9 @@ struct slot {
 	/* Where the slot's time goes (/metrics): per state, and with a trial in flight. */
 	uint64_t state_since, state_ns[SLOT_STATES];
 	uint64_t trial_since, trial_ns;
+	/* With a request waiting behind the trial in flight (queued: a pipeline). */
+	uint64_t ahead_since, ahead_ns;
+
 	uv_timer_t wake;      /* claim polling and restart backoff */
 	uv_timer_t deadline;  /* hello or trial deadline */
 	uv_timer_t lease;     /* renews the leases of the jobs it holds */
@@ -178,7 +182,20 @@ struct slot {
 	unsigned hello_seq, declared_seq;
 	long long declared_job;
 	bool declared;
-	long req_id;
+	long req_id;  /* the last request sent */
+	long head_id; /* the request whose answer comes next: the trial in flight (cur) */
+	/*
+	 * A runner that declares a pipeline (issue 18) has the next first run's
+	 * request in its pipe while it runs the head's: its seed index, attempt
+	 * and id. It becomes the head when the head's answer comes; where the
+	 * head ends otherwise (crash, timeout, fatal answer, protocol fault,
+	 * lease loss, drain), it was not answered and its seed goes back
+	 * (unsend()): sent again, never stored.
+	 */
+	bool queued;
+	unsigned q_cur;
+	int q_attempt;
+	long q_id;
 	char runner_tool[16]; /* the sanitizer tool the runner runs under, "" for none */
 	size_t san_mark;      /* stderr offset at the start of the trial in flight */
 	enum sanitizer_status san_status;
@@ -215,9 +232,32 @@ static void trial_ended(struct slot *s)
 	s->in_trial = false;
 }
 
+/*
+ * The request behind the head will not be answered (the runner stops, or the
+ * job ends here): its seed goes back to be picked again, on the next runner
+ * or by whoever takes the job. Nothing of it is stored: the runner never
+ * answered it, and the seed's trial is the one sent again.
+ */
+static void unsend(struct slot *s)
+{
+	if (!s->queued)
+		return;
+	s->queued = false;
+	s->ahead_ns += uv_hrtime() - s->ahead_since;
+	if (s->q_cur < s->w.nseeds) {
+		s->w.seeds[s->q_cur].sent = false;
+		log_debug(
+		    "slot %s: %.12s %s %s seed %llu: its request, behind one that was not answered, goes"
+		    " back (sent again)",
+		    s->cfg.name, s->w.job.sha, s->w.job.check, s->w.job.dtype, s->w.seeds[s->q_cur].seed);
+	}
+	s->d->metrics.trials_resent++;
+}
+
 /* Stops talking to the runner: its group is killed, and its end awaited only as s->dying. */
 static void drop_runner(struct slot *s)
 {
+	unsend(s);
 	uv_timer_stop(&s->deadline);
 	trial_ended(s);
 	s->runner_ready = false;
@@ -312,6 +352,7 @@ static void record(struct slot *s, enum outcome outcome, const struct proto_tria
 
 	/* The deadline timer is left to run out: on_deadline() finds nothing due (issue 18). */
 	trial_ended(s);
+	rec->sent = false;
 	if (store_add_trial(s->d->store, &row) < 0)
 		log_error("slot %s: out of memory storing a trial", s->cfg.name);
 	s->trials++;
@@ -531,7 +572,7 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 	struct proto_trial t = {0};
 	enum outcome outcome;
 	char err[256];
-	int rc = proto_parse_trial(line, len, s->req_id, &t, err, sizeof(err));
+	int rc = proto_parse_trial(line, len, s->head_id, &t, err, sizeof(err));
 
 	if (rc < 0) {
 		proto_trial_release(&t);
@@ -656,6 +697,7 @@ static void on_runner_done(struct proc *p, const struct proc_result *r, void *da
 		return; /* a runner we dropped on purpose */
 	s->runner = NULL;
 	s->runner_ready = false;
+	unsend(s); /* the head's end below is recorded as ever; the request behind it goes back */
 	/* Stored and logged: valid UTF-8 (the cut may split a character), no NUL or control bytes. */
 	proto_clean_text(tail, sizeof(tail), r->err + r->err_len - tail_len, tail_len, true);
 	if (r->term_signal)
@@ -774,6 +816,23 @@ static int start_runner(struct slot *s)
 	return 0;
 }
 
+/*
+ * The next seed whose first run is neither done nor in a request awaiting its
+ * answer. Past the cursor it steps over the seeds in flight (at most
+ * NW_SLOT_PIPELINE_MAX) and, in a job resumed with gaps, seeds already run.
+ */
+static bool pick_first_run(struct slot *s, unsigned *index)
+{
+	while (s->next_first < s->w.nseeds && s->w.seeds[s->next_first].v.first != OUTCOME_NONE)
+		s->next_first++;
+	for (unsigned i = s->next_first; i < s->w.nseeds; i++)
+		if (s->w.seeds[i].v.first == OUTCOME_NONE && !s->w.seeds[i].sent) {
+			*index = i;
+			return true;
+		}
+	return false;
+}
+
 /* The next seed to run: every seed once, then (for a plan) reruns of seeds that failed once. */
 static bool pick_seed(struct slot *s, unsigned *index)
 {
@@ -791,10 +850,12 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	 */
 	while (s->next_first < s->w.nseeds && s->w.seeds[s->next_first].v.first != OUTCOME_NONE)
 		s->next_first++;
-	if (s->next_first < s->w.nseeds) {
+	if (s->next_first < s->w.nseeds && !s->w.seeds[s->next_first].sent) {
 		*index = s->next_first;
 		return true;
 	}
+	if (s->next_first < s->w.nseeds)
+		return pick_first_run(s, index);
 	while (s->w.plan && s->next_rerun < s->w.nseeds &&
 	       !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
 		s->next_rerun++;
@@ -832,12 +893,91 @@ static bool runner_declares(struct slot *s)
 	return s->declared;
 }
 
-static void advance(struct slot *s)
+/* Writes a trial request for seeds[seed] at its next attempt; its id is s->req_id. */
+static int send_trial(struct slot *s, unsigned seed)
 {
 	char req[NW_PROTO_REQUEST_MAX], *line;
-	uint64_t timeout;
-	unsigned seed;
 	size_t len;
+
+	s->req_id++;
+	/* Written on the stack (no allocation at every trial), or by proto_trial_request() when it cannot be. */
+	len = proto_trial_request_buf(req, sizeof(req), s->req_id, s->w.job.check, s->w.job.dtype,
+				      s->w.seeds[seed].seed, s->d->cfg.repeats);
+	line = len ? NULL
+		   : proto_trial_request(s->req_id, s->w.job.check, s->w.job.dtype, s->w.seeds[seed].seed,
+					 s->d->cfg.repeats, NULL);
+	if (!len && !line) {
+		s->req_id--;
+		return -ENOMEM;
+	}
+	s->w.seeds[seed].sent = true;
+	if (proc_write(s->runner, len ? req : line, len ? len : strlen(line)) < 0)
+		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
+	free(line);
+	return 0;
+}
+
+/*
+ * The trial in flight (cur) is the head from now on: the runner's answer is
+ * awaited for it, and its deadline counts from here. A request sent behind
+ * an earlier one becomes the head when that one's answer comes, so a slow
+ * trial does not eat the time of the one behind it.
+ */
+static void head_starts(struct slot *s)
+{
+	uint64_t timeout = (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
+			   (s->w.job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1);
+
+	s->in_trial = true;
+	s->trial_since = uv_hrtime();
+	s->stray = 0;
+	s->san_mark = proc_err_total(s->runner);
+	s->san_status = SANITIZER_CLEAN;
+	s->due_ms = uv_now(s->d->loop) + timeout;
+	/*
+	 * The timer still set for an earlier trial runs out first, and
+	 * on_deadline() sets it again for this one: no timer restarted at
+	 * every trial (issue 18). One set for later than this trial's deadline
+	 * (a sanitizer's longer one) is set again now.
+	 */
+	if (!uv_is_active((uv_handle_t *)&s->deadline) || uv_timer_get_due_in(&s->deadline) > timeout)
+		uv_timer_start(&s->deadline, on_deadline, timeout, 0);
+}
+
+/*
+ * Whether the job's next request may go out before the answer to the one in
+ * flight: only where no answer can change what is sent (issue 18). A
+ * search probe (stop_on_failure) ends at its first failure, so its probes
+ * run one trial at a time and their counts stay what they were; a
+ * sanitizer's report is read from stderr between one request and the next;
+ * reruns depend on first runs' results (pick_first_run() takes first runs only).
+ */
+static bool may_send_ahead(const struct slot *s)
+{
+	return NW_SLOT_PIPELINE_MAX >= 2 && s->hello.pipeline >= 2 && s->in_trial && !s->queued &&
+	       !s->w.job.stop_on_failure && !s->w.job.tool[0] && !s->san_stop && !s->w.lease_lost &&
+	       !s->draining;
+}
+
+/* A runner that declares a pipeline gets the next first run while it runs the head's. */
+static void send_ahead(struct slot *s)
+{
+	unsigned seed;
+
+	if (!may_send_ahead(s) || !pick_first_run(s, &seed))
+		return;
+	if (send_trial(s, seed) < 0)
+		return; /* out of memory: the seed is sent after the head's answer instead */
+	s->queued = true;
+	s->q_cur = seed;
+	s->q_attempt = s->w.seeds[seed].next_attempt;
+	s->q_id = s->req_id;
+	s->ahead_since = uv_hrtime();
+}
+
+static void advance(struct slot *s)
+{
+	unsigned seed;
 
 	if (!s->has_job || s->state != SLOT_RUNNING || s->in_trial)
 		return;
@@ -848,11 +988,24 @@ static void advance(struct slot *s)
 		return;
 	}
 	if (s->draining) {
+		unsend(s); /* the job goes back: whoever takes it runs that seed */
 		jobs_release(s->d, s->w.job.id);
 		work_release(&s->w);
 		s->has_job = false;
 		set_state(s, SLOT_IDLE);
 		slot_drain(s);
+		return;
+	}
+	if (s->queued) {
+		/* The request sent behind the head's answer is the head now, and the next goes behind it. */
+		s->queued = false;
+		s->ahead_ns += uv_hrtime() - s->ahead_since;
+		s->cur = s->q_cur;
+		s->cur_attempt = s->q_attempt;
+		s->head_id = s->q_id;
+		head_starts(s);
+		maybe_claim_ahead(s);
+		send_ahead(s);
 		return;
 	}
 	if (!pick_seed(s, &seed)) {
@@ -884,37 +1037,16 @@ static void advance(struct slot *s)
 		return;
 	}
 	maybe_claim_ahead(s);
-	s->req_id++;
-	/* Written on the stack (no allocation at every trial), or by proto_trial_request() when it cannot be. */
-	len = proto_trial_request_buf(req, sizeof(req), s->req_id, s->w.job.check, s->w.job.dtype,
-				      s->w.seeds[seed].seed, s->d->cfg.repeats);
-	line = len ? NULL
-		   : proto_trial_request(s->req_id, s->w.job.check, s->w.job.dtype, s->w.seeds[seed].seed,
-					 s->d->cfg.repeats, NULL);
-	if (!len && !line) {
+	/* The head's state before its request: the runner's stderr from here on is this trial's. */
+	head_starts(s);
+	if (send_trial(s, seed) < 0) {
 		log_error("slot %s: out of memory", s->cfg.name);
+		trial_ended(s);
 		restart_later(s);
 		return;
 	}
-	s->in_trial = true;
-	s->trial_since = uv_hrtime();
-	s->stray = 0;
-	s->san_mark = proc_err_total(s->runner);
-	s->san_status = SANITIZER_CLEAN;
-	timeout = (uint64_t)s->d->cfg.trial_timeout_s * 1000 *
-		  (s->w.job.tool[0] ? s->d->cfg.sanitizer_timeout_factor : 1);
-	s->due_ms = uv_now(s->d->loop) + timeout;
-	/*
-	 * The timer still set for an earlier trial runs out first, and
-	 * on_deadline() sets it again for this one: no timer restarted at
-	 * every trial (issue 18). One set for later than this trial's deadline
-	 * (a sanitizer's longer one) is set again now.
-	 */
-	if (!uv_is_active((uv_handle_t *)&s->deadline) || uv_timer_get_due_in(&s->deadline) > timeout)
-		uv_timer_start(&s->deadline, on_deadline, timeout, 0);
-	if (proc_write(s->runner, len ? req : line, len ? len : strlen(line)) < 0)
-		log_debug("slot %s: write to runner failed; waiting for its exit", s->cfg.name);
-	free(line);
+	s->head_id = s->req_id;
+	send_ahead(s);
 }
 
 static void on_renewed(long long job_id, bool held, void *data)
@@ -1260,6 +1392,7 @@ static void take_ahead(struct slot *s)
 /* The slot's job is over (its end written or on its way, or the job given back): the next one. */
 static void job_done(struct slot *s)
 {
+	unsend(s); /* a request behind the last answer, where the job ends before it (its lease lost) */
 	work_release(&s->w);
 	s->san_stop = false;
 	s->has_job = false;
@@ -1752,6 +1885,7 @@ void slot_status(const struct slot *s, struct slot_status *out)
 			out->state_s[i] =
 			    (double)(s->state_ns[i] + (i == (int)s->state ? now - s->state_since : 0)) / 1e9;
 		out->trial_s = (double)(s->trial_ns + (s->in_trial ? now - s->trial_since : 0)) / 1e9;
+		out->ahead_s = (double)(s->ahead_ns + (s->queued ? now - s->ahead_since : 0)) / 1e9;
 	}
 }
 

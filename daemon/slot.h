@@ -41,6 +41,8 @@ struct slot_status {
 	unsigned long long trials;
 	double state_s[SLOT_STATES]; /* seconds in each state since the start (slot_state_name) */
 	double trial_s;              /* seconds with a trial in flight */
+	/* seconds with a second request waiting behind the trial in flight (a pipeline, issue 18) */
+	double ahead_s;
 };
 void slot_status(const struct slot *s, struct slot_status *out);
 const char *slot_state_name(int state);

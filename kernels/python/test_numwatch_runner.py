@@ -454,6 +454,21 @@ class ProtocolTest(unittest.TestCase):
         p.ask({"op": "bye"})
         self.assertEqual(p.close()[0], 0)
 
+    def test_pipeline_requests_waiting_are_answered_in_order(self):
+        """The hello declares "pipeline": 2; requests written before the answers come are each
+        answered once, in order (the daemon writes the next trial while one runs, issue 18)."""
+        p = Proc([sys.executable, os.path.join(HERE, "example_runner.py")])
+        self.addCleanup(p.kill)
+        self.assertEqual(p.ask({"op": "hello", "protocol": 1})["pipeline"], 2)
+        reqs = [{"op": "trial", "id": 40 + seed, "check": "rmsnorm.fwd", "dtype": "f32", "seed": seed}
+                for seed in range(3)]
+        p.p.stdin.write("".join(json.dumps(r) + "\n" for r in reqs).encode())
+        p.p.stdin.flush()
+        ids = [strict_json(p.p.stdout.readline())["id"] for _ in reqs]
+        self.assertEqual(ids, [40, 41, 42])
+        p.ask({"op": "bye"})
+        self.assertEqual(p.close()[0], 0)
+
     def test_command_line(self):
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         out = subprocess.run([sys.executable, "-m", "numwatch_runner.example", "--check", "rmsnorm.fwd", "--dtype",

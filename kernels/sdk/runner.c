@@ -59,9 +59,16 @@ json_t *nw_runner_hello(void)
 				      c->pass, "dtypes", string_list(dtypes, nd), "deterministic",
 				      c->deterministic, "families", string_list(c->families, c->nfamilies)));
 	}
-	hello = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "op", "hello", "protocol", NW_RUNNER_PROTOCOL,
-			  "runner", nw_runner_name, "device", device ? device : json_object(), "checks",
-			  checks ? checks : json_array(), "gen", NW_GEN_VERSION);
+	/*
+	 * "pipeline": the protocol loop (runner_main.c) reads requests as lines
+	 * from stdin's buffered stream and answers them in order, so the daemon
+	 * may send the next trial while this one runs, its turnaround hidden
+	 * behind the trial (issue 18).
+	 */
+	hello =
+	    json_pack("{s:s, s:i, s:s, s:o, s:o, s:i, s:i}", "op", "hello", "protocol", NW_RUNNER_PROTOCOL,
+		      "runner", nw_runner_name, "device", device ? device : json_object(), "checks",
+		      checks ? checks : json_array(), "gen", NW_GEN_VERSION, "pipeline", NW_RUNNER_PIPELINE);
 	return hello;
 }
 

@@ -14,6 +14,8 @@
 #include "numwatch_check.h"
 
 #define NW_RUNNER_PROTOCOL 1
+/* Trial requests the runner takes outstanding (its hello's "pipeline"): read in order from stdin. */
+#define NW_RUNNER_PIPELINE 2
 /* Longest request or response line, '\n' excluded (PROTOCOL.md). */
 #define NW_LINE_MAX (1024 * 1024)
 

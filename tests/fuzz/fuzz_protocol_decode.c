@@ -41,6 +41,9 @@ static void check_hello(const struct proto_hello *h)
 
 	if (h->protocol != PROTO_VERSION || h->nchecks > NW_PROTO_CHECKS_MAX)
 		fuzz_fail("hello: protocol %d, %u checks", h->protocol, h->nchecks);
+	/* The slot sends ahead where pipeline >= 2: a hello taken has 1 to NW_PROTO_PIPELINE_MAX. */
+	if (h->pipeline < 1 || h->pipeline > NW_PROTO_PIPELINE_MAX)
+		fuzz_fail("hello: pipeline %u", h->pipeline);
 	if (!fuzz_terminated(h->runner, sizeof(h->runner)) ||
 	    !fuzz_terminated(h->backend, sizeof(h->backend)) ||
 	    !fuzz_terminated(h->device_name, sizeof(h->device_name)) ||

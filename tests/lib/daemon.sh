@@ -21,6 +21,9 @@
 #                                one: odd seeds' inputs change, see fake-runner), port
 #                                $NW_PORT; EXTRA (lines of config, e.g.
 #                                "[verdict]\nalpha = 0.005") is appended
+#                                NW_FAKE_PIPELINE (and NW_FAKE_HOLD), where the test's
+#                                environment sets it, goes to the runners ([slots] env):
+#                                a fake runner that declares a pipeline (fake-runner)
 #   nw_fleet_start DIR NAME...   several daemons on one database: starts numwatchd (or
 #                                $NUMWATCHD) on DIR/NAME/nw.conf for each NAME, logging to
 #                                DIR/NAME/daemon.log (pids in NW_FLEET_PID[NAME]); each is
@@ -232,7 +235,8 @@ command = test ! -e broken && r="\$NUMWATCH_BUILD_DIR/numwatch-runner-host" && c
 per_commit = $4
 max = $5
 [slots]
-slots = host, host
+slots = host, host${NW_FAKE_PIPELINE:+
+env = NW_FAKE_PIPELINE=$NW_FAKE_PIPELINE${NW_FAKE_HOLD:+ NW_FAKE_HOLD=$NW_FAKE_HOLD}}
 [http]
 port = $NW_PORT
 CONF

@@ -258,6 +258,52 @@ static void test_hello_repro(void **state)
 	}
 }
 
+/*
+ * The optional "pipeline" of the hello (issue 18): how many trial requests the
+ * runner takes outstanding. Absent or null: 1, one at a time, as every
+ * version-1 runner; a count of 0, a negative one, a fraction or a string is refused.
+ */
+static void test_hello_pipeline(void **state)
+{
+	static const struct {
+		const char *line;
+		unsigned pipeline;
+	} ok[] = {
+	    {"{\"op\":\"hello\",\"protocol\":1,\"checks\":[]}", 1},
+	    {"{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":null}", 1},
+	    {"{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":1}", 1},
+	    {"{\"op\":\"hello\",\"protocol\":1,\"pipeline\":2,\"checks\":[]}", 2},
+	    /* More than the daemon uses is no error: it sends at most two (slot.c). */
+	    {"{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":1024}", 1024},
+	};
+	struct proto_hello h;
+	char err[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		assert_int_equal(proto_parse_hello(ok[i].line, strlen(ok[i].line), &h, err, sizeof(err)), 0);
+		if (h.pipeline != ok[i].pipeline)
+			print_error("line %s: pipeline %u, expected %u\n", ok[i].line, h.pipeline,
+				    ok[i].pipeline);
+		assert_int_equal(h.pipeline, ok[i].pipeline);
+		proto_hello_release(&h);
+	}
+	assert_int_equal(proto_parse_hello(hello_example, strlen(hello_example), &h, err, sizeof(err)), 0);
+	assert_int_equal(h.pipeline, 1);
+	proto_hello_release(&h);
+
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":0}",
+		    "field 'pipeline' is out of range (0, expected 1 to 1024)");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":-2}",
+		    "field 'pipeline' is out of range (-2, expected 1 to 1024)");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":1025}",
+		    "field 'pipeline' is out of range (1025, expected 1 to 1024)");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":2.0}",
+		    "field 'pipeline' must be an integer");
+	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":\"2\"}",
+		    "field 'pipeline' must be an integer");
+}
+
 static void test_trial_example(void **state)
 {
 	struct proto_trial t;
@@ -1288,6 +1334,7 @@ int main(void)
 	    cmocka_unit_test(test_requests),
 	    cmocka_unit_test(test_hello_example),
 	    cmocka_unit_test(test_hello_repro),
+	    cmocka_unit_test(test_hello_pipeline),
 	    cmocka_unit_test(test_trial_example),
 	    cmocka_unit_test(test_error_example),
 	    cmocka_unit_test(test_bye),

@@ -1002,6 +1002,8 @@ static void test_runner_hello(void **state)
 	assert_false(quit);
 	assert_string_equal(json_string_value(json_object_get(a, "op")), "hello");
 	assert_int_equal(json_integer_value(json_object_get(a, "protocol")), 1);
+	/* The next request may wait in its pipe while a trial runs (issue 18). */
+	assert_int_equal(json_integer_value(json_object_get(a, "pipeline")), NW_RUNNER_PIPELINE);
 	assert_string_equal(json_string_value(json_object_get(json_object_get(a, "device"), "backend")),
 			    "host");
 	assert_true(json_is_string(json_object_get(a, "runner")));

@@ -194,6 +194,9 @@ class Runner:
             "device": device,
             "checks": [self.checks[n].declaration() for n in self.order],
             "gen": GEN_VERSION,
+            # Requests are lines read in order from a buffered stream: the daemon may send the
+            # next trial while this one runs, and hides its own turnaround behind it (issue 18).
+            "pipeline": 2,
         }
         if self.repro:
             hello["repro"] = self.repro
