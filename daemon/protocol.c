@@ -829,6 +829,25 @@ static int parse_device(json_t *root, struct proto_hello *out, char *err, size_t
 	return 0;
 }
 
+/*
+ * The hello's "pipeline" (protocol.h): read leniently, since a version-1
+ * runner may carry the field from before it had a meaning.
+ */
+static long long pipeline_of(json_t *root, bool *ignored)
+{
+	json_t *v = json_object_get(root, "pipeline");
+	long long n;
+
+	*ignored = false;
+	if (!v || json_is_null(v))
+		return 1;
+	if (!json_is_integer(v) || (n = json_integer_value(v)) < 1) {
+		*ignored = true;
+		return 1;
+	}
+	return n > NW_PROTO_PIPELINE_MAX ? NW_PROTO_PIPELINE_MAX : n;
+}
+
 int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, char *err, size_t errlen)
 {
 	long long protocol = 0, pipeline = 1;
@@ -861,8 +880,6 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 	    (r = parse_device(root, out, err, errlen)) < 0 ||
 	    (r = get_string(root, "", "repro", false, STR_COMMAND, out->repro, sizeof(out->repro), err,
 			    errlen)) < 0 ||
-	    (r = get_integer(root, "", "pipeline", false, 1, NW_PROTO_PIPELINE_MAX, &pipeline, err, errlen)) <
-		0 ||
 	    (r = get_array(root, "", "checks", true, NW_PROTO_CHECKS_MAX, &checks, err, errlen)) < 0)
 		goto out;
 	/* A command without the seed would print one trial for every failing seed. */
@@ -892,6 +909,7 @@ int proto_parse_hello(const char *line, size_t len, struct proto_hello *out, cha
 		}
 		out->nchecks++;
 	}
+	pipeline = pipeline_of(root, &out->pipeline_ignored);
 	out->pipeline = (unsigned)pipeline;
 	r = 0;
 out:

@@ -43,8 +43,12 @@ struct proto_hello {
 	 * Trial requests the runner takes outstanding (its "pipeline"): it reads
 	 * them as lines from a stream and answers them in order. 1 when it
 	 * declares none: one request at a time, as every version-1 runner.
+	 * Before the field had a meaning it was an unknown field, ignored: a value
+	 * that is not an integer of 1 or more is read as 1 (pipeline_ignored set,
+	 * for a warning), and one above NW_PROTO_PIPELINE_MAX as the maximum.
 	 */
 	unsigned pipeline;
+	bool pipeline_ignored;
 	struct proto_check *checks; /* owned; freed by proto_hello_release() */
 	unsigned nchecks;
 };

@@ -196,6 +196,14 @@ struct slot {
 	unsigned q_cur;
 	int q_attempt;
 	long q_id;
+	/*
+	 * Whether the head was sent ahead, and whether a runner of this commit
+	 * answered one such request yet. A runner that declares a pipeline but reads one line
+	 * at a time (and drops the rest) never answers a request sent ahead:
+	 * its first one is not a timeout of the commit's but the runner's fault,
+	 * and this commit's runners get one request at a time (ahead_off).
+	 */
+	bool head_ahead, ahead_answered, ahead_off;
 	char runner_tool[16]; /* the sanitizer tool the runner runs under, "" for none */
 	size_t san_mark;      /* stderr offset at the start of the trial in flight */
 	enum sanitizer_status san_status;
@@ -454,6 +462,13 @@ static void protocol_fault(struct slot *s, const char *line, size_t len, const c
 	if (s->state == SLOT_STARTING)
 		hello_failed(s, why);
 	else if (s->in_trial) {
+		/* A first request sent ahead answered wrongly: a runner that drops what waits in its pipe. */
+		if (s->head_ahead && !s->ahead_answered) {
+			log_warn("slot %s: %.12s: the runner declares a pipeline of %u but did not answer the"
+				 " first request sent ahead; this commit's runners get one request at a time",
+				 s->cfg.name, s->w.job.sha, s->hello.pipeline);
+			s->ahead_off = true;
+		}
 		record(s, OUTCOME_INFRA_ERROR, NULL, why);
 		strike(s, why);
 	} else {
@@ -504,6 +519,17 @@ static void on_deadline(uv_timer_t *t)
 		hello_failed(s, why);
 		return;
 	}
+	if (s->head_ahead && !s->ahead_answered) {
+		snprintf(why, sizeof(why),
+			 "no answer within %u s to the first request sent behind another: the runner declares"
+			 " a pipeline of %u but may read one line at a time; this commit's runners get one"
+			 " request at a time from now on",
+			 limit, s->hello.pipeline);
+		s->ahead_off = true;
+		record(s, OUTCOME_INFRA_ERROR, NULL, why);
+		strike(s, why);
+		return;
+	}
 	snprintf(why, sizeof(why), "no answer within %u s", s->d->cfg.trial_timeout_s);
 	log_warn("slot %s: %.12s %s %s seed %llu: %s", s->cfg.name, s->w.job.sha, s->w.job.check,
 		 s->w.job.dtype, s->w.seeds[s->cur].seed, why);
@@ -524,6 +550,10 @@ static void handle_hello(struct slot *s, const char *line, size_t len)
 	}
 	log_debug("slot %s: runner '%s' (%s, %s) ready for %.12s", s->cfg.name, hello.runner, hello.backend,
 		  hello.device_name, s->w.job.sha);
+	if (hello.pipeline_ignored)
+		log_warn("slot %s: %.12s: the runner's hello has a 'pipeline' that is not a whole number of 1"
+			 " or more; one request at a time",
+			 s->cfg.name, s->w.job.sha);
 	proto_hello_release(&s->hello);
 	s->hello = hello; /* its checks are the slot's now */
 	s->hello_seq++;
@@ -579,6 +609,7 @@ static void handle_trial(struct slot *s, const char *line, size_t len)
 		protocol_fault(s, line, len, err);
 		return;
 	}
+	s->ahead_answered = s->ahead_answered || s->head_ahead;
 	outcome = t.verdict;
 	if (s->w.job.tool[0] && sanitized(s, &outcome, &t)) {
 		proto_trial_release(&t);
@@ -801,6 +832,11 @@ static int start_runner(struct slot *s)
 		hello_failed(s, why);
 		return rc;
 	}
+	if (s->runner_commit != s->w.job.commit_id) {
+		/* Another commit's runner: whether it reads its pipe whole is still to be seen. */
+		s->ahead_off = false;
+		s->ahead_answered = false;
+	}
 	s->runner_commit = s->w.job.commit_id;
 	snprintf(s->runner_tool, sizeof(s->runner_tool), "%s", s->w.job.tool);
 	set_state(s, SLOT_STARTING);
@@ -954,9 +990,9 @@ static void head_starts(struct slot *s)
  */
 static bool may_send_ahead(const struct slot *s)
 {
-	return NW_SLOT_PIPELINE_MAX >= 2 && s->hello.pipeline >= 2 && s->in_trial && !s->queued &&
-	       !s->w.job.stop_on_failure && !s->w.job.tool[0] && !s->san_stop && !s->w.lease_lost &&
-	       !s->draining;
+	return NW_SLOT_PIPELINE_MAX >= 2 && s->hello.pipeline >= 2 && !s->ahead_off && s->in_trial &&
+	       !s->queued && !s->w.job.stop_on_failure && !s->w.job.tool[0] && !s->san_stop &&
+	       !s->w.lease_lost && !s->draining;
 }
 
 /* A runner that declares a pipeline gets the next first run while it runs the head's. */
@@ -988,7 +1024,12 @@ static void advance(struct slot *s)
 		return;
 	}
 	if (s->draining) {
-		unsend(s); /* the job goes back: whoever takes it runs that seed */
+		/*
+		 * The job goes back: whoever takes it runs the seed sent ahead, so
+		 * this runner must not (drop_runner() unsends it and stops it).
+		 */
+		if (s->queued)
+			drop_runner(s);
 		jobs_release(s->d, s->w.job.id);
 		work_release(&s->w);
 		s->has_job = false;
@@ -1003,6 +1044,7 @@ static void advance(struct slot *s)
 		s->cur = s->q_cur;
 		s->cur_attempt = s->q_attempt;
 		s->head_id = s->q_id;
+		s->head_ahead = true;
 		head_starts(s);
 		maybe_claim_ahead(s);
 		send_ahead(s);
@@ -1038,6 +1080,7 @@ static void advance(struct slot *s)
 	}
 	maybe_claim_ahead(s);
 	/* The head's state before its request: the runner's stderr from here on is this trial's. */
+	s->head_ahead = false;
 	head_starts(s);
 	if (send_trial(s, seed) < 0) {
 		log_error("slot %s: out of memory", s->cfg.name);

@@ -108,3 +108,26 @@ done
 resent=$(sed -n 's/^numwatch_trials_resent_total //p' "$work/metrics-pipelined")
 [[ $resent == 3 ]] || fail "numwatch_trials_resent_total is '$resent', expected 3 (one a failure)"
 echo "ok: /metrics counts 3 requests sent again"
+
+# 4. A runner that declares a pipeline but throws away the request waiting behind its trial (one
+# that reads a line per read()): its answer to the next request is not the head's, recorded as
+# the runner's fault (infra_error, a strike), never as a failure of the commit, and that commit's
+# runners get one request at a time from then on: the same verdicts, the same trials but that one.
+export NW_FAKE_DROP_AHEAD=1
+unset NW_FAKE_HOLD
+run dropping
+for i in "${!modes[@]}"; do
+	[[ $(cat "$(build_dir "$i")/dropped" 2>/dev/null) == 1 ]] ||
+		fail "commit $i: the runner did not drop a request sent ahead: '$(cat "$(build_dir "$i")/dropped" 2>/dev/null)'"
+done
+infra=$(pg_psql "SELECT count(*) FROM trials WHERE outcome = 'infra_error'")
+[[ $infra == "${#modes[@]}" ]] || fail "expected one infra_error trial a commit, got $infra"
+grep -q "did not answer the first request sent ahead; this commit's runners get one request at a time" \
+	"$work/daemon-dropping.log" || fail "no log line for the runner that drops requests sent ahead"
+diff -u "$work/outcome-plain" "$work/outcome-dropping" >&2 ||
+	fail "with a runner that drops requests sent ahead, other verdicts than the plain run's (diff above)"
+# Seed, outcome at each commit, the runner's infra_error rows aside (they shift a seed's attempts).
+seeds() { awk '$4 != "infra_error" { print $1, $2, $4 }' "$1"; }
+diff -u <(seeds "$work/trials-plain") <(seeds "$work/trials-dropping") >&2 ||
+	fail "with a runner that drops requests sent ahead, other trials than the plain run's (diff above)"
+echo "ok: a runner that drops what waits in its pipe: one infra_error a commit, then one request at a time; the same verdicts and trials"

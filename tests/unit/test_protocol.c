@@ -261,7 +261,8 @@ static void test_hello_repro(void **state)
 /*
  * The optional "pipeline" of the hello (issue 18): how many trial requests the
  * runner takes outstanding. Absent or null: 1, one at a time, as every
- * version-1 runner; a count of 0, a negative one, a fraction or a string is refused.
+ * version-1 runner; a count of 0, a negative one, a fraction or a string is
+ * read as 1 (flagged for a warning), a larger count than the maximum as it.
  */
 static void test_hello_pipeline(void **state)
 {
@@ -292,16 +293,31 @@ static void test_hello_pipeline(void **state)
 	assert_int_equal(h.pipeline, 1);
 	proto_hello_release(&h);
 
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":0}",
-		    "field 'pipeline' is out of range (0, expected 1 to 1024)");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":-2}",
-		    "field 'pipeline' is out of range (-2, expected 1 to 1024)");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":1025}",
-		    "field 'pipeline' is out of range (1025, expected 1 to 1024)");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":2.0}",
-		    "field 'pipeline' must be an integer");
-	hello_fails("{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":\"2\"}",
-		    "field 'pipeline' must be an integer");
+	/* Unknown before issue 18, so never a reason to refuse a hello: read as 1 and flagged. */
+	{
+		static const char *const odd[] = {
+		    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":0}",
+		    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":-2}",
+		    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":2.0}",
+		    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":\"2\"}",
+		    "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":true}",
+		};
+
+		for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+			assert_int_equal(proto_parse_hello(odd[i], strlen(odd[i]), &h, err, sizeof(err)), 0);
+			assert_int_equal(h.pipeline, 1);
+			assert_true(h.pipeline_ignored);
+			proto_hello_release(&h);
+		}
+	}
+	{
+		const char *big = "{\"op\":\"hello\",\"protocol\":1,\"checks\":[],\"pipeline\":1025}";
+
+		assert_int_equal(proto_parse_hello(big, strlen(big), &h, err, sizeof(err)), 0);
+		assert_int_equal(h.pipeline, NW_PROTO_PIPELINE_MAX);
+		assert_false(h.pipeline_ignored);
+		proto_hello_release(&h);
+	}
 }
 
 static void test_trial_example(void **state)
