@@ -543,6 +543,18 @@ static void close_handle(struct proc *p, uv_handle_t *h)
 		uv_close(h, on_handle_closed);
 }
 
+/* The pipes and timers of p (the process handle is closed apart: it may not be open yet). */
+static void close_handles(struct proc *p)
+{
+	if (p->has_in)
+		close_handle(p, (uv_handle_t *)&p->in);
+	close_handle(p, (uv_handle_t *)&p->out);
+	close_handle(p, (uv_handle_t *)&p->err);
+	close_handle(p, (uv_handle_t *)&p->deadline);
+	close_handle(p, (uv_handle_t *)&p->grace);
+	close_handle(p, (uv_handle_t *)&p->drain);
+}
+
 static void finish(struct proc *p)
 {
 	struct proc_result r = {0};
@@ -566,13 +578,7 @@ static void finish(struct proc *p)
 	r.elapsed_ms = uv_now(p->loop) - p->started_ms;
 	if (p->opts.on_done)
 		p->opts.on_done(p, &r, p->opts.data);
-	if (p->has_in)
-		close_handle(p, (uv_handle_t *)&p->in);
-	close_handle(p, (uv_handle_t *)&p->out);
-	close_handle(p, (uv_handle_t *)&p->err);
-	close_handle(p, (uv_handle_t *)&p->deadline);
-	close_handle(p, (uv_handle_t *)&p->grace);
-	close_handle(p, (uv_handle_t *)&p->drain);
+	close_handles(p);
 	close_handle(p, (uv_handle_t *)&p->process);
 }
 
@@ -860,13 +866,7 @@ fail:
 		close_fd(&err_fds[i]);
 	}
 	p->done = true;
-	if (opts->stdin_pipe)
-		close_handle(p, (uv_handle_t *)&p->in);
-	close_handle(p, (uv_handle_t *)&p->out);
-	close_handle(p, (uv_handle_t *)&p->err);
-	close_handle(p, (uv_handle_t *)&p->deadline);
-	close_handle(p, (uv_handle_t *)&p->grace);
-	close_handle(p, (uv_handle_t *)&p->drain);
+	close_handles(p);
 	return rc;
 }
 

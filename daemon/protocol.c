@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scan8.h"
+
 /* Longest field path quoted in a message ("checks[255].families[31]"). */
 #define FIELD_PATH_MAX 96
 
@@ -1218,18 +1220,6 @@ static bool fast_lit(struct fast *f, const char *lit)
 }
 
 /* A string of printable ASCII without escapes: its bytes are [*s, *s + *n). */
-/* Bytes of the word 'w' (eight at once) that end a plain string: '"', '\\', below 0x20, 0x7f and above. */
-static inline uint64_t fast_string_stops(uint64_t w)
-{
-	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-	uint64_t quote = w ^ (ones * '"'), bslash = w ^ (ones * '\\'), del = w ^ (ones * 0x7f);
-
-	/* The lowest byte flagged is exact (what a borrow flags wrongly lies above a byte flagged rightly). */
-	return (((w - ones * 0x20) & ~w) | w | ((quote - ones) & ~quote) | ((bslash - ones) & ~bslash) |
-		((del - ones) & ~del)) &
-	       highs;
-}
-
 static bool fast_string(struct fast *f, const char **s, size_t *n)
 {
 	const char *p = f->p, *end = f->end, *start;
@@ -1237,20 +1227,8 @@ static bool fast_string(struct fast *f, const char **s, size_t *n)
 	if (p >= end || *p != '"')
 		return false;
 	start = ++p;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	/* Eight bytes at a time while eight are left: the first byte that is not plain ends the run. */
-	while (end - p >= 8) {
-		uint64_t w, stops;
-
-		memcpy(&w, p, sizeof(w));
-		stops = fast_string_stops(w);
-		if (stops) {
-			p += __builtin_ctzll(stops) / 8;
-			break;
-		}
-		p += 8;
-	}
-#endif
+	p = scan8_skip(p, end, '"', '\\', 0x7f);
 	for (; p < end; p++) {
 		unsigned char c = (unsigned char)*p;
 

@@ -12,6 +12,7 @@
 #include "caps.h"
 #include "db.h"
 #include "log.h"
+#include "scan8.h"
 
 #define RETRY_MS 1000
 
@@ -150,16 +151,6 @@ static void put_real(struct text *t, double v)
  * return escaped. Bytes that are not valid UTF-8 (a runner's stderr tail may
  * hold anything) become '?': PostgreSQL would refuse the whole batch.
  */
-/* The bytes of the word 'w' (eight at once) that COPY's text needs escaped or checked: '\\', below 0x20, 0x80 and above. */
-static inline uint64_t needs_care(uint64_t w)
-{
-	const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-	uint64_t bslash = w ^ (ones * '\\');
-
-	/* The lowest byte flagged is exact (what a borrow flags wrongly lies above a byte flagged rightly). */
-	return (((w - ones * 0x20) & ~w) | w | ((bslash - ones) & ~bslash)) & highs;
-}
-
 static void put_text(struct text *t, const char *v)
 {
 	const unsigned char *c = (const unsigned char *)v, *end = c + strlen(v);
@@ -169,19 +160,7 @@ static void put_text(struct text *t, const char *v)
 		size_t n;
 
 		/* Printable ASCII goes in runs, found eight bytes at a time (a trial's tensors: hundreds). */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-		while (end - c >= 8) {
-			uint64_t w, care;
-
-			memcpy(&w, c, sizeof(w));
-			care = needs_care(w);
-			if (care) {
-				c += __builtin_ctzll(care) / 8;
-				break;
-			}
-			c += 8;
-		}
-#endif
+		c = (const unsigned char *)scan8_skip((const char *)c, (const char *)end, '\\', 0, 0);
 		while (*c >= 0x20 && *c < 0x80 && *c != '\\')
 			c++;
 		put(t, (const char *)run, (size_t)(c - run));
