@@ -435,18 +435,7 @@ class TrialTest(unittest.TestCase):
         """A GPU measures a trial's outputs together (rows padded to the longest), the CPU those of
         each size apart: the answers are the same."""
 
-        class TwoSizes(Planted):  # outputs of other sizes: padded rows
-            op = "sizes"
-            outputs = ("y", "s")
-
-            def reference(self, case, x, w):
-                return x * w + 1, (x * x).sum(-1)
-
-            def kernel(self, case, x, w):
-                y = Planted.kernel(self, case, x, w)
-                return (y, (x * x).sum(-1)) if isinstance(y, torch.Tensor) else y
-
-        checks = Planted.both() + TwoSizes.both()
+        checks = Planted.both() + PlantedSizes.both()  # outputs of other sizes: padded rows
         answers = {}
         try:
             for together in (True, False):

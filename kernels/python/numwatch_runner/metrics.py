@@ -52,6 +52,31 @@ def finite_or_none(x):
     return x if math.isfinite(x) else None
 
 
+def tensor_result(name, *, ratio, max_abs, max_rel, max_ulp, nonfinite, ref_nonfinite, unwritten,
+                  canary, excluded, worst, tail, mismatch, plain_max_abs, budget):
+    """One tensor's answer (PROTOCOL.md "trial"), whichever SDK measured it: numbers that are not
+    finite as None, and whether it failed."""
+    return {
+        "name": name,
+        "ratio": finite_or_none(ratio),
+        "max_abs": finite_or_none(max_abs),
+        "max_rel": finite_or_none(max_rel),
+        "max_ulp": max_ulp,
+        "nonfinite": nonfinite,
+        "ref_nonfinite": ref_nonfinite,
+        "unwritten": unwritten,
+        "canary": canary,
+        "excluded": excluded,
+        "worst": worst,
+        "tail": tail,
+        # Beyond version 1's list (the daemon stores unknown fields with the trial):
+        "mismatch": mismatch,
+        "plain_max_abs": finite_or_none(plain_max_abs),
+        "budget": finite_or_none(budget),
+        "failed": not (ratio <= 1.0) or mismatch > 0 or unwritten > 0 or canary > 0,
+    }
+
+
 def _same_class(a, b):
     if a != a or b != b:
         return a != a and b != b
@@ -200,23 +225,8 @@ def compare(
     if idx and tail_width > 1 and shape:
         d = shape[-1]
         tail = idx[-1] >= d - d % tail_width
-    failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
-    return {
-        "name": name,
-        "ratio": finite_or_none(ratio),
-        "max_abs": finite_or_none(max_abs),
-        "max_rel": finite_or_none(max_rel),
-        "max_ulp": max_ulp if ulp else None,
-        "nonfinite": n_nonfinite,
-        "ref_nonfinite": n_ref_nonfinite,
-        "unwritten": n_unwritten,
-        "canary": canary,
-        "excluded": n_excluded,
-        "worst": idx,
-        "tail": tail,
-        # Beyond version 1's list (the daemon stores unknown fields with the trial):
-        "mismatch": n_mismatch,
-        "plain_max_abs": None if fixed else finite_or_none(plain_max),
-        "budget": finite_or_none(budget),
-        "failed": failed,
-    }
+    return tensor_result(name, ratio=ratio, max_abs=max_abs, max_rel=max_rel,
+                         max_ulp=max_ulp if ulp else None, nonfinite=n_nonfinite,
+                         ref_nonfinite=n_ref_nonfinite, unwritten=n_unwritten, canary=canary,
+                         excluded=n_excluded, worst=idx, tail=tail, mismatch=n_mismatch,
+                         plain_max_abs=None if fixed else plain_max, budget=budget)

@@ -70,7 +70,7 @@ import torch
 
 from .check import Check, valid_shape, valid_token, TENSORS_MAX
 from .dtypes import EPS, TINY, has_ulp
-from .metrics import FLOOR_EPS, unravel
+from .metrics import FLOOR_EPS, finite_or_none, tensor_result, unravel
 from .rng import stream_key
 from .runner import FatalError, TrialError
 
@@ -868,26 +868,12 @@ class _Batch:
             if idx and it.tail_width > 1 and shape:
                 dlast = shape[-1]
                 tail = idx[-1] >= dlast - dlast % it.tail_width
-            failed = not (ratio <= 1.0) or n_mismatch > 0 or n_unwritten > 0 or canary > 0
-            fin = _finite_or_none
-            out.append({
-                "name": it.name,
-                "ratio": fin(ratio),
-                "max_abs": fin(max_abs),
-                "max_rel": fin(max_rel),
-                "max_ulp": max_ulp if self.ulp else None,
-                "nonfinite": n_nonfinite,
-                "ref_nonfinite": n_ref_nonfinite,
-                "unwritten": n_unwritten,
-                "canary": canary,
-                "excluded": n_excluded,
-                "worst": idx,
-                "tail": tail,
-                "mismatch": n_mismatch,
-                "plain_max_abs": None if fixed else fin(plain_max),
-                "budget": fin(budget),
-                "failed": failed,
-            })
+            out.append(tensor_result(
+                it.name, ratio=ratio, max_abs=max_abs, max_rel=max_rel,
+                max_ulp=max_ulp if self.ulp else None, nonfinite=n_nonfinite,
+                ref_nonfinite=n_ref_nonfinite, unwritten=n_unwritten, canary=canary,
+                excluded=n_excluded, worst=idx, tail=tail, mismatch=n_mismatch,
+                plain_max_abs=None if fixed else plain_max, budget=budget))
         return out, tails
 
 
@@ -906,13 +892,6 @@ def compare(name, dtype, got, ref, plains=(), shape=None, factor=2.0, floor_eps=
     b.add(name, got, ref, plains, shape, factor, floor_eps, floor_scale, unwritten, exclude, canary, tail_width)
     vals = b.start()
     return b.finish(_host(vals) if vals is not None else [])[0][0]
-
-
-def _finite_or_none(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def digest_tensor(t):
@@ -2447,5 +2426,5 @@ class TorchCheck(Check):
             "tensors": tensors,
             "digest": digest,
             "digests_differ": differ,
-            "kernel_us": _finite_or_none(statistics.median(times)),
+            "kernel_us": finite_or_none(statistics.median(times)),
         }
