@@ -170,12 +170,18 @@ class Gen:
         self.g.manual_seed(stream_key(check, dtype, seed) & ((1 << 63) - 1))
         self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
 
+    #: The 0-dimensional tensor each scalar is drawn into (made by the first).
+    _one = None
+
     def _rand(self, shape):
         return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
 
     # scalars
     def uniform(self, lo=0.0, hi=1.0):
-        return lo + (hi - lo) * float(self._rand(()).item())
+        # torch.rand is uniform_(0, 1) of a new tensor: the same draw into one tensor kept
+        if self._one is None:
+            self._one = torch.empty((), dtype=torch.float64)
+        return lo + (hi - lo) * self._one.uniform_(0.0, 1.0, generator=self.g).item()
 
     def randint(self, lo, hi):
         """Uniform integer in [lo, hi], both included."""
@@ -200,13 +206,14 @@ class Gen:
 
     def uniforms(self, shape, lo=0.0, hi=1.0, dtype=None):
         """Uniform in [lo, hi), rounded to dtype (a name or a torch dtype; None: float64)."""
-        return self._cast(lo + (hi - lo) * self._rand(shape), dtype)
+        return self._cast(_affine(lo, hi - lo, self._rand(shape)), dtype)
 
     def normal(self, shape, dtype=None, mean=0.0, std=1.0):
         """Approximately normal (four uniforms summed and rescaled: |z| < 3.47), rounded to dtype."""
         u = self._rand((4,) + tuple(shape))
-        z = (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * 1.7320508075688772
-        return self._cast(mean + std * z, dtype)
+        # (((u0 + u1) + u2) + u3 - 2) * sqrt(3), in place in u0: the same roundings, no new tensors.
+        z = u[0].add_(u[1]).add_(u[2]).add_(u[3]).sub_(2.0).mul_(1.7320508075688772)
+        return self._cast(_affine(mean, std, z), dtype)
 
     def integers(self, shape, lo, hi):
         """int64 uniform in [lo, hi]."""
@@ -251,12 +258,12 @@ class Gen:
         x = self.normal((rows, cols))
         for r in range(rows):
             k = self.choice(kinds)
-            if k == "offset":
-                x[r] = x[r] + self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4)
+            if k == "offset":  # (in place: the same roundings)
+                x[r].add_(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
             elif k == "spread":
-                x[r] = x[r] * self.uniform(20.0, 80.0)
+                x[r].mul_(self.uniform(20.0, 80.0))
             elif k == "small":
-                x[r] = x[r] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+                x[r].mul_(math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"]))
             elif k == "zeros":
                 x[r] = 0.0
             elif k == "onehot":
@@ -270,6 +277,19 @@ class Gen:
                 if cols:
                     x[r, self.randint(0, cols - 1)] = self.uniform(-1.0, 1.0)
         return self._cast(x, dtype)
+
+
+def _affine(lo, scale, t):
+    """lo + scale * t, in place in the float64 tensor t where lo and scale are numbers, without the
+    steps that change nothing: a multiplication by 1, and an addition of 0 where scale * t holds no
+    -0.0 (scale > 0, and t holds no -0.0: its draws never do), the one value 0 + x changes."""
+    if type(lo) not in (int, float) or type(scale) not in (int, float):
+        return lo + scale * t
+    if scale != 1:
+        t.mul_(scale)
+    if lo != 0 or not scale > 0:
+        t.add_(lo)
+    return t
 
 
 # ---- views and marks ----------------------------------------------------------------------------
