@@ -696,15 +696,42 @@ def _const(kind, device, dtype, n=0):
     return t[:n] if kind == "pad" else t
 
 
-def _padded(ts, width, dtype, device):
+def _padded(ts, width, device):
     """The pieces of one torch.cat() that lays the 1-dimensional tensors ts out as the rows of a
-    (len(ts), width) matrix: each followed by zeros (False for masks) up to width."""
+    (len(ts), width) matrix: each followed by zeros of its dtype (False for masks) up to width."""
     pieces = []
     for t in ts:
         pieces.append(t)
         if t.numel() < width:
-            pieces.append(_const("pad", device, dtype, width - t.numel()))
+            pieces.append(_const("pad", device, t.dtype, width - t.numel()))
     return pieces
+
+
+def _cat_into(pieces, out):
+    """torch.cat(pieces), converted to out's dtype, written into the contiguous tensor out, which
+    must be exactly as long (a cat(out=) of another length would resize it, away from the memory a
+    graph reads). Each run of pieces of one dtype is one cat (and one conversion): torch's CUDA cat
+    joins tensors of the output's dtype in one kernel, but copies each piece by itself (a launch or
+    a memcpy each) when dtypes differ. (Every value converted up to float64: exact.)"""
+    n = sum(t.numel() for t in pieces)
+    if n != out.numel():
+        raise ValueError("%d elements for a tensor of %d" % (n, out.numel()))
+    flat, at, i = out.view(-1), 0, 0
+    while i < len(pieces):
+        j = i + 1
+        while j < len(pieces) and pieces[j].dtype == pieces[i].dtype:
+            j += 1
+        run = [t.reshape(-1) if t.dim() != 1 else t for t in pieces[i:j]]
+        m = sum(t.numel() for t in run)
+        dst = flat if m == n else flat[at:at + m]
+        if len(run) == 1:
+            dst.copy_(run[0])
+        elif run[0].dtype == out.dtype:
+            torch.cat(run, out=dst)
+        else:
+            dst.copy_(torch.cat(run))
+        at, i = at + m, j
+    return out
 
 
 class _Tensor:
@@ -801,9 +828,8 @@ class _Batch:
         parts = []
         self.layout = None
         if L:
-            X = torch.cat(self._x_pieces(L))  # float64 by type promotion: the reference is float64
-            if X.dtype != torch.float64:
-                X = X.to(torch.float64)
+            X = _cat_into(self._x_pieces(L), torch.empty(
+                (2 + (self.nplain or 0)) * len(items) * L, dtype=torch.float64, device=dev))
             unw = exc = None
             if any(it.unwritten is not None for it in items):
                 unw = self._mask_pieces([it.unwritten for it in items], L)
@@ -819,22 +845,15 @@ class _Batch:
         return parts + [t.reshape(-1) for t in tail]
 
     def _x_pieces(self, L):
-        """The pieces of the one cat() that lays the kernel's values, each plain program's and the
-        reference's out as the rows of X (programs, tensors, L), each row padded with zeros to L."""
+        """The pieces of the one cat (_cat_into) that lays the kernel's values, each plain program's
+        and the reference's out as the rows of X (programs, tensors, L), each row padded with zeros
+        of its dtype to L (the kernel's and the plain programs' rows, in the check's dtype, are then
+        one run of the cat, the reference's another)."""
         items = self.items
-        dev = items[0].ref.device
-        pads = [_const("pad", dev, torch.float64, L - it.n) if it.n < L else None for it in items]
-
-        def laid(ts):
-            out = []
-            for t, pad in zip(ts, pads):
-                out += (t,) if pad is None else (t, pad)
-            return out
-
-        pieces = laid([it.got for it in items])
+        rows = [it.got for it in items]
         for j in range(self.nplain or 0):
-            pieces += laid([it.plains[j] for it in items])
-        return pieces + laid([it.ref for it in items])
+            rows += [it.plains[j] for it in items]
+        return _padded(rows + [it.ref for it in items], L, items[0].ref.device)
 
     def _mask_pieces(self, ms, L):
         """The pieces of a cat() of boolean rows of L: each mask padded with False, all False for none."""
@@ -1922,18 +1941,6 @@ class _EmulatedGraph:
         self.out.copy_(self.fn())
 
 
-def _cat_into(pieces, out):
-    """torch.cat(pieces) written into the static tensor out, which must be exactly as long (a
-    cat(out=) of another length would resize it, away from the memory its graph reads)."""
-    n = sum(t.numel() for t in pieces)
-    if n != out.numel():
-        raise ValueError("graph input: %d elements for a static buffer of %d" % (n, out.numel()))
-    if len(pieces) == 1:
-        out.view(-1).copy_(pieces[0].reshape(-1))
-    else:
-        torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in pieces], out=out.view(-1))
-
-
 def _fill(out, scalars):
     """The 1-element tensors scalars written into the 1-dimensional static tensor out: with one
     stack where they are all of out's device and dtype, else one by one."""
@@ -2509,7 +2516,7 @@ class TorchCheck(Check):
                     if not batch_all:
                         digests_dev += [_digest_rows(t.view(1, t.numel())) for t in gots]
                         continue
-                    pieces = _padded(gots, lw, td, gots[0].device)
+                    pieces = _padded(gots, lw, gots[0].device)
                     laid.append(pieces if rep == repeats - 1 else [torch.cat(pieces)])
                     if sum(p[0].numel() for p in laid) >= 1 << 22 and rep < repeats - 1:
                         digests_dev.append(_digest_rows(torch.cat([p[0] for p in laid]).view(
