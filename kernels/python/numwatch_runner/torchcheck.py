@@ -844,16 +844,21 @@ class _Batch:
         self.ntail = [t.numel() for t in tail]
         return parts + [t.reshape(-1) for t in tail]
 
-    def _x_pieces(self, L):
-        """The pieces of the one cat (_cat_into) that lays the kernel's values, each plain program's
-        and the reference's out as the rows of X (programs, tensors, L), each row padded with zeros
-        of its dtype to L (the kernel's and the plain programs' rows, in the check's dtype, are then
-        one run of the cat, the reference's another)."""
+    def _x_rows(self):
+        """The rows of X (programs, tensors, L) before padding: the kernel's and each plain
+        program's (in the check's dtype, as a rule), then the reference's."""
         items = self.items
         rows = [it.got for it in items]
         for j in range(self.nplain or 0):
             rows += [it.plains[j] for it in items]
-        return _padded(rows + [it.ref for it in items], L, items[0].ref.device)
+        return rows, [it.ref for it in items]
+
+    def _x_pieces(self, L):
+        """The pieces of the one cat (_cat_into) that lays the rows of X out, each padded with
+        zeros of its dtype to L (the kernel's and the plain programs' rows are then one run of the
+        cat, the reference's another)."""
+        progs, refs = self._x_rows()
+        return _padded(progs + refs, L, self.items[0].ref.device)
 
     def _mask_pieces(self, ms, L):
         """The pieces of a cat() of boolean rows of L: each mask padded with False, all False for none."""
@@ -1941,20 +1946,10 @@ class _EmulatedGraph:
         self.out.copy_(self.fn())
 
 
-def _fill(out, scalars):
-    """The 1-element tensors scalars written into the 1-dimensional static tensor out: with one
-    stack where they are all of out's device and dtype, else one by one."""
-    if len(scalars) > 1 and all(t.device == out.device and t.dtype == out.dtype for t in scalars):
-        torch.stack([t.reshape(()) for t in scalars], out=out)
-    else:
-        for j, t in enumerate(scalars):
-            out[j].copy_(t.reshape(()))
-
-
 class _Graph:
     """One captured measurement: its static inputs, its output and its decoding layout."""
 
-    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes", "consts")
+    __slots__ = ("key", "impl", "TD", "F", "U", "E", "CN", "layout", "verified", "nbytes", "consts")
 
 
 class _Graphs:
@@ -1998,6 +1993,9 @@ class _Graphs:
         items = batch.items
         T, R = len(items), len(laid)
         dev = items[0].ref.device
+        progs, refs = batch._x_rows()
+        if any(t.dtype != td for t in progs):
+            return None  # (a plain program's rows in another dtype: the static inputs' layout does not hold)
         fs = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         cn = [it.canary for it in items if isinstance(it.canary, torch.Tensor)]
         unw = [it.unwritten for it in items]
@@ -2017,10 +2015,10 @@ class _Graphs:
         if g is None:
             if key in self.too_big:
                 return None
-            # About what it holds: its inputs, and in the pool the float64 rows of the maxima and
-            # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
+            # About what it holds: its inputs, and in the pool X in float64, the float64 rows of the
+            # maxima and some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
             nplain = 2 + (batch.nplain or 0)
-            nbytes = nplain * T * lw * 8 * 2 + T * lw * 8 * 16 + R * T * lw * torch.empty((), dtype=td).element_size()
+            nbytes = nplain * T * lw * 8 * 2 + T * lw * 8 * 17 + (nplain - 1 + R) * T * lw * _element_size(td)
             if nbytes > GRAPH_BYTES_MAX:  # never a graph larger than the budget
                 self.too_big.add(key)
                 return None
@@ -2034,24 +2032,25 @@ class _Graphs:
             if fresh:
                 g = _Graph()
                 g.key, g.verified, g.nbytes = key, 0, nbytes
-                g.X = torch.zeros((nplain, T, lw), dtype=torch.float64, device=dev)
+                # In the check's dtype the rows of X but the reference's, then every repeat's rows
+                # to digest; in float64 the reference's rows, then the floor scales: each written
+                # with one cat, the rest done in the graph.
+                g.TD = torch.zeros((nplain - 1 + R) * T * lw, dtype=td, device=dev)
+                g.F = torch.zeros(T * lw + len(fs), dtype=torch.float64, device=dev)
                 g.U = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_unw else None
                 g.E = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_exc else None
-                g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
                 g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
-                g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
-            _cat_into(batch._x_pieces(lw), g.X)
+            _cat_into(_padded(progs, lw, dev) + [t for p in laid for t in p], g.TD)
+            _cat_into(_padded(refs, lw, dev) + [f.reshape(1) if f.device == dev else f.reshape(1).to(dev) for f in fs],
+                      g.F)
             if has_unw:
                 _cat_into(batch._mask_pieces(unw, lw), g.U)
             if has_exc:
                 _cat_into(batch._mask_pieces(exc, lw), g.E)
-            if fs:
-                _fill(g.FS, fs)
             if cn:
-                _fill(g.CN, cn)
-            _cat_into([t for p in laid for t in p], g.D)
+                _cat_into([c.reshape(1) for c in cn], g.CN)
             if fresh:
-                self._capture(g, batch)
+                self._capture(g, batch, lw)
                 STATS["graph_captures"] += 1
             else:
                 g.impl.replay()
@@ -2086,21 +2085,24 @@ class _Graphs:
             STATS["graph_verified"] += 1
         return got
 
-    def _capture(self, g, batch):
+    def _capture(self, g, batch, lw):
         """Captures the measurement of g's static inputs and replays it once (its output then
         holds this trial's values). The constants it uses (_const, the digest's weights) exist
         before the capture: the eager warm-up makes them; one made during the capture would hold
         nothing until a replay, so that is an error."""
         m = _Batch(batch.dtype, batch.atol, batch.rtol)  # the tolerance and dtype alone: no tensors kept
-        X, U, E, FS, CN, D = g.X, g.U, g.E, g.FS, g.CN, g.D
+        TD, F, U, E, CN = g.TD, g.F, g.U, g.E, g.CN
+        K, T = 2 + (batch.nplain or 0), len(batch.items)
+        progs, refs = (K - 1) * T * lw, T * lw
 
         def fn():
+            X = torch.cat([TD[:progs].to(torch.float64), F[:refs]]).view(K, T, lw)
             parts = m._measure(X, U, E)
-            if FS is not None:
-                parts.append(FS.view(torch.int64))
+            if F.numel() > refs:
+                parts.append(F[refs:].view(torch.int64))
             if CN is not None:
                 parts.append(CN)
-            parts.append(_digest_rows(D))
+            parts.append(_digest_rows(TD[progs:].view(-1, lw)))
             return torch.cat(parts)
 
         impl = (_GRAPH_IMPL or _CudaGraph)()
