@@ -170,12 +170,18 @@ class Gen:
         self.g.manual_seed(stream_key(check, dtype, seed) & ((1 << 63) - 1))
         self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
 
+    #: The 0-dimensional tensor each scalar is drawn into (made by the first).
+    _one = None
+
     def _rand(self, shape):
         return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
 
     # scalars
     def uniform(self, lo=0.0, hi=1.0):
-        return lo + (hi - lo) * float(self._rand(()).item())
+        # torch.rand is uniform_(0, 1) of a new tensor: the same draw into one tensor kept
+        if self._one is None:
+            self._one = torch.empty((), dtype=torch.float64)
+        return lo + (hi - lo) * self._one.uniform_(0.0, 1.0, generator=self.g).item()
 
     def randint(self, lo, hi):
         """Uniform integer in [lo, hi], both included."""
@@ -200,13 +206,14 @@ class Gen:
 
     def uniforms(self, shape, lo=0.0, hi=1.0, dtype=None):
         """Uniform in [lo, hi), rounded to dtype (a name or a torch dtype; None: float64)."""
-        return self._cast(lo + (hi - lo) * self._rand(shape), dtype)
+        return self._cast(_affine(lo, hi - lo, self._rand(shape)), dtype)
 
     def normal(self, shape, dtype=None, mean=0.0, std=1.0):
         """Approximately normal (four uniforms summed and rescaled: |z| < 3.47), rounded to dtype."""
         u = self._rand((4,) + tuple(shape))
-        z = (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * 1.7320508075688772
-        return self._cast(mean + std * z, dtype)
+        # (((u0 + u1) + u2) + u3 - 2) * sqrt(3), in place in u0: the same roundings, no new tensors.
+        z = u[0].add_(u[1]).add_(u[2]).add_(u[3]).sub_(2.0).mul_(1.7320508075688772)
+        return self._cast(_affine(mean, std, z), dtype)
 
     def integers(self, shape, lo, hi):
         """int64 uniform in [lo, hi]."""
@@ -251,12 +258,12 @@ class Gen:
         x = self.normal((rows, cols))
         for r in range(rows):
             k = self.choice(kinds)
-            if k == "offset":
-                x[r] = x[r] + self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4)
+            if k == "offset":  # (in place: the same roundings)
+                x[r].add_(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
             elif k == "spread":
-                x[r] = x[r] * self.uniform(20.0, 80.0)
+                x[r].mul_(self.uniform(20.0, 80.0))
             elif k == "small":
-                x[r] = x[r] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+                x[r].mul_(math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"]))
             elif k == "zeros":
                 x[r] = 0.0
             elif k == "onehot":
@@ -270,6 +277,19 @@ class Gen:
                 if cols:
                     x[r, self.randint(0, cols - 1)] = self.uniform(-1.0, 1.0)
         return self._cast(x, dtype)
+
+
+def _affine(lo, scale, t):
+    """lo + scale * t, in place in the float64 tensor t where lo and scale are numbers, without the
+    steps that change nothing: a multiplication by 1, and an addition of 0 where scale * t holds no
+    -0.0 (scale > 0, and t holds no -0.0: its draws never do), the one value 0 + x changes."""
+    if type(lo) not in (int, float) or type(scale) not in (int, float):
+        return lo + scale * t
+    if scale != 1:
+        t.mul_(scale)
+    if lo != 0 or not scale > 0:
+        t.add_(lo)
+    return t
 
 
 # ---- views and marks ----------------------------------------------------------------------------
@@ -354,7 +374,8 @@ class Case:
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
         self._dev_douts64 = {}
-        self._packs = None  # _pack(): the inputs packed for the device ahead of the trial
+        self._image = None  # _image(): the bytes of the trial's upload, written ahead of the trial
+        self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
         self._digest = None  # case_digest(), when hashed ahead of the trial
         self._douts_ahead = None  # _draw_douts_ahead()
         self.gen = None
@@ -470,8 +491,8 @@ def _host(t):
 
 
 def _upload(t, device):
-    """t (a CPU tensor) on device. To a GPU through page-locked memory, without waiting: a copy
-    from pageable memory would synchronise the host with the device once per input."""
+    """t (a CPU tensor) on device, with its strides. To a GPU through page-locked memory, without
+    waiting: a copy from pageable memory would synchronise the host with the device."""
     if torch.device(device).type != "cuda":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
@@ -482,59 +503,174 @@ def _together(device):
     return torch.device(device).type == "cuda" if BATCH_ALL is None else BATCH_ALL
 
 
-def _upload_all(ts, device, also64=False, flat=None):
-    """The CPU tensors ts (of one dtype) on device with one copy (packed end to end on the host,
-    moved at once, handed back as views of the one device tensor with ts' shapes), and when
-    also64 in float64 too (one conversion): (tensors, float64 tensors or None). On the CPU, where
-    nothing is copied, each as it is (_together). flat: ts already packed (_pack_host), by the
-    thread that prepares trials ahead."""
-    if len(ts) == 1 or not _together(device):
-        d = [_upload(t, device) for t in ts]
-        return d, ([t.to(torch.float64) for t in d] if also64 else None)
-    flat = _upload(flat if flat is not None else _pack_host(ts), device)
-    return _unpack(flat, ts), (_unpack(flat.to(torch.float64), ts) if also64 else None)
+#: Each section of a trial's upload (_image) starts at a multiple of this many bytes, as a fresh
+#: allocation of torch's CUDA caching allocator does: every tensor has the alignment it had when
+#: each section was a tensor of its own (a reduction's vectorized loads, and so its order of
+#: summation, and a Triton kernel's specialisation depend on it).
+_SECTION_ALIGN = 512
 
 
-def _pack_host(ts):
-    """The CPU tensors ts end to end in one 1-dimensional tensor (host work: _upload_all's)."""
-    return torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts])
+def _image_layout(groups):
+    """Where the CPU tensors of groups [(tensors, also64), ...] (each group of one dtype) lie in one
+    byte image: each group's tensors end to end in its dtype, then, when also64, again in float64.
+    Returns the sections [(offset, dtype, tensors, group, converted), ...] (converted: the float64
+    copy of that group's section) and the image's bytes."""
+    sections, at = [], 0
+    for j, (ts, also64) in enumerate(groups):
+        n = sum(t.numel() for t in ts)
+        for dtype, conv in ((ts[0].dtype, False), (torch.float64, True))[:2 if also64 else 1]:
+            sections.append((at, dtype, ts, j, conv))
+            at += -(-n * _element_size(dtype) // _SECTION_ALIGN) * _SECTION_ALIGN
+    return sections, at
+
+
+_SIZES = {}
+
+
+def _element_size(dtype):
+    n = _SIZES.get(dtype)
+    if n is None:
+        n = _SIZES[dtype] = torch.empty((), dtype=dtype).element_size()
+    return n
+
+
+def _section(buf, off, dtype, ts):
+    """Section (off, dtype) of the byte tensor buf as a 1-dimensional tensor of the elements of ts."""
+    return buf[off:off + sum(t.numel() for t in ts) * _element_size(dtype)].view(dtype)
+
+
+def _write_image(sections, buf):
+    """The image of _image_layout's sections written into the byte tensor buf (host work)."""
+    mine = {}  # group -> its section in its dtype
+    for off, dtype, ts, j, conv in sections:
+        v = _section(buf, off, dtype, ts)
+        if conv:
+            v.copy_(mine[j])  # float64 from the values as rounded to the group's dtype: exact
+        elif len(ts) == 1:
+            v.copy_(ts[0].reshape(-1))
+        else:
+            torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in ts], out=v)
+        mine.setdefault(j, v)
+    return buf
+
+
+def _alone(groups):
+    """The groups that go up apart from the image: one tensor that is not contiguous (it keeps its
+    strides, as it always did)."""
+    return {j for j, (ts, _) in enumerate(groups) if len(ts) == 1 and not ts[0].is_contiguous()}
+
+
+class _Staging:
+    """The page-locked host buffer a GPU trial's inputs go up from (grown when a trial needs more,
+    never given back): allocating page-locked memory for every trial cost about 200 µs a trial on
+    an H100 host, and a copy from pageable memory would synchronise with the device. Before the
+    buffer is written again the copy out of it is waited for (an event; done by then: the trial
+    before ended with its read)."""
+
+    def __init__(self):
+        self.buf = None
+        self.copied = None  # the event after the last copy out of buf
+
+    def upload(self, image, sections, nbytes, device):
+        """The image on device: image (a byte tensor already written, or None: write sections) is
+        copied into the buffer, and the buffer's first nbytes to the device, without waiting."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        if self.buf is None or self.buf.numel() < nbytes:
+            self.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
+        host = self.buf[:nbytes]
+        if image is not None:
+            host.copy_(image)
+        else:
+            _write_image(sections, host)
+        dev = host.to(device, non_blocking=True)
+        if self.copied is None:
+            self.copied = torch.cuda.Event()
+        self.copied.record()
+        return dev
+
+
+_STAGING = _Staging()
+
+
+def _upload_groups(groups, device, image=None):
+    """The CPU tensors of groups [(tensors, also64), ...] (each group of one dtype) on device, as
+    [(tensors, their float64 copies or None), ...]. On a GPU (_together) one image goes up with one
+    copy (_image_layout: every group, and its float64 values converted on the host) and each
+    tensor is a view of it, but a group of one tensor that is not contiguous, which goes up alone
+    with its strides; on the CPU each tensor is itself (nothing is copied). image: the bytes
+    already written (_image of a case prepared ahead)."""
+    if not _together(device):
+        out = []
+        for ts, also64 in groups:
+            d = [_upload(t, device) for t in ts]
+            out.append((d, [t.to(torch.float64) for t in d] if also64 else None))
+        return out
+    alone = _alone(groups)
+    sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
+    if torch.device(device).type == "cuda":
+        dev = _STAGING.upload(image, sections, nbytes, device)
+    else:  # (BATCH_ALL on the CPU: the same layout, in a buffer of this trial's own)
+        dev = image if image is not None else _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
+    views = iter([_unpack(_section(dev, off, dtype, ts), ts) for off, dtype, ts, _, _ in sections])
+    out = []
+    for j, (ts, also64) in enumerate(groups):
+        if j in alone:
+            d = [_upload(ts[0], device)]
+            out.append((d, [d[0].to(torch.float64)] if also64 else None))
+        else:
+            out.append((next(views), next(views) if also64 else None))
+    return out
 
 
 def _input_groups(case):
-    """The case's tensor inputs by dtype, in their order: [[name, ...], ...]."""
+    """The case's tensor inputs by dtype, in their order: [([name, ...], [tensor, ...]), ...]."""
     groups = {}
     for k, v in case.inputs.items():
         if isinstance(v, torch.Tensor):
-            groups.setdefault(v.dtype, []).append(k)
+            groups.setdefault(v.dtype, ([], []))
+            groups[v.dtype][0].append(k)
+            groups[v.dtype][1].append(v.detach() if v.requires_grad else v)
     return list(groups.values())
 
 
-def _group_tensors(case, keys):
-    return [case.inputs[k].detach() if case.inputs[k].requires_grad else case.inputs[k] for k in keys]
+def _upload_plan(case):
+    """The groups of the case's one upload: its inputs by dtype (floating ones also in float64),
+    then the output gradients drawn with the case (_draw_douts_ahead), if any."""
+    groups = [(ts, ts[0].is_floating_point()) for _, ts in _input_groups(case)]
+    if case._douts_ahead is not None:
+        groups.append((case._douts_ahead[3], True))
+    return groups
 
 
-def _pack(case):
-    """The host side of _load, done ahead: each dtype's inputs packed (where they go up together)."""
+def _image(case):
+    """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together)."""
     if _together(case.device):
-        case._packs = [_pack_host(_group_tensors(case, keys)) if len(keys) > 1 else None
-                       for keys in _input_groups(case)]
+        groups = _upload_plan(case)
+        alone = _alone(groups)
+        sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
+        case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
 
 
 def _load(case):
-    """The case's tensor inputs on the device, once per trial: those of one dtype with one copy
-    (_upload_all), floating ones also in float64 (one conversion per dtype)."""
-    packs = case._packs if case._packs is not None and _together(case.device) else None
-    for j, keys in enumerate(_input_groups(case)):
-        ts = _group_tensors(case, keys)
-        d, d64 = _upload_all(ts, case.device, ts[0].is_floating_point(), packs[j] if packs else None)
+    """The case's tensor inputs on the device, once per trial, floating ones also in float64, with
+    the output gradients drawn with the case: on a GPU with one copy (_upload_groups)."""
+    image = case._image if case._image is not None and _together(case.device) else None
+    keyed = _input_groups(case)
+    up = _upload_groups(_upload_plan(case), case.device, image)
+    for (keys, _), (d, d64) in zip(keyed, up):
         case._dev.update(zip(keys, d))
         if d64 is not None:
             case._dev64.update(zip(keys, d64))
+    if case._douts_ahead is not None:
+        case._douts_dev = up[-1]
     case._loaded = True
 
 
 def _unpack(flat, like):
     """Views of the 1-dimensional flat, end to end, with the shapes of the tensors 'like'."""
+    if len(like) == 1:
+        return [flat if like[0].dim() == 1 else flat.view(like[0].shape)]
     parts = flat.split_with_sizes([t.numel() for t in like])
     return [p if t.dim() == 1 else p.view(t.shape) for p, t in zip(parts, like)]
 
@@ -560,15 +696,42 @@ def _const(kind, device, dtype, n=0):
     return t[:n] if kind == "pad" else t
 
 
-def _padded(ts, width, dtype, device):
+def _padded(ts, width, device):
     """The pieces of one torch.cat() that lays the 1-dimensional tensors ts out as the rows of a
-    (len(ts), width) matrix: each followed by zeros (False for masks) up to width."""
+    (len(ts), width) matrix: each followed by zeros of its dtype (False for masks) up to width."""
     pieces = []
     for t in ts:
         pieces.append(t)
         if t.numel() < width:
-            pieces.append(_const("pad", device, dtype, width - t.numel()))
+            pieces.append(_const("pad", device, t.dtype, width - t.numel()))
     return pieces
+
+
+def _cat_into(pieces, out):
+    """torch.cat(pieces), converted to out's dtype, written into the contiguous tensor out, which
+    must be exactly as long (a cat(out=) of another length would resize it, away from the memory a
+    graph reads). Each run of pieces of one dtype is one cat (and one conversion): torch's CUDA cat
+    joins tensors of the output's dtype in one kernel, but copies each piece by itself (a launch or
+    a memcpy each) when dtypes differ. (Every value converted up to float64: exact.)"""
+    n = sum(t.numel() for t in pieces)
+    if n != out.numel():
+        raise ValueError("%d elements for a tensor of %d" % (n, out.numel()))
+    flat, at, i = out.view(-1), 0, 0
+    while i < len(pieces):
+        j = i + 1
+        while j < len(pieces) and pieces[j].dtype == pieces[i].dtype:
+            j += 1
+        run = [t.reshape(-1) if t.dim() != 1 else t for t in pieces[i:j]]
+        m = sum(t.numel() for t in run)
+        dst = flat if m == n else flat[at:at + m]
+        if len(run) == 1:
+            dst.copy_(run[0])
+        elif run[0].dtype == out.dtype:
+            torch.cat(run, out=dst)
+        else:
+            dst.copy_(torch.cat(run))
+        at, i = at + m, j
+    return out
 
 
 class _Tensor:
@@ -665,9 +828,8 @@ class _Batch:
         parts = []
         self.layout = None
         if L:
-            X = torch.cat(self._x_pieces(L))  # float64 by type promotion: the reference is float64
-            if X.dtype != torch.float64:
-                X = X.to(torch.float64)
+            X = _cat_into(self._x_pieces(L), torch.empty(
+                (2 + (self.nplain or 0)) * len(items) * L, dtype=torch.float64, device=dev))
             unw = exc = None
             if any(it.unwritten is not None for it in items):
                 unw = self._mask_pieces([it.unwritten for it in items], L)
@@ -682,23 +844,21 @@ class _Batch:
         self.ntail = [t.numel() for t in tail]
         return parts + [t.reshape(-1) for t in tail]
 
-    def _x_pieces(self, L):
-        """The pieces of the one cat() that lays the kernel's values, each plain program's and the
-        reference's out as the rows of X (programs, tensors, L), each row padded with zeros to L."""
+    def _x_rows(self):
+        """The rows of X (programs, tensors, L) before padding: the kernel's and each plain
+        program's (in the check's dtype, as a rule), then the reference's."""
         items = self.items
-        dev = items[0].ref.device
-        pads = [_const("pad", dev, torch.float64, L - it.n) if it.n < L else None for it in items]
-
-        def laid(ts):
-            out = []
-            for t, pad in zip(ts, pads):
-                out += (t,) if pad is None else (t, pad)
-            return out
-
-        pieces = laid([it.got for it in items])
+        rows = [it.got for it in items]
         for j in range(self.nplain or 0):
-            pieces += laid([it.plains[j] for it in items])
-        return pieces + laid([it.ref for it in items])
+            rows += [it.plains[j] for it in items]
+        return rows, [it.ref for it in items]
+
+    def _x_pieces(self, L):
+        """The pieces of the one cat (_cat_into) that lays the rows of X out, each padded with
+        zeros of its dtype to L (the kernel's and the plain programs' rows are then one run of the
+        cat, the reference's another)."""
+        progs, refs = self._x_rows()
+        return _padded(progs + refs, L, self.items[0].ref.device)
 
     def _mask_pieces(self, ms, L):
         """The pieces of a cat() of boolean rows of L: each mask padded with False, all False for none."""
@@ -1786,22 +1946,10 @@ class _EmulatedGraph:
         self.out.copy_(self.fn())
 
 
-def _cat_into(pieces, out):
-    """torch.cat(pieces) written into the static tensor out, which must be exactly as long (a
-    cat(out=) of another length would resize it, away from the memory its graph reads)."""
-    n = sum(t.numel() for t in pieces)
-    if n != out.numel():
-        raise ValueError("graph input: %d elements for a static buffer of %d" % (n, out.numel()))
-    if len(pieces) == 1:
-        out.view(-1).copy_(pieces[0].reshape(-1))
-    else:
-        torch.cat([t.reshape(-1) if t.dim() != 1 else t for t in pieces], out=out.view(-1))
-
-
 class _Graph:
     """One captured measurement: its static inputs, its output and its decoding layout."""
 
-    __slots__ = ("key", "impl", "X", "U", "E", "FS", "CN", "D", "layout", "verified", "nbytes", "consts")
+    __slots__ = ("key", "impl", "TD", "F", "U", "E", "CN", "layout", "verified", "nbytes", "consts")
 
 
 class _Graphs:
@@ -1840,11 +1988,14 @@ class _Graphs:
 
     def measure(self, check, batch, laid, lw, td, eager):
         """(tensors, hashes) of the trial as eager() measures them, or None: not graphed (then
-        measure eagerly). batch: the trial's one _Batch; laid: each repeat's outputs as padded rows
-        of lw (the graph's width) in td."""
+        measure eagerly). batch: the trial's one _Batch; laid: each repeat's outputs as the pieces
+        of padded rows of lw (the graph's width) in td."""
         items = batch.items
         T, R = len(items), len(laid)
         dev = items[0].ref.device
+        progs, refs = batch._x_rows()
+        if any(t.dtype != td for t in progs):
+            return None  # (a plain program's rows in another dtype: the static inputs' layout does not hold)
         fs = [it.floor_scale for it in items if isinstance(it.floor_scale, torch.Tensor)]
         cn = [it.canary for it in items if isinstance(it.canary, torch.Tensor)]
         unw = [it.unwritten for it in items]
@@ -1864,10 +2015,10 @@ class _Graphs:
         if g is None:
             if key in self.too_big:
                 return None
-            # About what it holds: its inputs, and in the pool the float64 rows of the maxima and
-            # some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
+            # About what it holds: its inputs, and in the pool X in float64, the float64 rows of the
+            # maxima and some ten more (T, lw) tensors of intermediates (measured on the CPU's allocator).
             nplain = 2 + (batch.nplain or 0)
-            nbytes = nplain * T * lw * 8 * 2 + T * lw * 8 * 16 + R * T * lw * torch.empty((), dtype=td).element_size()
+            nbytes = nplain * T * lw * 8 * 2 + T * lw * 8 * 17 + (nplain - 1 + R) * T * lw * _element_size(td)
             if nbytes > GRAPH_BYTES_MAX:  # never a graph larger than the budget
                 self.too_big.add(key)
                 return None
@@ -1881,24 +2032,25 @@ class _Graphs:
             if fresh:
                 g = _Graph()
                 g.key, g.verified, g.nbytes = key, 0, nbytes
-                g.X = torch.zeros((nplain, T, lw), dtype=torch.float64, device=dev)
+                # In the check's dtype the rows of X but the reference's, then every repeat's rows
+                # to digest; in float64 the reference's rows, then the floor scales: each written
+                # with one cat, the rest done in the graph.
+                g.TD = torch.zeros((nplain - 1 + R) * T * lw, dtype=td, device=dev)
+                g.F = torch.zeros(T * lw + len(fs), dtype=torch.float64, device=dev)
                 g.U = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_unw else None
                 g.E = torch.zeros((T, lw), dtype=torch.bool, device=dev) if has_exc else None
-                g.FS = torch.zeros(len(fs), dtype=torch.float64, device=dev) if fs else None
                 g.CN = torch.zeros(len(cn), dtype=torch.int64, device=dev) if cn else None
-                g.D = torch.zeros((R * T, lw), dtype=td, device=dev)
-            _cat_into(batch._x_pieces(lw), g.X)
+            _cat_into(_padded(progs, lw, dev) + [t for p in laid for t in p], g.TD)
+            _cat_into(_padded(refs, lw, dev) + [f.reshape(1) if f.device == dev else f.reshape(1).to(dev) for f in fs],
+                      g.F)
             if has_unw:
                 _cat_into(batch._mask_pieces(unw, lw), g.U)
             if has_exc:
                 _cat_into(batch._mask_pieces(exc, lw), g.E)
-            for j, f in enumerate(fs):
-                g.FS[j].copy_(f.reshape(()))
-            for j, c in enumerate(cn):
-                g.CN[j].copy_(c.reshape(()))
-            _cat_into(laid, g.D)
+            if cn:
+                _cat_into([c.reshape(1) for c in cn], g.CN)
             if fresh:
-                self._capture(g, batch)
+                self._capture(g, batch, lw)
                 STATS["graph_captures"] += 1
             else:
                 g.impl.replay()
@@ -1933,21 +2085,24 @@ class _Graphs:
             STATS["graph_verified"] += 1
         return got
 
-    def _capture(self, g, batch):
+    def _capture(self, g, batch, lw):
         """Captures the measurement of g's static inputs and replays it once (its output then
         holds this trial's values). The constants it uses (_const, the digest's weights) exist
         before the capture: the eager warm-up makes them; one made during the capture would hold
         nothing until a replay, so that is an error."""
         m = _Batch(batch.dtype, batch.atol, batch.rtol)  # the tolerance and dtype alone: no tensors kept
-        X, U, E, FS, CN, D = g.X, g.U, g.E, g.FS, g.CN, g.D
+        TD, F, U, E, CN = g.TD, g.F, g.U, g.E, g.CN
+        K, T = 2 + (batch.nplain or 0), len(batch.items)
+        progs, refs = (K - 1) * T * lw, T * lw
 
         def fn():
+            X = torch.cat([TD[:progs].to(torch.float64), F[:refs]]).view(K, T, lw)
             parts = m._measure(X, U, E)
-            if FS is not None:
-                parts.append(FS.view(torch.int64))
+            if F.numel() > refs:
+                parts.append(F[refs:].view(torch.int64))
             if CN is not None:
                 parts.append(CN)
-            parts.append(_digest_rows(D))
+            parts.append(_digest_rows(TD[progs:].view(-1, lw)))
             return torch.cat(parts)
 
         impl = (_GRAPH_IMPL or _CudaGraph)()
@@ -2126,15 +2281,15 @@ class TorchCheck(Check):
         ref = _as_dict(self.reference(case, **ins), names)
         if self.backward:
             want = [(k, tuple(ref[k].shape)) for k in ref]
-            pre, flat = case._douts_ahead, None
+            pre = case._douts_ahead
             if pre is not None and pre[0] == want and torch.equal(case.gen.g.get_state(), pre[1]):
                 case.gen.g.set_state(pre[2])  # as if drawn here
-                douts, flat = pre[3], pre[4]
+                d, d64 = case._douts_dev  # (uploaded with the inputs)
                 STATS["douts_ahead"] += 1
             else:
                 douts = [case.gen.normal(shape, case.dtype) for _, shape in want]
+                d, d64 = _upload_groups([(douts, True)], case.device)[0]
             self._douts_rule = _douts_rule(case, want)
-            d, d64 = _upload_all(douts, case.device, True, flat)
             case._dev_douts, case._dev_douts64 = dict(zip(ref, d)), dict(zip(ref, d64))
         hook = getattr(self, "floor_scales", None)
         if hook is not None:
@@ -2189,10 +2344,12 @@ class TorchCheck(Check):
             raise
 
     def _prepare(self, dtype, seed, family, index, ahead=False):
-        """A trial's host work: its case from the seed (make_case) and the case's checks. ahead: on
-        the thread that prepares the next trial while this one runs (_Ahead), which also hashes the
-        case (case_digest), packs its inputs for the device (_pack) and, for a bwd check, draws the
-        output gradients where their shapes can be told from the inputs (_draw_douts_ahead)."""
+        """A trial's host work: its case from the seed (make_case) and the case's checks, and for a
+        bwd check whose inputs go up together (on a GPU) or that is prepared ahead, the output
+        gradients where their shapes can be told from the inputs (_draw_douts_ahead: they go up
+        with the inputs). ahead: on the thread or process that prepares the next trial while this
+        one runs (_Ahead), which also hashes the case (case_digest) and writes the bytes of its
+        upload (_image)."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -2204,11 +2361,11 @@ class TorchCheck(Check):
         for k, v in case.views.items():
             if v not in VIEWS or k not in case.inputs:
                 raise TrialError("%s: bad view %r of input %r" % (self.name, v, k))
+        if self.backward and (ahead or _together(case.device)):
+            self._draw_douts_ahead(case)
         if ahead:
             case._digest = case_digest(case)
-            _pack(case)
-            if self.backward:
-                self._draw_douts_ahead(case)
+            _image(case)
         return case
 
     def _next_key(self, key):
@@ -2246,8 +2403,7 @@ class TorchCheck(Check):
         douts = [case.gen.normal(shape, case.dtype) for _, shape in shapes]
         after = gen.get_state()
         gen.set_state(before)
-        flat = _pack_host(douts) if len(douts) > 1 and _together(case.device) else None
-        case._douts_ahead = (shapes, before, after, douts, flat)
+        case._douts_ahead = (shapes, before, after, douts)
 
     def _trial(self, dtype, seed, family, index, repeats, named=False):
         """One trial. Its host work (the case) may have been prepared while the trial before ran
@@ -2316,7 +2472,10 @@ class TorchCheck(Check):
             graphed = lw is not None
             lw = lw or width
             first = first_unw = None
-            laid = []  # GPU: repeats' padded rows not digested yet
+            # GPU: each repeat's outputs as the pieces of its padded rows, not digested yet: those
+            # of a repeat before the last copied (torch.cat), which a later repeat cannot change,
+            # the last's as they are (the digest's one cat, or the graph's input, copies them).
+            laid = []
             digests_dev = []
             canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
@@ -2359,12 +2518,11 @@ class TorchCheck(Check):
                     if not batch_all:
                         digests_dev += [_digest_rows(t.view(1, t.numel())) for t in gots]
                         continue
-                    if len(gots) == 1 and repeats == 1 and not graphed:
-                        laid.append(gots[0])  # no later repeat to change it
-                    else:
-                        laid.append(torch.cat(_padded(gots, lw, td, gots[0].device)))
-                    if sum(t.numel() for t in laid) >= 1 << 22 and rep < repeats - 1:
-                        digests_dev.append(_digest_rows(torch.cat(laid).view(len(laid) * len(names), lw)))
+                    pieces = _padded(gots, lw, gots[0].device)
+                    laid.append(pieces if rep == repeats - 1 else [torch.cat(pieces)])
+                    if sum(p[0].numel() for p in laid) >= 1 << 22 and rep < repeats - 1:
+                        digests_dev.append(_digest_rows(torch.cat([p[0] for p in laid]).view(
+                            len(laid) * len(names), lw)))
                         laid = []
 
             with torch.no_grad():
@@ -2389,7 +2547,8 @@ class TorchCheck(Check):
                         widths.append(sum(p.numel() for p in ps))
                     parts += digests_dev
                     if laid:
-                        rows = torch.cat(laid) if len(laid) > 1 else laid[0]
+                        flat = [t for p in laid for t in p]
+                        rows = torch.cat(flat) if len(flat) > 1 else flat[0]
                         parts.append(_digest_rows(rows.view(len(laid) * len(names), lw)))
                     vals = _host(torch.cat(parts) if len(parts) > 1 else parts[0])
                     measured = {}
