@@ -122,30 +122,39 @@ static void batch_send(struct nwd *d);
 
 /*
  * The batch's answer: each claim hears its job (the row whose 'req' is its
- * place in the batch) or none; then the claims that came meanwhile go.
+ * place in the batch, rows in any order) or none; then the claims that came
+ * meanwhile go.
  */
 static void on_batch_claimed(PGresult *res, const char *error, void *data)
 {
 	struct nwd *d = data;
-	struct claim *c = d->claims.sent;
-	int rows = error || PQnfields(res) < 1 + CLAIM_COLUMNS ? 0 : PQntuples(res), row = 0;
+	struct claim *batch[NW_CLAIM_BATCH_MAX];
+	int n = 0, rows = error || PQnfields(res) < 1 + CLAIM_COLUMNS ? 0 : PQntuples(res);
+	uint64_t now = uv_hrtime();
 
 	if (error)
 		log_warn("jobs: claim failed: %s", error);
+	for (struct claim *c = d->claims.sent; c && n < NW_CLAIM_BATCH_MAX; c = c->next)
+		batch[n++] = c;
 	d->claims.sent = NULL;
-	/* The rows come in the requests' order, a request at most once. */
-	for (long long req = 1; c; req++) {
-		struct claim *next = c->next;
+	for (int i = 0; i < n; i++)
+		d->claims.seconds += (double)(now - batch[i]->since) / 1e9;
+	for (int row = 0; row < rows; row++) {
+		long long req = db_get_ll(res, row, 0, 0);
 
-		d->claims.seconds += (double)(uv_hrtime() - c->since) / 1e9;
-		while (row < rows && db_get_ll(res, row, 0, 0) < req)
-			row++;
-		if (row < rows && db_get_ll(res, row, 0, 0) == req)
-			claim_answer(c, res, row++, 1);
-		else
-			claim_none(c);
-		c = next;
+		if (req < 1 || req > n || !batch[req - 1]) {
+			/* Not the daemon's to run (never seen): back to the queue. */
+			log_warn("jobs: job %lld claimed for request %lld of a batch of %d: given back",
+				 db_get_ll(res, row, 1, 0), req, n);
+			jobs_release(d, db_get_ll(res, row, 1, 0));
+			continue;
+		}
+		claim_answer(batch[req - 1], res, row, 1);
+		batch[req - 1] = NULL;
 	}
+	for (int i = 0; i < n; i++)
+		if (batch[i])
+			claim_none(batch[i]);
 	batch_send(d);
 }
 
