@@ -20,11 +20,11 @@ struct claim;
  * the claims that come while it runs wait for its answer, then go as the next.
  */
 struct jobs_batch {
-	struct claim *sent;            /* the batch in flight, in its requests' order; NULL when none */
-	struct claim *waiting, *last;  /* the claims for the next batch, oldest first */
-	unsigned long long batches;    /* statements sent (for /metrics) */
-	unsigned long long claims;     /* claims sent in them */
-	double seconds;                /* from each claim to its answer, summed */
+	struct claim *sent;           /* the batch in flight, in its requests' order; NULL when none */
+	struct claim *waiting, *last; /* the claims for the next batch, oldest first */
+	unsigned long long batches;   /* statements sent (for /metrics) */
+	unsigned long long claims;    /* claims sent in them */
+	double seconds;               /* from each claim to its answer, summed */
 };
 
 struct job {
