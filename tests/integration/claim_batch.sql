@@ -22,13 +22,15 @@ BEGIN
 	END LOOP;
 	INSERT INTO host_builds (commit_id, host, status, host_ok, cuda_ok)
 	SELECT id, 'me', 'ok', random() < 0.8, random() < 0.8 FROM commits WHERE repo_id = repo AND random() < 0.9;
-	INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, state, owner, lease_until, not_before, seeds)
+	INSERT INTO jobs (kind, commit_id, check_id, dtype, priority, state, owner, lease_until, not_before, seeds,
+		strikes, stop_on_failure, tool)
 	SELECT x.kind, x.commit_id, CASE WHEN x.kind <> 'build' THEN x.check_id END, 'd' || x.n, x.priority, x.state,
 		CASE WHEN x.state = 'running' THEN 'other' END,
 		CASE WHEN x.state <> 'running' THEN NULL WHEN random() < 0.5 THEN now() - interval '1 minute'
 			ELSE now() + interval '1 minute' END,
 		CASE WHEN random() < 0.1 THEN now() + interval '1 hour' ELSE now() - interval '1 second' END,
-		CASE WHEN x.kind = 'probe' THEN ARRAY[x.n, x.n + 1] END
+		CASE WHEN x.kind = 'probe' THEN ARRAY[x.n + 1, x.n, x.n] END, floor(random() * 3)::int,
+		x.kind = 'probe' AND random() < 0.5, CASE WHEN x.kind = 'sanitize' THEN 'memcheck' END
 	FROM (SELECT c.id AS commit_id, g AS n,
 		(ARRAY['trials', 'trials', 'probe', 'probe', 'sanitize', 'build'])[1 + floor(random() * 6)::int] AS kind,
 		chk[1 + floor(random() * 6)::int] AS check_id,
@@ -54,8 +56,8 @@ BEGIN
 END
 $$;
 
--- The batch's answers and the jobs' states after it, and the same for job_claim() once per
--- request; both rolled back.
+-- The batch's answers (every column) and the jobs' states after it, and the same for job_claim()
+-- once per request; both rolled back.
 CREATE FUNCTION nw_compare(repo int, ks text[], pf bigint[], gp boolean[], OUT same boolean, OUT picked int,
 	OUT batch text, OUT one_by_one text) LANGUAGE plpgsql AS $$
 DECLARE
@@ -63,7 +65,8 @@ DECLARE
 	jobs_now text;
 BEGIN
 	BEGIN
-		SELECT string_agg(format('%s:%s:%s:%s', x.req, x.id, x.seeds, x.round), ' ' ORDER BY x.req), count(*)
+		SELECT string_agg(format('%s:%s', x.req, (x.id, x.commit_id, x.check_id, x.dtype, x.strikes, x.sha, x.check_name,
+			x.deterministic, x.seeds, x.bisection_id, x.stop_on_failure, x.tool, x.round)), ' ' ORDER BY x.req), count(*)
 		INTO batch, picked FROM job_claim_batch(ks, 'me', 60, pf, repo, gp) x;
 		jobs_now := (SELECT string_agg(format('%s %s %s %s', j.id, j.state, j.owner, j.taken_from), ', ' ORDER BY j.id)
 			FROM jobs j JOIN commits c ON c.id = j.commit_id WHERE c.repo_id = repo);
@@ -74,7 +77,7 @@ BEGIN
 	BEGIN
 		FOR i IN 1 .. cardinality(ks) LOOP
 			FOR r IN SELECT * FROM job_claim(ks[i], 'me', 60, pf[i], repo, gp[i]) LOOP
-				one_by_one := concat_ws(' ', one_by_one, format('%s:%s:%s:%s', i, r.id, r.seeds, r.round));
+				one_by_one := concat_ws(' ', one_by_one, format('%s:%s', i, r));
 			END LOOP;
 		END LOOP;
 		jobs_now := (SELECT string_agg(format('%s %s %s %s', j.id, j.state, j.owner, j.taken_from), ', ' ORDER BY j.id)
