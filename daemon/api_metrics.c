@@ -186,6 +186,15 @@ static void on_metrics(struct pending *p, PGresult *res, const char *error)
 	    "crash, a timeout), sent again: never stored.\n"
 	    "# TYPE numwatch_trials_resent_total counter\nnumwatch_trials_resent_total %llu\n",
 	    m->trials_resent);
+	add(&t,
+	    "# HELP numwatch_claim_batches_total Statements that claimed jobs for the slots (each for "
+	    "every slot's claim waiting then).\n"
+	    "# TYPE numwatch_claim_batches_total counter\nnumwatch_claim_batches_total %llu\n"
+	    "# HELP numwatch_claims_total The slots' claims sent in those statements.\n"
+	    "# TYPE numwatch_claims_total counter\nnumwatch_claims_total %llu\n"
+	    "# HELP numwatch_claim_seconds_total Time from a slot's claim to its answer, summed over "
+	    "claims.\n# TYPE numwatch_claim_seconds_total counter\nnumwatch_claim_seconds_total %.3f\n",
+	    p->d->claims.batches, p->d->claims.claims, p->d->claims.seconds);
 	add(&t, "# HELP numwatch_builds_total Builds by status.\n# TYPE numwatch_builds_total counter\n");
 	for (int i = 0; i < 4; i++)
 		add(&t, "numwatch_builds_total{status=\"%s\"} %llu\n", builds[i], m->builds[i]);

@@ -64,6 +64,11 @@
  * answers -ENOBUFS, so that an outage cannot grow the queue without bound.
  */
 #define NW_DB_QUEUE_MAX 4096
+/*
+ * Claims sent in one statement (jobs.c, job_claim_batch()): every slot's at
+ * once (a slot has at most one claim out), the rest with the next.
+ */
+#define NW_CLAIM_BATCH_MAX NW_CONFIG_SLOTS_MAX
 /* Times a transaction is started again after its connection dropped under it. */
 #define NW_DB_TXN_TRIES 5
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */

@@ -11,6 +11,21 @@
 
 struct nwd;
 struct db_txn;
+struct claim;
+
+/*
+ * The slots' claims of one daemon (kept in struct nwd): they go to the
+ * database together, one statement for every claim that waits
+ * (job_claim_batch(), sql/070), with one such statement in flight at a time:
+ * the claims that come while it runs wait for its answer, then go as the next.
+ */
+struct jobs_batch {
+	struct claim *sent;           /* the batch in flight, in its requests' order; NULL when none */
+	struct claim *waiting, *last; /* the claims for the next batch, oldest first */
+	unsigned long long batches;   /* statements sent (for /metrics) */
+	unsigned long long claims;    /* claims sent in them */
+	double seconds;               /* from each claim to its answer, summed */
+};
 
 struct job {
 	long long id;
@@ -41,11 +56,13 @@ typedef void (*jobs_claim_cb)(struct job *job, void *data);
 typedef void (*jobs_renew_cb)(long long job_id, bool held, void *data);
 
 /*
- * Claims the next job of the kinds listed in 'kinds' ("build", or
+ * Claims the next job of the kinds listed in 'kinds' (a literal: "build", or
  * "trials,probe"), preferring 'prefer_commit', for a GPU slot ('gpu') or a
  * host slot: trials, probe and sanitize jobs only of commits this host has
  * built the slot's runner for (host_builds) and of checks that slot can run.
- * Claims nothing (cb(NULL)) once the daemon refuses to write.
+ * A build's claim is sent alone; the others join the daemon's next batch
+ * (struct jobs_batch), each answered as if it had been sent alone at its
+ * turn. Claims nothing (cb(NULL)) once the daemon refuses to write.
  */
 void jobs_claim(struct nwd *d, const char *kinds, long long prefer_commit, bool gpu, jobs_claim_cb cb,
 		void *data);

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "jobs.h"
 
 struct db;
 struct store;
@@ -46,6 +47,7 @@ struct nwd {
 	 * verdict per job; and the slots' reads of a job's stored trials.
 	 */
 	struct db *db_judge;
+	struct jobs_batch claims; /* the slots' claims: the batch in flight and those waiting (jobs.c) */
 	struct store *store;
 	struct poller *poller;
 	struct builder *builder;
