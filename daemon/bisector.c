@@ -86,6 +86,11 @@ static const char running_sql[] =
  * commit's build, the good commit's runner hash, the plan results already
  * stored for the range (first runs: observations for free), every probe, and
  * the highest seed run at each commit (fresh seeds start above it).
+ * Nothing once it is done: a done bisection is final. Another daemon may
+ * finish it between running_sql's list and this read, and a step of it then
+ * (its step number still the latest) would open it again: seen with four
+ * daemons, a confirmed culprit re-tested, its mail queued meanwhile with no
+ * culprit_id, and so no longer one mail per culprit.
  */
 static const char load_sql[] =
     "SELECT json_build_object('id', b.id, 'state', b.state, 'check_id', b.check_id, 'dtype', b.dtype,"
@@ -117,7 +122,7 @@ static const char load_sql[] =
     " 'confirm_from', coalesce((b.posterior->>'confirm_from')::int, 0), 'log', b.log, 'step', b.step,"
     " 'regression_state', (SELECT x.state FROM regressions x WHERE x.id = b.regression_id))::text"
     " FROM bisections b JOIN checks k ON k.id = b.check_id JOIN commits g ON g.id = b.good_commit_id"
-    " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1";
+    " JOIN commits bd ON bd.id = b.bad_commit_id WHERE b.id = $1 AND b.state <> 'done'";
 
 /* Unbuilt commits of a range are built first. */
 static const char hurry_builds_sql[] =
