@@ -77,3 +77,20 @@ read -r min total <<<"$least"
 builds=$(pg_psql "SELECT string_agg(host || '=' || n, ' ' ORDER BY host) FROM (SELECT host, count(*) AS n
 	FROM host_builds GROUP BY host) x")
 echo "ok: no infra_error, no trial or probe run twice; trials by daemon: $shares; builds by host: $builds"
+
+# A done bisection is final: a step saved over one (as a daemon that read it just before another
+# finished it would have) is refused, and it stays done with its culprit.
+done_before=$(pg_psql "SELECT string_agg(id || ':' || outcome || ':' || coalesce(culprit_id::text, '-'), ' ' ORDER BY id)
+	FROM bisections WHERE state = 'done'")
+[[ -n $done_before ]] || fail "no done bisection to test"
+for b in $(pg_psql "SELECT id FROM bisections WHERE state = 'done'"); do
+	if out=$(pg_psql "SELECT bisection_save($b, (SELECT step FROM bisections WHERE id = $b), 'confirming', NULL, NULL,
+		0.5, '{}'::jsonb, '[]'::jsonb, '[]'::jsonb)" 2>&1); then
+		fail "a step was saved over done bisection $b: '$out'"
+	fi
+	grep -q "a done bisection is final" <<<"$out" || fail "bisection $b: not the expected refusal: $out"
+done
+done_after=$(pg_psql "SELECT string_agg(id || ':' || outcome || ':' || coalesce(culprit_id::text, '-'), ' ' ORDER BY id)
+	FROM bisections WHERE state = 'done'")
+[[ $done_after == "$done_before" ]] || fail "done bisections changed: '$done_before' -> '$done_after'"
+echo "ok: a step over a done bisection refused; they stay done: $done_after"
