@@ -56,21 +56,24 @@ BEGIN
 END
 $$;
 
+-- Every job of the repository: its id, state, owner and the daemon it was taken from.
+CREATE FUNCTION nw_jobs_now(repo int) RETURNS text LANGUAGE sql AS $$
+	SELECT string_agg(format('%s %s %s %s', j.id, j.state, j.owner, j.taken_from), ', ' ORDER BY j.id)
+	FROM jobs j JOIN commits c ON c.id = j.commit_id WHERE c.repo_id = repo
+$$;
+
 -- The batch's answers (every column) and the jobs' states after it, and the same for job_claim()
 -- once per request; both rolled back.
 CREATE FUNCTION nw_compare(repo int, ks text[], pf bigint[], gp boolean[], OUT same boolean, OUT picked int,
 	OUT batch text, OUT one_by_one text) LANGUAGE plpgsql AS $$
 DECLARE
 	r record;
-	jobs_now text;
 BEGIN
 	BEGIN
 		SELECT string_agg(format('%s:%s', x.req, (x.id, x.commit_id, x.check_id, x.dtype, x.strikes, x.sha, x.check_name,
 			x.deterministic, x.seeds, x.bisection_id, x.stop_on_failure, x.tool, x.round)), ' ' ORDER BY x.req), count(*)
 		INTO batch, picked FROM job_claim_batch(ks, 'me', 60, pf, repo, gp) x;
-		jobs_now := (SELECT string_agg(format('%s %s %s %s', j.id, j.state, j.owner, j.taken_from), ', ' ORDER BY j.id)
-			FROM jobs j JOIN commits c ON c.id = j.commit_id WHERE c.repo_id = repo);
-		batch := format('%s | %s', batch, jobs_now);
+		batch := format('%s | %s', batch, nw_jobs_now(repo));
 		RAISE EXCEPTION 'rollback';
 	EXCEPTION WHEN raise_exception THEN
 	END;
@@ -80,9 +83,7 @@ BEGIN
 				one_by_one := concat_ws(' ', one_by_one, format('%s:%s', i, r));
 			END LOOP;
 		END LOOP;
-		jobs_now := (SELECT string_agg(format('%s %s %s %s', j.id, j.state, j.owner, j.taken_from), ', ' ORDER BY j.id)
-			FROM jobs j JOIN commits c ON c.id = j.commit_id WHERE c.repo_id = repo);
-		one_by_one := format('%s | %s', one_by_one, jobs_now);
+		one_by_one := format('%s | %s', one_by_one, nw_jobs_now(repo));
 		RAISE EXCEPTION 'rollback';
 	EXCEPTION WHEN raise_exception THEN
 	END;
