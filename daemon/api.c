@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +259,12 @@ static void ask(struct nwd *d, struct http_req *r, const char *sql, int n, const
  * Requests that find the entry's query or check in flight, sent after the
  * last write, wait for it. At most NW_API_CACHE_ENTRIES entries and
  * NW_API_CACHE_BYTES; the least recently used goes first.
+ *
+ * The loop alone changes the cache; libmicrohttpd's threads serve fresh
+ * entries themselves (api_reply_cached), reading under 'lock', which the
+ * loop holds while it adds, drops or refreshes an entry. The recency list
+ * is the loop's alone: an entry served by the threads is moved up when the
+ * loop next serves it (at the latest when it is checked, once a TTL).
  */
 #define CACHE_KEY_MAX      96
 #define CACHE_SNAPSHOT_MAX 128 /* a longer snapshot (many transactions open) is never checked */
@@ -297,12 +304,13 @@ struct fill {
 };
 
 static struct {
+	pthread_mutex_t lock;
 	struct cache_entry *buckets[CACHE_BUCKETS];
 	struct cache_entry *head, *tail;
 	unsigned entries;
 	size_t bytes;
 	struct fill *fills;
-} cache;
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static struct cache_entry **cache_slot(const char *key)
 {
@@ -371,16 +379,17 @@ static void cache_put(const struct fill *f, const char *snapshot, struct http_bo
 	size_t len = http_body_len(body);
 	struct cache_entry *e = cache_find(f->key), **slot;
 
+	pthread_mutex_lock(&cache.lock);
 	if (e)
 		cache_drop(e);
-	if (len > NW_API_CACHE_BYTES / 16)
-		return;
-	while (cache.tail &&
+	while (len <= NW_API_CACHE_BYTES / 16 && cache.tail &&
 	       (cache.entries >= NW_API_CACHE_ENTRIES || cache.bytes + len > NW_API_CACHE_BYTES))
 		cache_drop(cache.tail);
-	e = calloc(1, sizeof(*e));
-	if (!e)
+	e = len <= NW_API_CACHE_BYTES / 16 ? calloc(1, sizeof(*e)) : NULL;
+	if (!e) {
+		pthread_mutex_unlock(&cache.lock);
 		return;
+	}
 	snprintf(e->key, sizeof(e->key), "%s", f->key);
 	if (snapshot && strlen(snapshot) < sizeof(e->snapshot))
 		snprintf(e->snapshot, sizeof(e->snapshot), "%s", snapshot);
@@ -394,6 +403,7 @@ static void cache_put(const struct fill *f, const char *snapshot, struct http_bo
 	cache_push_recency(e);
 	cache.entries++;
 	cache.bytes += len;
+	pthread_mutex_unlock(&cache.lock);
 }
 
 /* The query or check in flight for 'key' that a request sent now may wait for, or NULL. */
@@ -501,8 +511,10 @@ static void on_checked(PGresult *res, const char *error, void *data)
 	    strcmp(PQgetvalue(res, 0, 0), f->snapshot) == 0) {
 		/* Nothing completed since the entry was read: it is as good as read when the check was sent. */
 		if (f->sent_ns > e->sent_ns) {
+			pthread_mutex_lock(&cache.lock);
 			e->writes = f->writes;
 			e->sent_ns = f->sent_ns;
+			pthread_mutex_unlock(&cache.lock);
 		}
 		fill_answer(f, e->body, NULL, NULL);
 		free(f);
@@ -592,6 +604,35 @@ static void cached_ask(struct nwd *d, struct http_req *r, const char *key, const
 		if (r)
 			http_reply_error(r, 503, "database unavailable");
 	}
+}
+
+bool api_reply_cached(struct http_req *r, const char *method, const char *url)
+{
+	static const char prefix[] = API "/commits/";
+	const char *sha = url + sizeof(prefix) - 1;
+	char key[CACHE_KEY_MAX];
+	struct cache_entry *e;
+	struct http_body *body = NULL;
+	uint64_t now;
+
+	if ((strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) ||
+	    strncmp(url, prefix, sizeof(prefix) - 1) != 0 || !api_valid_sha(sha))
+		return false;
+	snprintf(key, sizeof(key), "/commits/%s", sha);
+	pthread_mutex_lock(&cache.lock);
+	e = cache_find(key);
+	now = uv_hrtime();
+	/* An entry due for its check is left to the loop, which sends the check (cached_ask). */
+	if (cache_fresh(e, db_writes(), now) && now - e->sent_ns < CACHE_CHECK_NS) {
+		body = e->body;
+		http_body_ref(body);
+	}
+	pthread_mutex_unlock(&cache.lock);
+	if (!body)
+		return false;
+	http_reply_body(r, 200, body);
+	http_body_unref(body);
+	return true;
 }
 
 bool api_arg_uint(struct http_req *r, const char *key, unsigned dflt, unsigned max, unsigned *out)

@@ -54,6 +54,7 @@
 #define NW_HTTP_HEADER_MAX      (16 * 1024)
 #define NW_HTTP_BODY_MAX        (64 * 1024)
 #define NW_HTTP_CONNECTIONS_MAX 1024
+#define NW_HTTP_THREADS_MAX     64
 #define NW_HTTP_PAGE_MAX        500
 /* A bearer token's length (`numwatch token create` makes 67 bytes: "nw_" and 64 hex digits). */
 #define NW_HTTP_TOKEN_MAX 256

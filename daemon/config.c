@@ -153,6 +153,7 @@ static const struct option options[] = {
 
     STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
     NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
+    NUM("http", "threads", OPT_UINT, http_threads, 1, NW_HTTP_THREADS_MAX, 2),
     NUM("http", "query_timeout", OPT_DURATION, http_query_timeout_s, 1, 3600, 15),
     STR("http", "web_root", OPT_PATH, web_root, 0, NW_WEB_ROOT),
     STR("http", "public_url", OPT_URL, public_url, 0, NULL),

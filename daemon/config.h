@@ -96,6 +96,7 @@ struct config {
 	/* [http] */
 	char *http_address; /* listen address, e.g. "127.0.0.1" */
 	unsigned http_port;
+	unsigned http_threads; /* libmicrohttpd's threads, which serve connections and cached replies */
 	unsigned http_query_timeout_s; /* statement_timeout of the API's read connections */
 	char *web_root;                /* directory holding the dashboard's static files */
 	char *public_url;              /* base of the links the daemon prints; default http://address:port */

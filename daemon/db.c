@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,8 +100,8 @@ struct db {
 	unsigned nmembers, next_member;
 };
 
-/* Queries completed on connections that count writes (see db_writes in db.h). */
-static uint64_t writes_completed;
+/* Queries completed on connections that count writes (see db_writes in db.h); read by HTTP threads. */
+static _Atomic uint64_t writes_completed;
 
 static void start_next(struct db *db);
 static void connect_start(struct db *db);
@@ -176,7 +177,7 @@ static struct db_query *pop(struct db *db)
 
 uint64_t db_writes(void)
 {
-	return writes_completed;
+	return atomic_load(&writes_completed);
 }
 
 void db_count_write(void)

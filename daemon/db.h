@@ -116,7 +116,7 @@ bool db_connected(const struct db *db);
  * sent through a pool). A query sent after the count moved past a write sees
  * that write, so a cache may tag what a read returned with the count taken
  * when the read was sent and drop it once the count moves. Writes by other
- * processes are not counted.
+ * processes are not counted. Safe to call from any thread.
  */
 uint64_t db_writes(void);
 void db_count_write(void);

@@ -1,4 +1,4 @@
-/* http: libmicrohttpd on the libuv loop, with suspend/resume for async replies. */
+/* http: libmicrohttpd on threads of its own; the requests it cannot answer alone go to the loop. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -7,7 +7,9 @@
 #include <jansson.h>
 #include <limits.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,22 +26,35 @@
 
 /* How long a connection may stay idle (no request, or a reply not read) before it is closed. */
 #define IDLE_TIMEOUT_S 30
+/* How long a stop waits for the replies the loop made to be sent. */
+#define STOP_SEND_MS 1000
 
 struct http {
 	struct nwd *d;
 	struct MHD_Daemon *mhd;
-	uv_poll_t poll;
-	uv_timer_t timer;
+	uv_async_t wake;  /* requests handed to the loop */
+	uv_idle_t resume; /* replies made on the loop, handed back to libmicrohttpd */
 	unsigned port;
 	int open_handles;
+	pthread_mutex_t lock; /* guards 'inbox' and 'stopping', written by every thread */
+	struct http_req *inbox, **inbox_tail;
+	bool stopping;
+	atomic_uint unsent; /* requests handed to the loop whose replies are not sent yet */
+	/* The loop's own: requests it has taken and not answered, and answers not yet handed back. */
+	struct http_req *waiting, *answered;
 };
 
 struct http_req {
 	struct http *h;
 	struct MHD_Connection *conn;
-	bool started, dispatched, suspended, was_suspended, ready, too_large;
-	bool nul;          /* the request target holds a NUL byte, raw or as %00 */
-	size_t target_len; /* the raw target's length as a C string (on_uri) */
+	bool started, dispatched, ready, too_large;
+	bool handed;        /* given to the loop: from then on the loop's until its reply is handed back */
+	bool was_suspended; /* its connection has the longer timeout (see handoff) */
+	bool nul;           /* the request target holds a NUL byte, raw or as %00 */
+	size_t target_len;  /* the raw target's length as a C string (on_uri) */
+	const char *method, *url;       /* libmicrohttpd's, valid while the request lives */
+	struct http_req *next;          /* in the inbox, or in the loop's list of answered requests */
+	struct http_req *wprev, *wnext; /* in the loop's list of waiting requests */
 	unsigned status;
 	const char *ctype;
 	char *body;
@@ -54,39 +69,10 @@ struct http_req {
 
 /* A reply body shared by many requests: one libmicrohttpd response, queued on each connection. */
 struct http_body {
-	unsigned refs;
+	atomic_uint refs; /* taken and dropped on the loop and on libmicrohttpd's threads */
 	size_t len;
 	struct MHD_Response *resp;
 };
-
-static void schedule(struct http *h);
-
-static void run(struct http *h)
-{
-	MHD_run(h->mhd);
-	schedule(h);
-}
-
-static void on_poll(uv_poll_t *p, int status, int events)
-{
-	run(p->data);
-}
-
-static void on_timer(uv_timer_t *t)
-{
-	run(t->data);
-}
-
-/* Arms the timer for libmicrohttpd's own deadlines (idle connection timeouts). */
-static void schedule(struct http *h)
-{
-	MHD_UNSIGNED_LONG_LONG ms;
-
-	if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
-		uv_timer_start(&h->timer, on_timer, ms, 0);
-	else
-		uv_timer_stop(&h->timer);
-}
 
 static void add_headers(struct MHD_Response *resp, const char *content_type)
 {
@@ -105,19 +91,19 @@ struct http_body *http_body_new(char *data, size_t len, const char *content_type
 		return NULL;
 	}
 	add_headers(b->resp, content_type);
-	b->refs = 1;
+	atomic_init(&b->refs, 1);
 	b->len = len;
 	return b;
 }
 
 void http_body_ref(struct http_body *b)
 {
-	b->refs++;
+	atomic_fetch_add(&b->refs, 1);
 }
 
 void http_body_unref(struct http_body *b)
 {
-	if (b && --b->refs == 0) {
+	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
 		/* Connections still sending it hold libmicrohttpd's own references. */
 		MHD_destroy_response(b->resp);
 		free(b);
@@ -162,15 +148,35 @@ static enum MHD_Result queue(struct http_req *r)
 	return ret;
 }
 
-/* The reply is set: a suspended request is resumed. */
+static void on_resume(uv_idle_t *idle);
+
+static void waiting_unlink(struct http_req *r)
+{
+	if (r->wprev)
+		r->wprev->wnext = r->wnext;
+	else
+		r->h->waiting = r->wnext;
+	if (r->wnext)
+		r->wnext->wprev = r->wprev;
+	r->wprev = r->wnext = NULL;
+}
+
+/*
+ * The reply is set. A request the loop answers is handed back to
+ * libmicrohttpd from the loop's next idle turn (on_resume), not here: the
+ * code that replied may still look at the request until its callback
+ * returns, and once resumed the request may be sent and freed at once.
+ */
 static void set_ready(struct http_req *r)
 {
+	struct http *h = r->h;
+
 	r->ready = true;
-	if (r->suspended) {
-		r->suspended = false;
-		MHD_resume_connection(r->conn);
-		/* The resumed connection is served by the next MHD_run. */
-		uv_timer_start(&r->h->timer, on_timer, 0, 0);
+	if (r->handed) {
+		waiting_unlink(r);
+		r->next = h->answered;
+		h->answered = r;
+		uv_idle_start(&h->resume, on_resume);
 	}
 }
 
@@ -322,11 +328,97 @@ const char *http_body(struct http_req *r, size_t *len)
 	return r->upload ? r->upload : "";
 }
 
+/* Links a request the loop takes into its list of waiting ones (set_ready unlinks it). */
+static void take(struct http *h, struct http_req *r)
+{
+	r->next = NULL;
+	r->wprev = NULL;
+	r->wnext = h->waiting;
+	if (h->waiting)
+		h->waiting->wprev = r;
+	h->waiting = r;
+}
+
+/* The loop: requests handed over by libmicrohttpd's threads. */
+static struct http_req *take_inbox(struct http *h)
+{
+	struct http_req *r;
+
+	pthread_mutex_lock(&h->lock);
+	r = h->inbox;
+	h->inbox = NULL;
+	h->inbox_tail = &h->inbox;
+	pthread_mutex_unlock(&h->lock);
+	return r;
+}
+
+static void on_wake(uv_async_t *a)
+{
+	struct http *h = a->data;
+	struct http_req *r = take_inbox(h), *next;
+
+	for (; r; r = next) {
+		next = r->next;
+		take(h, r);
+		api_handle(h->d, r, r->method, r->url);
+	}
+}
+
+/* The loop's idle turn: the requests it answered go back to libmicrohttpd, which sends them. */
+static void on_resume(uv_idle_t *idle)
+{
+	struct http *h = idle->data;
+	struct http_req *r = h->answered, *next;
+
+	h->answered = NULL;
+	uv_idle_stop(idle);
+	for (; r; r = next) {
+		next = r->next;
+		/* From here on the request is libmicrohttpd's: it may be sent and freed at once. */
+		MHD_resume_connection(r->conn);
+	}
+}
+
+/*
+ * On a libmicrohttpd thread: the request goes to the loop, its connection
+ * suspended until the loop's reply comes back (on_resume).
+ */
+static void handoff(struct http_req *r)
+{
+	struct http *h = r->h;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->stopping) {
+		pthread_mutex_unlock(&h->lock);
+		http_reply_error(r, 503, "the daemon is stopping");
+		return;
+	}
+	/*
+	 * libmicrohttpd 0.9.75 marks a resumed connection readable and, unless
+	 * it looks at the connection's state first, reads before it writes: a
+	 * client that half-closed its socket after the request then reads as
+	 * gone, and is closed unanswered. It looks at the state first (and so
+	 * queues the reply, and writes) for every connection with a timeout of
+	 * its own, and for the one idle longest among the others: so this one
+	 * gets a timeout of its own until its reply is queued (queue()).
+	 */
+	MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S + 1);
+	r->was_suspended = true;
+	r->handed = true;
+	atomic_fetch_add(&h->unsent, 1);
+	MHD_suspend_connection(r->conn);
+	r->next = NULL;
+	*h->inbox_tail = r;
+	h->inbox_tail = &r->next;
+	pthread_mutex_unlock(&h->lock);
+	uv_async_send(&h->wake);
+}
+
+/* On a libmicrohttpd thread. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_size,
 				  void **con_cls)
 {
-	struct http *h = cls;
 	struct http_req *r = *con_cls;
 
 	/* on_uri made it; none means it was out of memory: the connection is closed. */
@@ -363,34 +455,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (!r->dispatched) {
 		r->dispatched = true;
+		r->method = method;
+		r->url = url;
 		if (r->nul)
 			/* libmicrohttpd cuts the decoded path at the NUL: '/%00' would be '/'. */
 			http_reply_error(r, 400, "the request target holds a NUL byte (%%00)");
 		else if (r->too_large)
 			http_reply_error(r, 413, "request body larger than %d bytes", NW_HTTP_BODY_MAX);
-		else
-			api_handle(h->d, r, method, url);
-		if (!r->ready) {
-			/*
-			 * libmicrohttpd 0.9.75 marks a resumed connection readable and,
-			 * unless it looks at the connection's state first, reads before
-			 * it writes: a client that half-closed its socket after the
-			 * request then reads as gone, and is closed unanswered. It looks
-			 * at the state first (and so queues the reply, and writes) for
-			 * every connection with a timeout of its own, and for the one
-			 * idle longest among the others: so this one gets a timeout of
-			 * its own until its reply is queued (queue()).
-			 */
-			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-						  (unsigned)IDLE_TIMEOUT_S + 1);
-			r->was_suspended = true;
-			r->suspended = true;
-			MHD_suspend_connection(conn);
-			return MHD_YES;
-		}
+		else if (!api_reply_cached(r, method, url))
+			handoff(r);
 	}
 	if (!r->ready)
-		return MHD_YES;
+		return MHD_YES; /* suspended: called again once resumed */
 	return queue(r);
 }
 
@@ -415,6 +491,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	return r;
 }
 
+/* On a libmicrohttpd thread (or http_stop's, in MHD_stop_daemon). */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode code)
 {
@@ -422,17 +499,36 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 	if (!r)
 		return;
-	if (!r->ready) {
-		/* The client went away before its query answered: the reply will find no request. */
-		api_abandon(r);
+	*con_cls = NULL;
+	if (r->handed && !r->ready) {
+		/* The loop still holds it; http_stop answers every such request before stopping. */
+		log_error("http: a connection closed while its request was being answered");
+		return;
 	}
+	if (r->handed)
+		atomic_fetch_sub(&r->h->unsent, 1);
 	if (r->fd >= 0)
 		close(r->fd);
 	http_body_unref(r->shared);
 	free(r->body);
 	free(r->upload);
 	free(r);
-	*con_cls = NULL;
+}
+
+static void on_http_closed(uv_handle_t *handle)
+{
+	struct http *h = handle->data;
+
+	if (--h->open_handles == 0) {
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+	}
+}
+
+static void close_handles(struct http *h)
+{
+	uv_close((uv_handle_t *)&h->wake, on_http_closed);
+	uv_close((uv_handle_t *)&h->resume, on_http_closed);
 }
 
 int http_start(struct nwd *d, struct http **out)
@@ -440,6 +536,7 @@ int http_start(struct nwd *d, struct http **out)
 	struct http *h = calloc(1, sizeof(*h));
 	struct sockaddr_in sa = {0};
 	const union MHD_DaemonInfo *info;
+	unsigned threads = d->cfg.http_threads;
 	int rc;
 
 	if (!h)
@@ -452,30 +549,32 @@ int http_start(struct nwd *d, struct http **out)
 		free(h);
 		return -EINVAL;
 	}
-	h->mhd = MHD_start_daemon(
-	    MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, (uint16_t)d->cfg.http_port, NULL, NULL, on_request, h,
-	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	    (size_t)NW_HTTP_HEADER_MAX * 2, MHD_OPTION_CONNECTION_LIMIT, (unsigned)NW_HTTP_CONNECTIONS_MAX,
-	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
-	    on_completed, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_END);
+	rc = pthread_mutex_init(&h->lock, NULL);
+	if (rc) {
+		free(h);
+		return -rc;
+	}
+	h->inbox_tail = &h->inbox;
+	uv_async_init(d->loop, &h->wake, on_wake);
+	uv_idle_init(d->loop, &h->resume);
+	h->wake.data = h;
+	h->resume.data = h;
+	h->open_handles = 2;
+	/* One thread polls when threads is 1; libmicrohttpd's pool takes 2 or more. */
+	h->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
+				  (uint16_t)d->cfg.http_port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
+				  (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE,
+				  threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+				  (size_t)NW_HTTP_HEADER_MAX * 2, MHD_OPTION_CONNECTION_LIMIT,
+				  (unsigned)NW_HTTP_CONNECTIONS_MAX, MHD_OPTION_CONNECTION_TIMEOUT,
+				  (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+				  MHD_OPTION_URI_LOG_CALLBACK, on_uri, h, MHD_OPTION_END);
 	if (!h->mhd) {
 		log_error("http: cannot listen on %s:%u: %s", d->cfg.http_address, d->cfg.http_port,
 			  strerror(errno));
-		free(h);
+		close_handles(h);
 		return -EADDRINUSE;
 	}
-	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
-	rc = uv_poll_init(d->loop, &h->poll, info->epoll_fd);
-	if (rc) {
-		MHD_stop_daemon(h->mhd);
-		free(h);
-		return rc;
-	}
-	h->poll.data = h;
-	uv_timer_init(d->loop, &h->timer);
-	h->timer.data = h;
-	h->open_handles = 2;
-	uv_poll_start(&h->poll, UV_READABLE, on_poll);
 	info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info ? info->port : d->cfg.http_port;
 	*out = h;
@@ -487,20 +586,31 @@ unsigned http_port(const struct http *h)
 	return h->port;
 }
 
-static void on_http_closed(uv_handle_t *handle)
-{
-	struct http *h = handle->data;
-
-	if (--h->open_handles == 0)
-		free(h);
-}
-
+/*
+ * Stops serving. Every request the loop holds is answered first (503 for
+ * those still waiting on a query, which is abandoned), since libmicrohttpd
+ * cannot stop with a connection suspended; new requests are answered 503
+ * by the threads themselves meanwhile.
+ */
 void http_stop(struct http *h)
 {
-	uv_poll_stop(&h->poll);
-	/* Requests resumed by their failed queries must be served before the stop. */
-	MHD_run(h->mhd);
+	struct http_req *r, *next;
+
+	pthread_mutex_lock(&h->lock);
+	h->stopping = true;
+	pthread_mutex_unlock(&h->lock);
+	for (r = take_inbox(h); r; r = next) {
+		next = r->next;
+		take(h, r);
+	}
+	while ((r = h->waiting)) {
+		api_abandon(r);
+		http_reply_error(r, 503, "the daemon is stopping");
+	}
+	on_resume(&h->resume);
+	/* The replies go out before the connections close, for a client that reads them in time. */
+	for (unsigned ms = 0; atomic_load(&h->unsent) > 0 && ms < STOP_SEND_MS; ms++)
+		uv_sleep(1);
 	MHD_stop_daemon(h->mhd);
-	uv_close((uv_handle_t *)&h->poll, on_http_closed);
-	uv_close((uv_handle_t *)&h->timer, on_http_closed);
+	close_handles(h);
 }

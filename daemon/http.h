@@ -1,8 +1,13 @@
 /*
- * http: the dashboard and REST server. libmicrohttpd runs without threads of
- * its own: its epoll descriptor is watched by the libuv loop, and a request
- * that needs the database is suspended until its query answers, so the loop
- * never blocks. Headers and bodies are capped (caps.h); an oversized request
+ * http: the dashboard and REST server. libmicrohttpd runs on threads of its
+ * own ([http] threads), which read requests and send replies, the kernel's
+ * share of the work, away from the loop that runs the slots. A fresh cached
+ * answer is sent by those threads alone (api_reply_cached); every other
+ * request is handed to the libuv loop, its connection suspended until the
+ * loop replies (at once, or from a query's callback), so neither side
+ * blocks. The functions below are the loop's (http_start and http_stop
+ * included); the threads reply only to requests they have not handed over.
+ * Headers and bodies are capped (caps.h); an oversized request
  * is refused by libmicrohttpd with 431 or 413. A request whose target holds a
  * NUL byte (raw or %00) is refused with 400: decoded, it would be cut there.
  * A client that half-closes its socket after its request is still answered.

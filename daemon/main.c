@@ -186,6 +186,7 @@ static void keep_restart_only(struct config *next, struct config *cur)
 	KEEP(public_url);
 #undef KEEP
 	next->http_port = cur->http_port;
+	next->http_threads = cur->http_threads;
 	memcpy(next->slots, cur->slots, sizeof(cur->slots));
 	next->nslots = cur->nslots;
 	next->slots_gpus = cur->slots_gpus;
