@@ -381,9 +381,10 @@ static void on_resume(uv_idle_t *idle)
 
 /*
  * On a libmicrohttpd thread: the request goes to the loop, its connection
- * suspended until the loop's reply comes back (on_resume).
+ * suspended until the loop's reply comes back (on_resume); from then on the
+ * loop owns it. False: the daemon is stopping, and it was answered here.
  */
-static void handoff(struct http_req *r)
+static bool handoff(struct http_req *r)
 {
 	struct http *h = r->h;
 
@@ -391,7 +392,7 @@ static void handoff(struct http_req *r)
 	if (h->stopping) {
 		pthread_mutex_unlock(&h->lock);
 		http_reply_error(r, 503, "the daemon is stopping");
-		return;
+		return false;
 	}
 	/*
 	 * libmicrohttpd 0.9.75 marks a resumed connection readable and, unless
@@ -412,6 +413,7 @@ static void handoff(struct http_req *r)
 	h->inbox_tail = &r->next;
 	pthread_mutex_unlock(&h->lock);
 	uv_async_send(&h->wake);
+	return true;
 }
 
 /* On a libmicrohttpd thread. */
@@ -462,11 +464,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			http_reply_error(r, 400, "the request target holds a NUL byte (%%00)");
 		else if (r->too_large)
 			http_reply_error(r, 413, "request body larger than %d bytes", NW_HTTP_BODY_MAX);
-		else if (!api_reply_cached(r, method, url))
-			handoff(r);
+		else if (!api_reply_cached(r, method, url) && handoff(r))
+			return MHD_YES; /* the loop's now (not even r->ready is read): called again once resumed */
 	}
 	if (!r->ready)
-		return MHD_YES; /* suspended: called again once resumed */
+		return MHD_YES;
 	return queue(r);
 }
 

@@ -13,6 +13,9 @@
 #     gives up after [daemon] query_timeout.
 # Then PostgreSQL restarts (fast three times, immediate once) while trials
 # run: every commit is judged, no seed ran twice, the daemon still runs.
+# Last, SIGTERM while API reads wait on a lock: each is answered 503 with a
+# JSON error, and the daemon exits 0 (its HTTP threads stop with no request
+# left suspended).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -164,7 +167,39 @@ dup=$(nw_no_duplicates) || fail "after the restarts: $dup"
 lost=$(lost_builds)
 [[ $lost == 0 ]] || fail "$lost build jobs ended done without their builds row"
 kill -0 "$NW_DAEMON_PID" || fail "numwatchd died"
-if grep -aq "ERROR: AddressSanitizer\|runtime error:" "$work/daemon.log"; then
-	fail "sanitizer report in the daemon log"
+
+echo "--- SIGTERM while API reads wait on a lock"
+hold "LOCK TABLE repositories IN ACCESS EXCLUSIVE MODE"
+readers=()
+for i in 1 2 3; do
+	curl -s -o "$work/stop-body$i" -w '%{http_code}' --max-time 120 \
+		"http://127.0.0.1:$NW_PORT/api/v1/commits?limit=$i" >"$work/stop-status$i" &
+	readers+=($!)
+done
+three_blocked() { (($(blocked 'SELECT json_build_object(_%repository_, (SELECT name FROM repositories%') == 3)); }
+nw_wait 60 "three API reads blocked on the lock" three_blocked
+kill -TERM "$NW_DAEMON_PID"
+stopped() { ! kill -0 "$NW_DAEMON_PID" 2>/dev/null; }
+end=$((SECONDS + 120))
+until stopped || ((SECONDS > end)); do sleep 0.5; done
+stopped || fail "numwatchd did not exit within 120 s of SIGTERM with API reads waiting"
+rc=0
+wait "$NW_DAEMON_PID" || rc=$?
+NW_DAEMON_PID=
+((rc == 0)) || fail "numwatchd exited with status $rc after SIGTERM with API reads waiting: $(tail -n 5 "$work/daemon.log")"
+for i in 1 2 3; do
+	wait "${readers[i - 1]}" || true
+	[[ $(cat "$work/stop-status$i") == 503 ]] ||
+		fail "a read waiting at the stop: status $(cat "$work/stop-status$i"), expected 503"
+	python3 - "$work/stop-body$i" <<'PY' || fail "a read waiting at the stop: no JSON error: $(head -c 300 "$work/stop-body$i")"
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+assert d["status"] == 503 and d["error"], d
+PY
+done
+release
+echo "three reads waiting at SIGTERM: each answered 503, numwatchd exited 0"
+if grep -aq "ERROR: AddressSanitizer\|runtime error:\|libmicrohttpd" "$work/daemon.log"; then
+	fail "sanitizer or libmicrohttpd report in the daemon log"
 fi
 echo "PASS: db_faults"
