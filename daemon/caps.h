@@ -74,8 +74,16 @@
 #define NW_DB_TXN_TRIES 5
 /* Connections to PostgreSQL for API reads (a pool: each query to the least busy). */
 #define NW_HTTP_DB_POOL 4
-/* Connections for the judge's reads (a pool): verdicts of several jobs are read at once. */
-#define NW_JUDGE_DB_POOL 4
+/*
+ * Connections for the judge's reads (a pool): verdicts of several jobs are
+ * read at once, one per connection. One per NW_JUDGE_DB_SLOTS slots, from
+ * NW_JUDGE_DB_POOL to NW_JUDGE_DB_POOL_MAX: with instant runners on 16
+ * cores the judge's 4 connections were 70% busy at 8 slots and queued every
+ * slot's verdict at 64 (bench/daemon-ceiling).
+ */
+#define NW_JUDGE_DB_POOL     4
+#define NW_JUDGE_DB_POOL_MAX 16
+#define NW_JUDGE_DB_SLOTS    4
 /*
  * API response cache (api.c), keyed by request path: entries, bytes in all
  * (larger answers are not cached), and how old an answer may be when served,
