@@ -15,7 +15,8 @@
 #    ends done, every seed of every plan and of the run has exactly one result (nothing lost,
 #    nothing run twice), both daemons ran parts, and each daemon's /metrics says that its slots'
 #    claims went several to a statement (at start-up every slot claims at once: one statement
-#    goes, the other 23 claims wait for it and go together).
+#    goes, the other 23 claims wait for it and go together). Each daemon reads its verdicts on
+#    six connections (one per 4 slots).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -150,6 +151,11 @@ done
 nw_fleet_start "$work" a
 nw_fleet_start "$work" b
 nw_wait 300 "the 4 commits' plans to be judged" nw_all_final
+# The judge's reads grow with the slots: 24 slots, one connection per 4, on each of the two daemons.
+judges=$(pg_psql "SELECT string_agg(application_name, ',' ORDER BY application_name) FROM pg_stat_activity
+	WHERE application_name LIKE 'numwatchd judge%'")
+want=$(for i in 0 1 2 3 4 5; do printf 'numwatchd judge%s,numwatchd judge%s,' "$i" "$i"; done)
+[[ $judges == "${want%,}" ]] || fail "the judge's connections of two daemons of 24 slots: $judges (expected judge0 to judge5 each)"
 sha=$(git -C "$repo" rev-parse HEAD)
 port_a=$(sed -n 's/^port = //p' "$work/a/nw.conf")
 port_b=$(sed -n 's/^port = //p' "$work/b/nw.conf")
