@@ -131,6 +131,20 @@ def cpu(path):
 pid = sys.argv[1]
 print("daemon_cpu %.2f" % cpu("/proc/%s/stat" % pid))
 print("loop_cpu %.2f" % cpu("/proc/%s/task/%s/stat" % (pid, pid)))
+# The runners' and PostgreSQL's CPU, by process name (a runner that exits between the samples
+# takes its share with it: in a phase of runs by hand the runners live through it).
+group = {"runners": 0.0, "postgres": 0.0}
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            comm = open("/proc/%s/comm" % p).read().strip()
+        except OSError:
+            continue
+        name = "runners" if comm.startswith("numwatch-runne") else "postgres" if comm == "postgres" else None
+        if name:
+            group[name] += max(cpu("/proc/%s/stat" % p), 0)
+print("runners_cpu %.2f" % group["runners"])
+print("postgres_cpu %.2f" % group["postgres"])
 PY
 }
 # slot_shares BEFORE AFTER: each state's share of the slot time between the two samples, then
@@ -147,14 +161,15 @@ def read(path):
             v[m.group(1) or m.group(2) or m.group(3) or m.group(4)] = float(m.group(5))
         elif line.startswith("numwatch_trials_total"):
             v["answers"] = v.get("answers", 0) + float(line.rsplit(" ", 1)[1])
-        elif line.split()[0] in ("wall", "daemon_cpu", "loop_cpu"):
+        elif line.split()[0] in ("wall", "daemon_cpu", "loop_cpu", "runners_cpu", "postgres_cpu"):
             v[line.split()[0]] = float(line.split()[1])
         elif line.startswith("host_cpu "):
             v["host_all"], v["host_idle"] = (float(x) for x in line.split()[1:3])
     return v
 a, b = read(sys.argv[1]), read(sys.argv[2])
 d = {k: b[k] - a.get(k, 0) for k in b}
-extra = {k: d.pop(k, None) for k in ("loop", "wall", "answers", "daemon_cpu", "loop_cpu", "host_all", "host_idle")}
+extra = {k: d.pop(k, None) for k in ("loop", "wall", "answers", "daemon_cpu", "loop_cpu", "runners_cpu",
+                                      "postgres_cpu", "host_all", "host_idle")}
 loop, wall = extra["loop"], extra["wall"] or 0
 cpu = "n/a"
 if extra["host_all"]:
@@ -162,6 +177,9 @@ if extra["host_all"]:
     if extra["answers"] and extra["daemon_cpu"] is not None and min(a.get("daemon_cpu", -1), b.get("daemon_cpu", -1)) >= 0:
         cpu += "; daemon %.3f CPU s per 1000 answers (loop thread %.3f)" % (
             1000 * extra["daemon_cpu"] / extra["answers"], 1000 * extra["loop_cpu"] / extra["answers"])
+    if extra["answers"] and extra["runners_cpu"] is not None:
+        cpu += "; runners %.0f µs, PostgreSQL %.0f µs of CPU a trial" % (
+            1e6 * extra["runners_cpu"] / extra["answers"], 1e6 * (extra["postgres_cpu"] or 0) / extra["answers"])
 # Idle is left out: slots wait for work at the phase's ends (the samples are a poll apart).
 total = sum(x for k, x in d.items() if k not in ("trial", "idle"))
 if not total:
@@ -255,7 +273,8 @@ echo >>"$report"
 echo "*Host CPU*: the host's cores' busy share over the phase (/proc/stat), and the daemon's CPU"  >>"$report"
 echo "seconds per 1000 answers (/proc/PID/stat; its event loop's thread in brackets): a host whose" >>"$report"
 echo "cores are busy slows the loop from outside, a loop near one core's second per second is the" >>"$report"
-echo "limit itself." >>"$report"
+echo "limit itself. Then the runners' and PostgreSQL's CPU a trial (/proc, by process name): a" >>"$report"
+echo "runner's host work that grows with the GPUs is the host's cores (or memory) shared." >>"$report"
 echo >>"$report"
 echo "| GPUs | slots | trials | failures | seconds | trials/s | per GPU | busy per GPU (nvidia-smi) | slot time | host CPU |" >>"$report"
 echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |" >>"$report"
