@@ -690,13 +690,21 @@ class FastPathsTest(unittest.TestCase):
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="1", NUMWATCH_HELPER_WAIT_S="soon", CUDA_VISIBLE_DEVICES="",
                    PYTHONDONTWRITEBYTECODE="1")
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual((out.returncode, out.stdout), (0, "None None None\n"), out.stderr)
+        self.assertEqual((out.returncode, out.stdout), (0, "False None None\n"), out.stderr)
         self.assertEqual(len(out.stderr.splitlines()), 2, out.stderr)
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            for v, want in (("process", "process"), (" Thread ", "thread"), ("0", None), ("", None), (None, None),
-                            ("off", None), ("1", None), ("yes", None)):
-                self.assertEqual(nwt._parse_prepare_ahead(v), want, v)
+            for v, want in (("process", "process"), (" Thread ", "thread"), ("0", False), ("", None), (None, None),
+                            ("off", False), ("1", False), ("yes", False)):
+                self.assertEqual(repr(nwt._parse_prepare_ahead(v)), repr(want), v)  # (False is not None)
+            # Unset: a thread on a GPU, in line on the CPU; off or in the helper: in line.
+            saved = nwt.PREPARE_AHEAD
+            try:
+                for v, cuda, cpu in ((None, "thread", None), (False, None, None), ("process", "process", "process")):
+                    nwt.PREPARE_AHEAD = v
+                    self.assertEqual((nwt._ahead_mode("cuda"), nwt._ahead_mode("cpu")), (cuda, cpu), v)
+            finally:
+                nwt.PREPARE_AHEAD = saved
             for v, want in (("2.5", 2.5), ("0", 0.0), (None, None), ("", None), ("-1", None), ("nan", None),
                             ("inf", None)):
                 self.assertEqual(nwt._parse_wait_s(v), want, v)
