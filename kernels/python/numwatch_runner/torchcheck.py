@@ -47,10 +47,11 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
 On a GPU the metrics and digests replay a CUDA graph per padded shape
-(_Graphs; GRAPHS), with the same answers. Opt-in, under a contract (a check's
-case depends only on what exists at import time and the seed): the next
-seed's host work prepared ahead by a helper process or a thread (_Ahead,
-_Helper; PREPARE_AHEAD), sampled against the in-line preparation.
+(_Graphs; GRAPHS), with the same answers, and the next seed's host work is
+prepared by a worker thread while the trial runs (_Ahead, _Worker;
+PREPARE_AHEAD), under a contract (a check's case depends only on the seed and
+on what trials do not change), sampled against the in-line preparation; a
+helper process (_Helper) instead is opt-in.
 
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
