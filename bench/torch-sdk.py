@@ -10,10 +10,11 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    autograd for a backward), the reference in float64, torch.testing.assert_close. Both start
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
    Triton specialisation the shapes need is compiled before either side is timed). The SDK is
-   timed as --sides says: sdk, as a runner on the device runs it by default (on a GPU: the metrics
-   replayed from CUDA graphs, the case prepared in line); process, also the next seed prepared
-   ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process); thread, prepared ahead by
-   a thread with graphs; inline, no fast path. Each side is timed --rounds times in turn,
+   timed as --sides says: sdk, as a runner on the device runs it by default (on a GPU: the next
+   seed prepared ahead by a thread, the metrics replayed from CUDA graphs; on the CPU in line);
+   thread, prepared ahead by a thread with graphs (on the CPU too); graphs, prepared in line with
+   graphs; process, prepared ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process)
+   with graphs; inline, no fast path. Each side is timed --rounds times in turn,
    the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
    full contract should keep at least 0.8x the plain loop's rate).
 
@@ -23,11 +24,13 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
 
 3. Verify (--verify N, before the rates): for every check x dtype of the suite, N seeds at repeats
    1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
-   the graphs the first captured; a thread and graphs) and in line (twice: seeds whose in-line
-   answers differ are left out), every field compared but kernel_us; exits 1 on any difference, if
-   the SDK turned its graphs off for a check (an error or a disagreement, which it logs on stderr),
-   or preparing ahead off for a check (a case that differed from the in-line one), or if its helper
-   process is not serving at the end.
+   the graphs the first captured; a thread and graphs, as a GPU runner by default, guessing the
+   next seed; a thread told each next request, as the command line does) and in line (twice: seeds
+   whose in-line answers differ are left out), every field compared but kernel_us; exits 1 on any
+   difference, if the SDK turned its graphs off for a check (an error or a disagreement, which it
+   logs on stderr), or preparing ahead off for a check (a case that differed from the in-line
+   one), if a case prepared ahead was late past its deadline, or if its helper process is not
+   serving at the end.
 
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
@@ -114,8 +117,8 @@ def rate(fn, seeds, warm=5):
 
 
 #: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
-#: the SDK's default (on a GPU: metrics replayed from graphs, prepared in line; preparing ahead is
-#: opt-in). "graphs" is kept as a name of the default's side.
+#: the SDK's default (on a GPU: the next seed prepared ahead by a thread, metrics replayed from
+#: graphs; on the CPU: in line, no graphs).
 SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
          "process": ("SDK, helper + graphs", "process", None), "thread": ("SDK, thread + graphs", "thread", None),
          "inline": ("SDK in line", False, False)}
@@ -210,7 +213,8 @@ def verify(fc, names, dtypes, seeds):
     stats0 = dict(nwt.STATS)
     wait0, nwt.HELPER_WAIT_S = nwt.HELPER_WAIT_S, 60.0  # every case it can make from the helper, to check them
     bad = trials = flaky = 0
-    passes = (("process", None), ("process", None), ("thread", None))
+    # (ahead, graphs, told the next request)
+    passes = (("process", None, False), ("process", None, False), ("thread", None, False), ("thread", None, True))
     print("| check | dtype | repeats | fast trials compared | differences | seeds not deterministic in line |")
     print("| --- | --- | ---: | ---: | --- | ---: |")
     for c in checks:
@@ -220,14 +224,15 @@ def verify(fc, names, dtypes, seeds):
             if dtypes and dtype not in dtypes:
                 continue
             for repeats in (1, 2):
-                def run(s):
-                    a = runner.trial(c.name, dtype, s, None, repeats)
+                def run(s, foresee=False):
+                    nxt = ((c.name, dtype, s + 1, None) if s + 1 < seeds else False) if foresee else None
+                    a = runner.trial(c.name, dtype, s, None, repeats, nxt)
                     a.pop("kernel_us", None)
                     return a
                 fast = []
-                for ahead, graphs in passes:
+                for ahead, graphs, foresee in passes:
                     with mode(nwt, ahead, graphs):
-                        fast.append([run(s) for s in range(seeds)])
+                        fast.append([run(s, foresee) for s in range(seeds)])
                 with in_line(nwt):
                     slow = [run(s) for s in range(seeds)]
                     again = [run(s) for s in range(seeds)]
@@ -252,15 +257,17 @@ def verify(fc, names, dtypes, seeds):
     helper = nwt._AHEAD.helper
     print("\nverify: %d fast trials compared with in-line ones, %d differences (%d seeds left out: their "
           "in-line answers differ); prepared ahead: %d taken (%d also prepared in line and compared), %d "
-          "prepared in line (the helper late, or unable), %d misses, %d changed checks, %d output gradients drawn "
-          "ahead, %d checks turned it off%s (helper: %s); "
+          "prepared in line (the helper late, or unable), %d late past the thread's deadline, %d misses, %d changed "
+          "checks, %d output gradients drawn ahead, %d checks turned it off%s (helper: %s); "
           "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
           "off%s" % (
-              trials, bad, flaky, d["ahead_hits"], d["ahead_verified"], d["ahead_in_line"], d["ahead_misses"],
+              trials, bad, flaky, d["ahead_hits"], d["ahead_verified"], d["ahead_in_line"], d["ahead_late"],
+              d["ahead_misses"],
               d["ahead_stale"], d["douts_ahead"], d["ahead_off"],
               " (%s)" % ", ".join(sorted(nwt._AHEAD.off)) if nwt._AHEAD.off else "", helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
               d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    return 1 if bad or d["graph_off"] or d["ahead_off"] or (helper is not None and helper.state != "ready") else 0
+    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or (
+        helper is not None and helper.state != "ready") else 0
 
 
 class Sampler(threading.Thread):
@@ -482,13 +489,15 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
-    ap.add_argument("--sides", default="sdk,process,inline,plain",
-                    help="what the rates time: sdk (the SDK's defaults: graphs on a GPU, prepared in line), "
-                    "process (also prepared ahead by the opt-in helper process), thread (prepared ahead by a "
-                    "thread), graphs (prepared in line, graphs on), inline (no fast path), plain (the plain loop)")
+    ap.add_argument("--sides", default="sdk,graphs,inline,plain",
+                    help="what the rates time: sdk (the SDK's defaults: on a GPU prepared ahead by a thread, "
+                    "graphs; on the CPU in line), thread (prepared ahead by a thread, graphs), graphs (prepared "
+                    "in line, graphs), process (prepared ahead by the opt-in helper process, graphs), inline "
+                    "(no fast path), plain (the plain loop)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
                     help="first: N seeds of every check x dtype with the fast paths (the helper process, "
-                    "a thread, graphs) and in line, compared (exit 1 on a difference)")
+                    "a thread guessing or told the next request, graphs) and in line, compared (exit 1 on a "
+                    "difference)")
     ap.add_argument("--emulate-graphs", action="store_true",
                     help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
     a = ap.parse_args()

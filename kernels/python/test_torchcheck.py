@@ -5,6 +5,7 @@
 Needs torch (Debian's python3-torch is enough); skipped without it. The
 ctest 'python_sdk' (kernels/python/run-tests.sh) refuses to skip.
 """
+import ast
 import collections
 import contextlib
 import io
@@ -15,8 +16,10 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
+import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -169,6 +172,48 @@ if torch is not None:
         def make_case(self, g, family, dtype):
             rows, cols = self.rows[0], g.tail(8, 9, 200)
             return nwt.Case([rows, cols], {"x": g.normal((rows, cols), dtype), "w": g.normal((cols,), dtype)})
+
+    def on_worker():
+        """Whether this is the thread that prepares trials ahead (not the trial's own)."""
+        return threading.current_thread() is not threading.main_thread()
+
+    class Gated(Planted):
+        """make_case waits at a gate on the thread that prepares trials ahead (never in line), so a
+        test holds a preparation running while trials go on: a case thrown away, or late."""
+
+        op = "gated"
+        families = ("ok", "scaled", "nan", "kink")
+        gate = entered = None  # threading.Event: the gate open; the worker's make_case at the gate
+        gate_s = 120.0  # (a deadline: a test that fails does not hang)
+        made = []  # weakrefs of the cases made on the worker
+
+        def make_case(self, g, family, dtype):
+            case = Planted.make_case(self, g, family, dtype)
+            if on_worker():
+                Gated.made.append(weakref.ref(case))
+                Gated.entered.set()
+                Gated.gate.wait(Gated.gate_s)
+            return case
+
+    class FailsAhead(Planted):
+        """make_case raises on the worker only: the case is prepared in line, as if never tried."""
+
+        op = "failsahead"
+
+        def make_case(self, g, family, dtype):
+            if on_worker():
+                raise RuntimeError("planted: only ahead")
+            return Planted.make_case(self, g, family, dtype)
+
+    class Settings(Planted):
+        """A case that records torch's settings of the thread that made it (each thread's own)."""
+
+        op = "settings"
+
+        def make_case(self, g, family, dtype):
+            case = Planted.make_case(self, g, family, dtype)
+            case.params.update(grad=torch.is_grad_enabled(), threads=torch.get_num_threads())
+            return case
 
     def planted_runner():
         return nw.Runner(Planted.both(), name="planted-torch 1",
@@ -512,16 +557,17 @@ class FastPathsTest(unittest.TestCase):
                     out.append((c.name, dtype, seed, "ok", 2))
         return out
 
-    def answers(self, runner, requests):
+    def answers(self, runner, requests, foresee=False):
+        """The answers (kernel_us left out) to requests; foresee: each trial is told the next
+        request, as the runner's command line tells it (else it guesses the next seed)."""
+        requests = [r for r in requests if r[3] is not None or Planted.families[r[2] % len(Planted.families)] not in (
+            "fatal", "racy")]  # (a fatal error ends a runner: its own test; racy: not deterministic across runs)
         got = []
-        for check, dtype, seed, family, repeats in requests:
+        for i, (check, dtype, seed, family, repeats) in enumerate(requests):
             Planted.calls = 0
-            if family is None and seed % len(Planted.families) == Planted.families.index("fatal"):
-                continue  # (a fatal error ends a runner: its own test)
-            if family is None and Planted.families[seed % len(Planted.families)] == "racy":
-                continue  # not deterministic across the runs compared
+            upcoming = (requests[i + 1][:4] if i + 1 < len(requests) else False) if foresee else None
             try:
-                a = runner.trial(check, dtype, seed, family, repeats)
+                a = runner.trial(check, dtype, seed, family, repeats, upcoming)
                 a.pop("kernel_us")
             except Exception as e:
                 a = (type(e).__name__, str(e))
@@ -563,6 +609,106 @@ class FastPathsTest(unittest.TestCase):
             self.assertGreaterEqual(d["ahead_verified"], 2 * len(self.checks), mode)
             self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
             nwt._AHEAD.drop()
+
+    def test_the_request_foreseen_is_prepared(self):
+        """Told the next request (the command line's next seed, a seed run again, another check),
+        the thread prepares exactly that one: every trial after the first takes its case from
+        ahead, with the in-line answers."""
+        nwt.BATCH_ALL = True
+        reqs = [(c.name, dtype, seed, None, 1 + seed % 2) for c in self.checks[:4] for dtype in ("f32", "bf16")
+                for seed in (0, 0, 0, 3, 1, 2, 2, 9)]
+        want = self.in_line(reqs)
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "thread", False
+        self.fresh_ahead()
+        before = dict(nwt.STATS)
+        self.assertEqual(self.answers(nw.Runner(self.checks, name="planted 1"), reqs, foresee=True), want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertEqual((d["ahead_hits"], d["ahead_misses"], d["ahead_in_line"], d["ahead_off"]),
+                         (len(want) - 1, 0, 0, 0))
+
+    def test_a_case_dropped_or_late_on_the_thread(self):
+        """A preparation still running when another request comes is thrown away without being
+        waited for, and nothing of its case is kept once it ends; one later than AHEAD_TIMEOUT_S
+        has its trial prepared in line and the thread given up (one line on stderr), and the
+        thread ends once its check's code returns. Answers: the in-line ones throughout."""
+        nwt.BATCH_ALL = True
+        ahead = self.fresh_ahead()
+        self.addCleanup(setattr, nwt, "AHEAD_TIMEOUT_S", nwt.AHEAD_TIMEOUT_S)
+        Gated.gate, Gated.entered, Gated.made = threading.Event(), threading.Event(), []
+        self.addCleanup(lambda: Gated.gate.set())
+        def ask(seed, upcoming):  # (told the next request, as the command line tells it)
+            a = r.trial("gated.fwd", "f32", seed, None, 1, upcoming and ("gated.fwd", "f32", upcoming, None))
+            a.pop("kernel_us")
+            return a
+
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = False, False
+        r = nw.Runner(Gated.both(), name="gated 1")
+        want = [ask(0, 1), ask(5, 6), ask(6, 7), ask(7, 8), ask(8, False)]
+        nwt.PREPARE_AHEAD = "thread"
+        r = nw.Runner(Gated.both(), name="gated 1")
+        before = dict(nwt.STATS)
+        got = [ask(0, 1)]  # seed 1 is prepared, and waits at the gate
+        self.assertTrue(Gated.entered.wait(120))
+        dropped = ahead.job[2]
+        got.append(ask(5, 6))  # seed 5 instead: seed 1's case thrown away, not waited for
+        self.assertFalse(dropped.done.is_set())
+        self.assertEqual(nwt.STATS["ahead_late"], before["ahead_late"])
+        Gated.entered.clear()
+        Gated.gate.set()  # seed 1's make_case returns; then seed 6's runs
+        self.assertTrue(dropped.done.wait(120))
+        self.assertIsNone(dropped.case)
+        ahead.job[2].done.wait(120)
+        Gated.gate.clear()
+        Gated.entered.clear()
+        got.append(ask(6, 7))  # seed 6 from ahead; seed 7 is prepared, and waits at the gate
+        self.assertTrue(Gated.entered.wait(120))
+        late = ahead.job[2]
+        nwt.AHEAD_TIMEOUT_S = 0.05  # (it waits at the gate until the gate opens: late whatever the machine)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            got += [ask(7, 8), ask(8, False)]  # seed 7 in line after the wait; seed 8 in line: the thread given up
+        self.assertEqual(got, want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertEqual((d["ahead_misses"], d["ahead_hits"], d["ahead_late"]), (1, 1, 1))
+        self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+        self.assertIn("given up", err.getvalue())
+        self.assertIsNone(ahead.job)
+        Gated.gate.set()
+        self.assertTrue(late.done.wait(120))
+        ahead.worker.thread.join(120)
+        self.assertFalse(ahead.worker.thread.is_alive())
+        import gc
+
+        gc.collect()
+        self.assertEqual(len(Gated.made), 3)  # seeds 1, 6 and 7
+        self.assertEqual([w() for w in Gated.made], [None] * 3)
+
+    def test_the_thread_makes_cases_as_in_line(self):
+        """A make_case that raises on the thread has its case made in line; a case is made under
+        the trial thread's own torch settings (gradient mode, thread count)."""
+        nwt.BATCH_ALL = True
+        reqs = [("failsahead.fwd", "f32", s, None, 1) for s in range(6)] + [
+            ("settings.fwd", "bf16", s, None, 2) for s in range(6)]
+        checks = FailsAhead.both() + [Settings()]
+
+        def run(mode):
+            nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
+            threads = torch.get_num_threads()
+            torch.set_num_threads(threads + 1)
+            try:
+                with torch.no_grad():
+                    return self.answers(nw.Runner(checks, name="planted 1"), reqs)
+            finally:
+                torch.set_num_threads(threads)
+
+        want = run(False)
+        self.assertEqual(want[-1]["case"]["digest"], want[-1]["case"]["digest"])
+        self.fresh_ahead()
+        before = dict(nwt.STATS)
+        self.assertEqual(run("thread"), want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        # (after the miss from one check to the other, guessing rests for one request)
+        self.assertEqual((d["ahead_in_line"], d["ahead_hits"], d["ahead_off"]), (5, 4, 0))
 
     def test_a_helper_that_dies_leaves_trials_in_line(self):
         reqs = self.requests()[:40]
@@ -690,13 +836,21 @@ class FastPathsTest(unittest.TestCase):
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="1", NUMWATCH_HELPER_WAIT_S="soon", CUDA_VISIBLE_DEVICES="",
                    PYTHONDONTWRITEBYTECODE="1")
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        self.assertEqual((out.returncode, out.stdout), (0, "None None None\n"), out.stderr)
+        self.assertEqual((out.returncode, out.stdout), (0, "False None None\n"), out.stderr)
         self.assertEqual(len(out.stderr.splitlines()), 2, out.stderr)
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            for v, want in (("process", "process"), (" Thread ", "thread"), ("0", None), ("", None), (None, None),
-                            ("off", None), ("1", None), ("yes", None)):
-                self.assertEqual(nwt._parse_prepare_ahead(v), want, v)
+            for v, want in (("process", "process"), (" Thread ", "thread"), ("0", False), ("", None), (None, None),
+                            ("off", False), ("1", False), ("yes", False)):
+                self.assertEqual(repr(nwt._parse_prepare_ahead(v)), repr(want), v)  # (False is not None)
+            # Unset: a thread on a GPU, in line on the CPU; off or in the helper: in line.
+            saved = nwt.PREPARE_AHEAD
+            try:
+                for v, cuda, cpu in ((None, "thread", None), (False, None, None), ("process", "process", "process")):
+                    nwt.PREPARE_AHEAD = v
+                    self.assertEqual((nwt._ahead_mode("cuda"), nwt._ahead_mode("cpu")), (cuda, cpu), v)
+            finally:
+                nwt.PREPARE_AHEAD = saved
             for v, want in (("2.5", 2.5), ("0", 0.0), (None, None), ("", None), ("-1", None), ("nan", None),
                             ("inf", None)):
                 self.assertEqual(nwt._parse_wait_s(v), want, v)
@@ -964,7 +1118,7 @@ class RunnerProcessTest(unittest.TestCase):
                 script = os.path.join(tmp, name)
                 with open(script, "w") as f:
                     f.write(src % HERE)
-                for ahead in ("0", "process"):
+                for ahead in ("0", "process", "thread"):
                     # (every case from the helper once it started, however busy the machine)
                     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
                                NUMWATCH_PREPARE_AHEAD=ahead, OMP_NUM_THREADS="1", NUMWATCH_TORCH_STATS="1",
@@ -985,7 +1139,7 @@ class RunnerProcessTest(unittest.TestCase):
                     else:  # (unless the run ended before the helper said it could not start)
                         self.assertLessEqual(len(helper_lines), 1, out.stderr)
                         self.assertTrue(all("did not start" in x for x in helper_lines), helper_lines)
-                    if ahead == "process" and name == "guarded":
+                    if (ahead == "process" and name == "guarded") or ahead == "thread":
                         self.assertGreater(hits, len(reqs) // 2, stats)
                     else:
                         self.assertEqual(hits, 0, (name, ahead, stats))
@@ -994,6 +1148,64 @@ class RunnerProcessTest(unittest.TestCase):
         for key, got in answers.items():
             self.assertEqual(got, want, key)
 
+    def test_command_line_prepared_ahead_by_a_thread(self):
+        """The command line tells each trial the next one (--count, --runs, the next dtype): with a
+        thread every trial but the first is prepared ahead, with the in-line answers; a runner whose
+        thread is held in a check's code still exits at once."""
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "planted")
+            with open(script, "w") as f:
+                f.write(RUNNER_SCRIPT % HERE)
+            out = {}
+            for ahead in ("0", "thread"):
+                env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
+                           NUMWATCH_PREPARE_AHEAD=ahead, NUMWATCH_TORCH_STATS="1")
+                p = subprocess.run([sys.executable, script, "--check", "planted.bwd,planted.fwd", "--dtype", "all",
+                                    "--seed", "0", "--count", "6", "--runs", "3"],
+                                   env=env, capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 1, p.stderr)  # (families that fail)
+                answers = [strict_json(line) for line in p.stdout.splitlines()]
+                for a in answers:
+                    a.pop("kernel_us", None)
+                out[ahead] = answers
+                stats = [x for x in p.stderr.splitlines() if x.startswith("numwatch-runner: torchcheck: {")]
+                self.assertEqual(len(stats), 1, p.stderr)
+                if ahead == "thread":
+                    st = ast.literal_eval(stats[0].split(": ", 2)[2])
+                    self.assertEqual((st["ahead_hits"], st["ahead_misses"], st["ahead_in_line"]),
+                                     (len(answers) - 1, 0, 0), st)
+            self.assertEqual(len(out["0"]), 2 * 2 * 6 * 3)
+            self.assertEqual(out["thread"], out["0"])
+            # Seed 1 prepared ahead waits in make_case (an hour): bye still ends the runner.
+            with open(script, "w") as f:
+                f.write(GATED_SCRIPT % HERE)
+            reqs = [{"op": "trial", "id": 1, "check": "gated.fwd", "dtype": "f32", "seed": 0, "repeats": 1},
+                    {"op": "bye"}]
+            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
+                       NUMWATCH_PREPARE_AHEAD="thread", OMP_NUM_THREADS="1")
+            p = subprocess.run([sys.executable, script], input="".join(json.dumps(r) + "\n" for r in reqs), env=env,
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual([strict_json(x)["op"] for x in p.stdout.splitlines()], ["trial", "bye"])
+            self.assertIn("at the gate", p.stderr)
+
+
+#: A runner of Gated whose make_case, on the thread that prepares ahead, waits an hour at its gate;
+#: bye is answered once it waits there.
+GATED_SCRIPT = """import sys, threading
+sys.path.insert(0, %r)
+import test_torchcheck as t
+import numwatch_runner as nw
+t.Gated.gate, t.Gated.entered, t.Gated.gate_s = threading.Event(), threading.Event(), 3600.0
+
+class Runner(nw.Runner):
+    def answer(self, req, upcoming=None):
+        if req.get("op") == "bye" and t.Gated.entered.wait(600):
+            print("at the gate", file=sys.stderr, flush=True)
+        return nw.Runner.answer(self, req, upcoming)
+
+sys.exit(Runner(t.Gated.both(), name="gated 1").run())
+"""
 
 #: The first two uniforms of Gen("softmax.fwd", "f32", 0), as torch 1.13's CPU generator draws them.
 PINNED_UNIFORMS = [0.26637278883658677, 0.14514112268252177]

@@ -202,11 +202,8 @@ class Runner:
             hello["repro"] = self.repro
         return hello
 
-    def trial(self, check, dtype, seed, family=None, repeats=1):
-        """Runs one trial; returns the answer's fields after "op" and "id".
-
-        Raises TrialError or FatalError for an error answer.
-        """
+    def _request(self, check, dtype, seed, family, repeats=1):
+        """A trial request checked: (the check, its family, the seed's index), or TrialError."""
         c = self.checks.get(check) if isinstance(check, str) else None
         if c is None:
             raise TrialError("unknown check '%.64s'" % (check,))
@@ -223,9 +220,32 @@ class Runner:
             fam = family
         else:
             raise TrialError("unknown family '%.64s' for check '%s'" % (family, c.name))
-        index = seed // len(fams)
+        return c, fam, seed // len(fams)
+
+    def _upcoming(self, upcoming):
+        """The request after this one as a torch check takes it, (check, (dtype, seed, family, index,
+        named)), or False: none, or one that will not run (its own answer says why)."""
+        if not upcoming:
+            return False
+        check, dtype, seed, family = upcoming
+        try:
+            c, fam, index = self._request(check, dtype, seed, family)
+        except TrialError:
+            return False
+        return (c, (dtype, seed, fam, index, family is not None)) if hasattr(c, "run_trial") else False
+
+    def trial(self, check, dtype, seed, family=None, repeats=1, upcoming=None):
+        """Runs one trial; returns the answer's fields after "op" and "id".
+
+        upcoming: the request that follows this one, (check, dtype, seed, family), when the
+        caller knows it, or False when it knows there is none (a check that prepares the next
+        trial while this one runs prepares that one; None: it may guess the next seed).
+        Raises TrialError or FatalError for an error answer.
+        """
+        c, fam, index = self._request(check, dtype, seed, family, repeats)
         if hasattr(c, "run_trial"):  # a check that runs the whole trial itself (torchcheck.TorchCheck)
-            return c.run_trial(dtype, seed, fam, index, repeats, family is not None)
+            nxt = {} if upcoming is None else {"upcoming": self._upcoming(upcoming)}
+            return c.run_trial(dtype, seed, fam, index, repeats, family is not None, **nxt)
 
         rng = Rng(c.name, dtype, seed, index, fam)
         case = c.make_case(rng, fam, dtype)
@@ -322,7 +342,7 @@ class Runner:
             "kernel_us": finite_or_none(statistics.median(times)),
         }
 
-    def _answer_trial(self, req):
+    def _answer_trial(self, req, upcoming=None):
         rid = req.get("id")
         try:
             for k in ("check", "dtype"):
@@ -334,7 +354,8 @@ class Runner:
             family = req.get("family")
             if family is not None and not isinstance(family, str):
                 raise TrialError("field 'family' must be a string or null")
-            res = self.trial(req["check"], req["dtype"], req["seed"], family, 1 if repeats is None else repeats)
+            res = self.trial(req["check"], req["dtype"], req["seed"], family, 1 if repeats is None else repeats,
+                             upcoming)
         except FatalError as e:
             traceback.print_exc(file=sys.stderr)
             return {"op": "trial", "id": rid, "verdict": "error", "error": _text(str(e) or "fatal error"), "fatal": True}
@@ -348,30 +369,30 @@ class Runner:
         answer.update(res)
         return answer
 
-    def answer(self, req):
-        """The answer to one decoded request. Returns (answer, quit)."""
+    def answer(self, req, upcoming=None):
+        """The answer to one decoded request. Returns (answer, quit). upcoming: as for trial()."""
         if not isinstance(req, dict) or not isinstance(req.get("op"), str):
             return {"op": None, "error": "request has no string 'op'"}, False
         op = req["op"]
         if op == "hello":
             return self.hello(), False
         if op == "trial":
-            a = self._answer_trial(req)
+            a = self._answer_trial(req, upcoming)
             return a, a.get("fatal") is True
         if op == "bye":
             return {"op": "bye"}, True
         return {"op": op, "error": "unknown op"}, False
 
-    def answer_line(self, line):
+    def answer_line(self, line, upcoming=None):
         """The answer line (str, no "\\n") to one request line (bytes or str,
-        without its "\\n"). Returns (line, quit, fatal)."""
+        without its "\\n"). Returns (line, quit, fatal). upcoming: as for trial()."""
         try:
             if isinstance(line, bytes):
                 line = line.decode("utf-8")
             req = json.loads(line)
         except (UnicodeDecodeError, ValueError) as e:
             return encode({"op": None, "error": _text("not json: %s" % e)}), False, False
-        ans, quit = self.answer(req)
+        ans, quit = self.answer(req, upcoming)
         try:
             text = encode(ans)
         except (ValueError, TypeError) as e:  # a NaN or an odd object slipped into the answer
@@ -469,48 +490,58 @@ class Runner:
             print("%s: --seed must be >= 0, --count and --runs >= 1" % p.prog, file=sys.stderr)
             return 2
         names = self.order if a.check == "all" else a.check.split(",")
-        rc = 0
+        pairs = []
         for name in names:
             c = self.checks.get(name)
-            dtypes = (list(c.dtypes) if c else ["-"]) if a.dtype == "all" else a.dtype.split(",")
-            for dtype in dtypes:
-                stats = {"pass": 0, "fail": 0, "error": 0, "differ": 0}
-                worst = (None, None)
-                failing = []
-                for seed in (s for s in range(a.seed, a.seed + a.count) for _ in range(a.runs)):
-                    req = {"op": "trial", "id": seed, "check": name, "dtype": dtype, "seed": seed,
-                           "repeats": a.repeats, "family": a.family}
-                    text, _, fatal = self.answer_line(encode(req))
-                    ans = json.loads(text)
-                    v = ans.get("verdict")
-                    stats[v] = stats.get(v, 0) + 1
-                    stats["differ"] += 1 if ans.get("digests_differ") else 0
-                    if v == "fail":
-                        rc = max(rc, 1)
-                        if seed not in failing:
-                            failing.append(seed)
-                    elif v != "pass":
-                        rc = 2
-                    r = ans.get("ratio")
-                    if v == "fail" and r is None:
-                        r = math.inf
-                    if r is not None and (worst[0] is None or r > worst[0]):
-                        worst = (r, seed)
-                    if not a.summary:
-                        emit(text)
-                    if fatal:
-                        return 2
-                if a.runs > 1:
-                    print("%s %s seeds %d..%d, %d runs each: %d of %d runs failed" % (
-                        name, dtype, a.seed, a.seed + a.count - 1, a.runs, stats["fail"],
-                        a.runs * a.count), file=sys.stderr)
-                if a.summary:
-                    emit("%-16s %-5s seeds %d..%d: %d pass, %d fail, %d error, %d with differing digests; "
-                         "worst ratio %s (seed %s)%s" % (
-                        name, dtype, a.seed, a.seed + a.count - 1, stats["pass"], stats["fail"], stats["error"],
-                        stats["differ"],
-                        "%.3g" % worst[0] if worst[0] is not None else "-", worst[1],
-                        "; failing seeds %s" % failing[:20] if failing else ""))
+            pairs += [(name, d) for d in ((list(c.dtypes) if c else ["-"]) if a.dtype == "all" else a.dtype.split(","))]
+        runs = a.count * a.runs  # of each pair: seed after seed, each a.runs times in a row
+        rc = 0
+        for k, (name, dtype) in enumerate(pairs):
+            stats = {"pass": 0, "fail": 0, "error": 0, "differ": 0}
+            worst = (None, None)
+            failing = []
+            for i in range(runs):
+                seed = a.seed + i // a.runs
+                req = {"op": "trial", "id": seed, "check": name, "dtype": dtype, "seed": seed,
+                       "repeats": a.repeats, "family": a.family}
+                # The request after this one, known here: a check may prepare it meanwhile.
+                if i + 1 < runs:
+                    upcoming = (name, dtype, a.seed + (i + 1) // a.runs, a.family)
+                elif k + 1 < len(pairs):
+                    upcoming = pairs[k + 1] + (a.seed, a.family)
+                else:
+                    upcoming = False
+                text, _, fatal = self.answer_line(encode(req), upcoming)
+                ans = json.loads(text)
+                v = ans.get("verdict")
+                stats[v] = stats.get(v, 0) + 1
+                stats["differ"] += 1 if ans.get("digests_differ") else 0
+                if v == "fail":
+                    rc = max(rc, 1)
+                    if seed not in failing:
+                        failing.append(seed)
+                elif v != "pass":
+                    rc = 2
+                r = ans.get("ratio")
+                if v == "fail" and r is None:
+                    r = math.inf
+                if r is not None and (worst[0] is None or r > worst[0]):
+                    worst = (r, seed)
+                if not a.summary:
+                    emit(text)
+                if fatal:
+                    return 2
+            if a.runs > 1:
+                print("%s %s seeds %d..%d, %d runs each: %d of %d runs failed" % (
+                    name, dtype, a.seed, a.seed + a.count - 1, a.runs, stats["fail"],
+                    a.runs * a.count), file=sys.stderr)
+            if a.summary:
+                emit("%-16s %-5s seeds %d..%d: %d pass, %d fail, %d error, %d with differing digests; "
+                     "worst ratio %s (seed %s)%s" % (
+                    name, dtype, a.seed, a.seed + a.count - 1, stats["pass"], stats["fail"], stats["error"],
+                    stats["differ"],
+                    "%.3g" % worst[0] if worst[0] is not None else "-", worst[1],
+                    "; failing seeds %s" % failing[:20] if failing else ""))
         return rc
 
     def run(self, argv=None):

@@ -47,10 +47,11 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
 On a GPU the metrics and digests replay a CUDA graph per padded shape
-(_Graphs; GRAPHS), with the same answers. Opt-in, under a contract (a check's
-case depends only on what exists at import time and the seed): the next
-seed's host work prepared ahead by a helper process or a thread (_Ahead,
-_Helper; PREPARE_AHEAD), sampled against the in-line preparation.
+(_Graphs; GRAPHS), with the same answers, and the next seed's host work is
+prepared by a worker thread while the trial runs (_Ahead, _Worker;
+PREPARE_AHEAD), under a contract (a check's case depends only on the seed and
+on what trials do not change), sampled against the in-line preparation; a
+helper process (_Helper) instead is opt-in.
 
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
@@ -64,6 +65,7 @@ import platform
 import statistics
 import struct
 import sys
+import threading
 import time
 
 import torch
@@ -1110,33 +1112,37 @@ def _env_flag(name):
 
 
 def _parse_prepare_ahead(v):
+    """NUMWATCH_PREPARE_AHEAD: "thread" or "process"; None where unset or empty (the default, by
+    device: _ahead_mode); False for 0, off and the like, and for any other value (with one line on
+    stderr)."""
     v = (v or "").strip().lower()
     if v in ("process", "thread"):
         return v
-    if v not in ("", "0", "off", "false", "no", "none", "inline"):
-        print("numwatch-runner: torchcheck: NUMWATCH_PREPARE_AHEAD=%r is not process, thread or 0: trials are "
+    if v == "":
+        return None
+    if v not in ("0", "off", "false", "no", "none", "inline"):
+        print("numwatch-runner: torchcheck: NUMWATCH_PREPARE_AHEAD=%r is not thread, process or 0: trials are "
               "prepared in line" % v, file=sys.stderr, flush=True)
-    return None
+    return False
 
 
 #: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
-#: device, a bwd check's output gradients) is done for the next seed while this trial's device work
-#: runs, as the C runner does (kernels/sdk/prepare.c): "process" in a helper process (_Helper: no
-#: GIL shared with the trial), "thread" on a worker thread of this process (the GIL is shared: the
-#: trial's own Python slows by about as much as it gains, measured on the CPU), False or None (the
-#: default) in line. Opt-in, because it holds only under a contract (kernels/python/README.md): a
-#: check's case generation depends on nothing but what exists when its module is imported and the
-#: seed. A case prepared ahead from a process whose state differs (a class attribute set under the
-#: main guard, an attribute changed in place or set in kernel(), torch's process settings) would be
-#: another case: the first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and every
-#: VERIFY_EVERY-th after, are prepared in line too and compared, and a difference turns the fast
-#: path off for that check. NUMWATCH_PREPARE_AHEAD=process or thread; 0, off or unset: in line;
-#: anything else: in line, with one line on stderr.
+#: device, a bwd check's output gradients) is done for the next seed while this trial runs, as the
+#: C runner does (kernels/sdk/prepare.c): "thread" on a worker thread of this process (_Worker: the
+#: seed's draws and the packing are torch operations, which let go of the GIL), "process" in a
+#: helper process (_Helper: opt-in; it cannot see what the runner set at run time, and its cases
+#: travel pickled), False in line. None (unset, the default): "thread" on a GPU, where the
+#: trial's host thread launches the device's work and the case's draws are the CPU's; in line on
+#: the CPU, where the trial itself is host work on every core. The next seed is the one the
+#: command line runs next (--count, --runs), else the seed after this one (the daemon sends a
+#: part's seeds in order). The first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and
+#: every VERIFY_EVERY[mode]-th after, are prepared in line too and compared, and a difference turns
+#: the fast path off for that check. NUMWATCH_PREPARE_AHEAD=thread, process or 0 (off).
 PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
-         "ahead_off": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
          "graph_off": 0, "graphs_dropped": 0}
 
 
@@ -1151,16 +1157,14 @@ if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr
 
 
 def _ahead_mode(device):
-    """How the next trial is prepared ahead: "process", "thread" or None (in line: the default,
-    and always in the helper itself)."""
+    """How the next trial is prepared ahead: "thread", "process" or None (in line; always in the
+    helper itself)."""
     if _IN_HELPER:
         return None
     m = PREPARE_AHEAD
-    return m if m in ("process", "thread") else None
-
-
-def _ahead_on(device):
-    return _ahead_mode(device) is not None
+    if m is None:
+        return "thread" if torch.device(device).type == "cuda" else None
+    return m or None
 
 
 def _douts_rule(case, want):
@@ -1178,35 +1182,41 @@ def _douts_rule(case, want):
 
 
 class _Ahead:
-    """The next trial prepared while this one runs (TorchCheck._prepare with ahead), by a helper
-    process (_Helper) or a worker thread: the daemon sends a part's seeds in order, and the command
-    line runs them in order, so after the trial of a seed the next seed's host work starts before
-    this trial's device work. A request that is not the one prepared has the prepared one thrown
-    away and is prepared in line; after a miss, only a request that follows the one before it (a
-    run of seeds again), or every PROBE_EVERY-th, has the next prepared, so out-of-order requests
-    (a bisection's probes) cost the helper's time rarely. The helper process is started by the
-    second of two consecutive seeds (never for a one-trial run).
+    """The next trial prepared while this one runs (TorchCheck._prepare with ahead), by a worker
+    thread (_Worker) or a helper process (_Helper): after the trial of a seed is taken, the next
+    request's host work starts, before this trial's device work. The next request is the one the
+    command line runs next when the runner says so (upcoming), else a guess: the seed after this
+    one (the daemon sends a part's seeds in order). A request that is not the one prepared has
+    the prepared one thrown away (a job not begun never runs; one running is let finish and
+    dropped, never waited for) and is prepared in line; after a miss, only a request that
+    follows the one before it (a run of seeds again), or every PROBE_EVERY-th, has the next
+    guessed, so out-of-order requests (a bisection's probes) cost the worker's time rarely. The
+    helper process is started by the second of two requests in a row that were foreseen (never
+    for a one-trial run).
 
-    A prepared case is the in-line one only under the contract of PREPARE_AHEAD (make_case draws
-    from the seed's generator alone, and reads nothing set after import time). What is checked:
-    the check's attributes (pickled) when the request was made and when its case is taken (a
-    change between them, a kernel() that sets one: prepared in line); and the first VERIFY_FIRST
-    cases of each check taken, and every VERIFY_EVERY-th after, are prepared in line too and
-    compared (_case_difference: the case digest, shape, parameters, the inputs' bytes, the
-    generator's state after the draws). A difference turns preparing ahead off for that check,
-    with one line on stderr, and the trial takes the in-line case. A preparation that fails in
-    the helper is done again in line (and fails there the same way); one that fails on the thread
-    raises in the trial that takes it."""
+    A prepared case is the in-line one when make_case depends on nothing but the seed and what
+    trials do not change (the contract of PREPARE_AHEAD; for the helper, only on what exists at
+    import time). What is checked: the check's attributes (pickled) when the request was made
+    and when its case is taken (a change between them, a kernel() that sets one: prepared in
+    line); and the first VERIFY_FIRST cases of each check taken, and every VERIFY_EVERY[mode]-th
+    after, are prepared in line too and compared (_case_difference: the case digest, shape,
+    parameters, the inputs' bytes, the generator's state after the draws). A difference turns
+    preparing ahead off for that check, with one line on stderr, and the trial takes the in-line
+    case. A preparation that fails ahead, or is not ready in time (the helper's wait; the
+    thread's AHEAD_TIMEOUT_S, after which the worker is given up for the process), is done in
+    line."""
 
     PROBE_EVERY = 16
     VERIFY_FIRST = 2
-    VERIFY_EVERY = 16
+    #: The thread's case is made in this process from the same state as the in-line one: it is
+    #: sampled less often than the helper's, which is another process.
+    VERIFY_EVERY = {"thread": 64, "process": 16}
 
     def __init__(self):
-        self.pool = None
+        self.worker = None
         self.helper = None
         self.job = None  # (check, key, handle, state, mode) of the request prepared for: handle.result() -> case or None
-        self.last = None  # (check, key) of the request before
+        self.last = None  # (check, key, foreseen) of the request before: foreseen, the (check, key) it expected next
         self.missed = False
         self.since_probe = 0
         self.taken = {}  # (check name, mode) -> cases taken from ahead
@@ -1236,7 +1246,7 @@ class _Ahead:
             return None
         n = self.taken.get((check.name, job[4]), 0)
         self.taken[check.name, job[4]] = n + 1
-        if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY == 0:
+        if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY[job[4]] == 0:
             try:
                 mine = check._prepare(key[0], key[1], key[2], key[3])
             except Exception as e:
@@ -1256,41 +1266,46 @@ class _Ahead:
             STATS["ahead_off"] += 1
             print("numwatch-runner: torchcheck: %s: a case prepared ahead differed from the same case prepared "
                   "in line (%s): this check's trials are prepared in line (NUMWATCH_PREPARE_AHEAD's contract: "
-                  "make_case may depend only on what exists at import time and the seed)" % (check.name, why),
+                  "make_case may depend only on the seed, and on what trials do not change)" % (check.name, why),
                   file=sys.stderr, flush=True)
 
-    def start(self, check, key, mode):
-        """Starts preparing the request after this one (key), unless misses made it rest."""
-        last, self.last = self.last, (check, key)
-        now, self.now = self.now, None
+    def start(self, check, key, mode, upcoming=None):
+        """Starts preparing the request after this one (check, key): upcoming = (check, key) when the
+        runner knows it, False when it knows there is none, None to guess it (unless misses made
+        guessing rest)."""
+        last, now, self.now = self.last, self.now, None
+        if upcoming is None:
+            nxt = check._next_key(key)
+            upcoming = (check, nxt) if nxt is not None else False
+            guessed = True
+        else:
+            guessed = False
+        self.last = (check, key, upcoming)
+        follows = last is not None and last[2] is not False and last[2][0] is check and last[2][1] == key
+        if upcoming is False:
+            return
+        check, key = upcoming
         if check.name in self.off:
             return
-        nxt = check._next_key(key)
-        if nxt is None:
-            return
-        follows = last is not None and last[0] is check and check._next_key(last[1]) == key
-        if self.missed and not follows:
+        if guessed and self.missed and not follows:
             self.since_probe += 1
             if self.since_probe % self.PROBE_EVERY:
                 return
         state = now[1] if now is not None and now[0] is check else _check_state(check)
         if mode == "thread":
-            if self.pool is None:
-                import concurrent.futures
-
-                self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="numwatch-prepare")
-            self.job = (check, nxt, _Future(self.pool.submit(check._prepare, nxt[0], nxt[1], nxt[2], nxt[3], True)),
-                        state, mode)
-            return
-        if state is None:  # a check that does not pickle (or holds tensors on the device): in line
-            return
-        if self.helper is None:
-            if not follows:  # started by the second of two consecutive seeds: a one-trial run never starts it
+            if self.worker is None:
+                self.worker = _Worker()
+            handle = self.worker.submit(check, key)
+        else:
+            if state is None:  # a check that does not pickle (or holds tensors on the device): in line
                 return
-            self.helper = _Helper()
-        handle = self.helper.submit(check, nxt, state)
+            if self.helper is None:
+                if not follows:  # started by the second of two foreseen requests: a one-trial run never starts it
+                    return
+                self.helper = _Helper()
+            handle = self.helper.submit(check, key, state)
         if handle is not None:
-            self.job = (check, nxt, handle, state, mode)
+            self.job = (check, key, handle, state, mode)
 
     def drop(self):
         """Forgets what was prepared (prepare-ahead turned off)."""
@@ -1298,6 +1313,91 @@ class _Ahead:
             self.job[2].discard()
         self.job = self.last = self.now = None
         self.missed = False
+
+
+#: How long a trial waits for the case the worker thread prepares for it (a preparation takes
+#: milliseconds; waiting costs no more than preparing it again in line would, and the worker is
+#: let finish first). Past it, the case is prepared in line and the worker is given up for the
+#: process (one line on stderr): a make_case that blocks on the worker cannot stall the runner.
+AHEAD_TIMEOUT_S = 60.0
+
+
+class _ThreadJob:
+    """One request prepared on the worker thread: result() is the case, or None (prepare it in line:
+    it raised, or it is later than AHEAD_TIMEOUT_S); discard() throws it away, never waiting."""
+
+    __slots__ = ("worker", "fn", "args", "grad", "threads", "done", "case", "failed", "dropped")
+
+    def __init__(self, worker, fn, args):
+        self.worker, self.fn, self.args = worker, fn, args
+        # torch's settings of the trial's thread that are each thread's own: the case is made under them
+        self.grad, self.threads = torch.is_grad_enabled(), torch.get_num_threads()
+        self.done = threading.Event()
+        self.case = None
+        self.failed = self.dropped = False
+
+    def run(self):
+        if not self.dropped:
+            try:
+                if torch.get_num_threads() != self.threads:
+                    torch.set_num_threads(self.threads)
+                with torch.set_grad_enabled(self.grad):
+                    self.case = self.fn(*self.args)
+            except BaseException:  # met again in line, where the trial reports it
+                self.failed = True
+        if self.dropped:  # (thrown away meanwhile: nothing of it is kept)
+            self.case = None
+        self.fn = self.args = None
+        self.done.set()
+
+    def result(self):
+        if not self.done.wait(AHEAD_TIMEOUT_S):
+            self.discard()
+            STATS["ahead_late"] += 1
+            self.worker.give_up("a case was not prepared in %g s" % AHEAD_TIMEOUT_S)
+            return None
+        case, self.case = self.case, None
+        return None if self.failed else case
+
+    def discard(self):
+        self.dropped = True
+        self.case = None
+
+
+class _Worker:
+    """The thread that prepares trials ahead (a daemon: one busy in a check's code never holds up
+    the runner's exit). Jobs run one at a time, in order; a job thrown away before it began is
+    skipped. Given up (give_up) when a case is late past AHEAD_TIMEOUT_S: it takes no more jobs."""
+
+    def __init__(self):
+        import queue
+
+        self.jobs = queue.SimpleQueue()
+        self.alive = True
+        self.thread = threading.Thread(target=self._serve, name="numwatch-prepare", daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            job.run()
+
+    def submit(self, check, key):
+        """A handle to take the case of request key, or None (prepare it in line)."""
+        if not self.alive:
+            return None
+        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], True))
+        self.jobs.put(job)
+        return job
+
+    def give_up(self, why):
+        if self.alive:
+            self.alive = False
+            self.jobs.put(None)  # (it ends once the job it is on returns, if ever)
+            print("numwatch-runner: torchcheck: the thread that prepares trials ahead is given up, trials are "
+                  "prepared in line (%s)" % why, file=sys.stderr, flush=True)
 
 
 class _StatePickler(pickle.Pickler):
@@ -1358,19 +1458,6 @@ def _case_difference(ahead, mine):
     if not torch.equal(ahead.gen.g.get_state(), mine.gen.g.get_state()):
         return "the generator's state after the draws"
     return None
-
-
-class _Future:
-    """A thread's preparation: result() is the case (or raises what the preparation raised)."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def result(self):
-        return self.f.result()
-
-    def discard(self):
-        pass
 
 
 _AHEAD = _Ahead()
@@ -2330,12 +2417,13 @@ class TorchCheck(Check):
         res = torch.autograd.grad(ys, [inputs[k] for k in self.grads], gs, allow_unused=True)
         return self._grads(inputs, res)
 
-    def run_trial(self, dtype, seed, family, index, repeats, named=False):
+    def run_trial(self, dtype, seed, family, index, repeats, named=False, upcoming=None):
         """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
         for an error answer. named: the request named the family (the next request of a run of
-        seeds then names it too)."""
+        seeds then names it too). upcoming: the request the runner makes next when it knows it,
+        (check, (dtype, seed, family, index, named)), or False for none (None: unknown)."""
         try:
-            return self._trial(dtype, seed, family, index, repeats, named)
+            return self._trial(dtype, seed, family, index, repeats, named, upcoming)
         except (TrialError, FatalError):
             raise
         except Exception as e:
@@ -2405,7 +2493,7 @@ class TorchCheck(Check):
         gen.set_state(before)
         case._douts_ahead = (shapes, before, after, douts)
 
-    def _trial(self, dtype, seed, family, index, repeats, named=False):
+    def _trial(self, dtype, seed, family, index, repeats, named=False, upcoming=None):
         """One trial. Its host work (the case) may have been prepared while the trial before ran
         (_Ahead); the next seed's starts before this one's device work. Everything after the case
         is made runs on the device without waiting for it: the inputs go up without a
@@ -2424,7 +2512,7 @@ class TorchCheck(Check):
                 case = self._prepare(dtype, seed, family, index)
         finally:
             if ahead:
-                _AHEAD.start(self, key, ahead)
+                _AHEAD.start(self, key, ahead, upcoming)
         gpu = torch.device(case.device).type == "cuda"
         if case._digest is not None:
             cdigest = (lambda d=case._digest: d)
