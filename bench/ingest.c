@@ -68,7 +68,7 @@ static double ingest_store(const char *conninfo, long long commit_id, int check_
 	struct proto_trial t = {0};
 	double start;
 
-	store_init(loop, conninfo, "bench", 300 * 1000, &run.store);
+	store_init(loop, conninfo, "bench", 300 * 1000, 2, &run.store);
 	run.target = rows;
 	uv_timer_init(loop, &run.check);
 	run.check.data = &run;

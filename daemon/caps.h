@@ -98,8 +98,17 @@
 #define NW_STORE_BATCH_MAX 2048
 /* Bytes of COPY data buffered before a flush is forced (a trial's tensors may be long). */
 #define NW_STORE_BATCH_BYTES (8 * 1024 * 1024)
-/* The store's own connections to PostgreSQL: batches are written on several at once. */
-#define NW_STORE_CONNECTIONS 2
+/*
+ * The store's own connections to PostgreSQL ([store] connections): batches
+ * are written on several at once. Each is a server process, up to a core
+ * while it writes, and one of max_connections (100 by default), which every
+ * daemon sharing the database draws on.
+ */
+#define NW_STORE_CONNECTIONS_MAX 32
+/* Their default: one per this many slots (a GPU's usual share, 8 slots on one GPU), within the bounds below. */
+#define NW_STORE_SLOTS_PER_CONNECTION    8
+#define NW_STORE_CONNECTIONS_MIN_DEFAULT 2
+#define NW_STORE_CONNECTIONS_MAX_DEFAULT 8
 /* Trials per commit x check x dtype (config upper bound). */
 #define NW_TRIALS_MAX 100000
 /*

@@ -50,6 +50,7 @@ enum opt_type {
 	OPT_DURATION, /* seconds, optionally with a unit suffix s, m or h, in [min, max] */
 	OPT_SLOTS,    /* the [slots] list */
 	OPT_GPUS,     /* 'auto' (-1) or a GPU count from 0 to SLOT_GPU_MAX + 1; stored in an int */
+	OPT_AUTO_UINT, /* 'auto' (0: computed in finish()) or an integer in [min, max]; stored in an unsigned */
 	/* [mail] */
 	OPT_SMTP_URL,     /* smtp:// or smtps:// */
 	OPT_MAILBOX,      /* "addr" or "Name <addr>" */
@@ -86,6 +87,13 @@ struct option {
 	{                                                                                                    \
 		.section = sec, .key = k, .type = t, .offset = offsetof(struct config, field), .min = lo,    \
 		.max = hi, .def_num = d                                                                      \
+	}
+
+/* 'auto' (stored as 0, computed in finish()) or an integer from lo to hi. */
+#define UINT_AUTO(sec, k, field, lo, hi)                                                                     \
+	{                                                                                                    \
+		.section = sec, .key = k, .type = OPT_AUTO_UINT, .offset = offsetof(struct config, field),   \
+		.min = lo, .max = hi, .def = "auto"                                                          \
 	}
 
 #define ENV(sec, field)                                                                                      \
@@ -151,6 +159,9 @@ static const struct option options[] = {
     STR("slots", "gpus", OPT_GPUS, slots_gpus, 0, "auto"),
     ENV("slots", slots_env),
 
+    /* [store]: 'auto' is one connection per NW_STORE_SLOTS_PER_CONNECTION slots (config_store_connections). */
+    UINT_AUTO("store", "connections", store_connections, 1, NW_STORE_CONNECTIONS_MAX),
+
     STR("http", "address", OPT_ADDRESS, http_address, 0, "127.0.0.1"),
     NUM("http", "port", OPT_UINT, http_port, 1, 65535, 8080),
     NUM("http", "threads", OPT_UINT, http_threads, 1, NW_HTTP_THREADS_MAX, 2),
@@ -190,8 +201,8 @@ static const struct option options[] = {
     BOOL("bisect", "automatic", bisect_automatic, 1),
 };
 
-static const char *const sections[] = {"daemon", "repository", "build", "trials",  "sanitizer",
-				       "slots",  "http",       "mail",  "verdict", "bisect"};
+static const char *const sections[] = {"daemon", "repository", "build", "trials",  "sanitizer", "slots",
+				       "store",  "http",       "mail",  "verdict", "bisect"};
 
 struct parser {
 	struct config cfg; /* filled here, moved to the caller's only on success */
@@ -856,6 +867,19 @@ static int set_option(struct parser *p, const struct option *o, const char *valu
 		}
 		*(int *)((char *)&p->cfg + o->offset) = (int)v;
 		return 0;
+	case OPT_AUTO_UINT:
+		if (!strcmp(value, "auto")) {
+			*(unsigned *)((char *)&p->cfg + o->offset) = 0;
+			return 0;
+		}
+		if (parse_number(value, false, &v) < 0 || v < o->min || v > o->max) {
+			fail(p, -EINVAL, p->lineno,
+			     "invalid value '%s' for '%s': expected 'auto' or an integer from %u to %u",
+			     value, o->key, o->min, o->max);
+			return -EINVAL;
+		}
+		*(unsigned *)((char *)&p->cfg + o->offset) = (unsigned)v;
+		return 0;
 	case OPT_ENV:
 		return parse_env(p, o, value);
 	case OPT_REAL: {
@@ -1071,6 +1095,17 @@ oom:
 	return p->rc;
 }
 
+unsigned config_store_connections(unsigned nslots)
+{
+	unsigned n = (nslots + NW_STORE_SLOTS_PER_CONNECTION - 1) / NW_STORE_SLOTS_PER_CONNECTION;
+
+	if (n < NW_STORE_CONNECTIONS_MIN_DEFAULT)
+		n = NW_STORE_CONNECTIONS_MIN_DEFAULT;
+	if (n > NW_STORE_CONNECTIONS_MAX_DEFAULT)
+		n = NW_STORE_CONNECTIONS_MAX_DEFAULT;
+	return n;
+}
+
 /* Fills in what the file left out, and checks what it must not leave out. */
 static int finish(struct parser *p)
 {
@@ -1102,6 +1137,8 @@ static int finish(struct parser *p)
 		goto oom;
 	if (!cfg->public_url && !(cfg->public_url = default_public_url(cfg)))
 		goto oom;
+	if (cfg->store_connections == 0)
+		cfg->store_connections = config_store_connections(cfg->nslots);
 	if (!(cfg->verdict_p1 > cfg->verdict_p0_floor)) {
 		find_option("verdict", "p1", &i);
 		fail(p, -EINVAL, p->seen[i], "[verdict] p1 (%g) must be above p0_floor (%g)", cfg->verdict_p1,

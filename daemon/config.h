@@ -93,6 +93,10 @@ struct config {
 	unsigned nslots;
 	int slots_gpus; /* the host's GPU count, or -1 ('auto'): the driver's list (gpus.c) */
 
+	/* [store] */
+	unsigned
+	    store_connections; /* the store's COPY connections: the file's, or config_store_connections() */
+
 	/* [http] */
 	char *http_address; /* listen address, e.g. "127.0.0.1" */
 	unsigned http_port;
@@ -140,6 +144,13 @@ struct config {
  * 'err' (line 0 for whole-file problems such as a missing required option).
  */
 int config_load(struct config *cfg, const char *path, char *err, size_t errlen);
+
+/*
+ * The default of [store] connections for a daemon of 'nslots' slots: one per
+ * NW_STORE_SLOTS_PER_CONNECTION slots, at least NW_STORE_CONNECTIONS_MIN_DEFAULT
+ * and at most NW_STORE_CONNECTIONS_MAX_DEFAULT (caps.h).
+ */
+unsigned config_store_connections(unsigned nslots);
 
 /*
  * The settings every daemon sharing a database must agree on, since they

@@ -198,6 +198,7 @@ static void keep_restart_only(struct config *next, struct config *cur)
 	memcpy(next->slots, cur->slots, sizeof(cur->slots));
 	next->nslots = cur->nslots;
 	next->slots_gpus = cur->slots_gpus;
+	next->store_connections = cur->store_connections;
 }
 
 /*
@@ -408,8 +409,8 @@ int main(int argc, char **argv)
 			 d->cfg.http_query_timeout_s * 1000, &d->db_http) < 0 ||
 	    db_open_pool(d->loop, d->cfg.database, "judge", judge_connections(d->cfg.nslots),
 			 d->cfg.query_timeout_s * 1000, &d->db_judge) < 0 ||
-	    store_init(d->loop, d->cfg.database, d->cfg.node_name, d->cfg.query_timeout_s * 1000, &d->store) <
-		0) {
+	    store_init(d->loop, d->cfg.database, d->cfg.node_name, d->cfg.query_timeout_s * 1000,
+		       d->cfg.store_connections, &d->store) < 0) {
 		log_error("out of memory");
 		return 1;
 	}
@@ -446,8 +447,9 @@ int main(int argc, char **argv)
 		uv_timer_start(&watchdog_timer, on_watchdog, watchdog_us / 2000, watchdog_us / 2000);
 #endif
 	(void)watchdog_us;
-	log_info("numwatchd %s: watching %s (%s) with %u slots; http://%s:%u/", NW_VERSION, d->cfg.repo_url,
-		 d->cfg.repo_branch, d->nslots, d->cfg.http_address, http_port(d->http));
+	log_info("numwatchd %s: watching %s (%s) with %u slots, %u store connections; http://%s:%u/",
+		 NW_VERSION, d->cfg.repo_url, d->cfg.repo_branch, d->nslots, store_connections(d->store),
+		 d->cfg.http_address, http_port(d->http));
 	notify("READY=1");
 
 	uv_run(d->loop, UV_RUN_DEFAULT);

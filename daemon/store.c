@@ -56,7 +56,7 @@ struct waiter {
 
 struct store {
 	uv_loop_t *loop;
-	struct db *conns[NW_STORE_CONNECTIONS];
+	struct db **conns; /* nconns of them */
 	unsigned nconns, next_conn;
 	const char *host;
 	struct text rows; /* the batch being filled */
@@ -542,16 +542,29 @@ unsigned long long store_conflicts(const struct store *s)
 	return s->conflicts;
 }
 
-int store_init(uv_loop_t *loop, const char *conninfo, const char *host, unsigned timeout_ms,
+unsigned store_connections(const struct store *s)
+{
+	return s->nconns;
+}
+
+int store_init(uv_loop_t *loop, const char *conninfo, const char *host, unsigned timeout_ms, unsigned nconns,
 	       struct store **out)
 {
-	struct store *s = calloc(1, sizeof(*s));
+	struct store *s;
 
+	if (nconns == 0 || nconns > NW_STORE_CONNECTIONS_MAX)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->conns = calloc(nconns, sizeof(*s->conns));
+	if (!s->conns) {
+		free(s);
+		return -ENOMEM;
+	}
 	s->loop = loop;
 	s->host = host;
-	for (unsigned i = 0; i < NW_STORE_CONNECTIONS; i++) {
+	for (unsigned i = 0; i < nconns; i++) {
 		char name[16];
 
 		snprintf(name, sizeof(name), "store%u", i);
@@ -560,6 +573,7 @@ int store_init(uv_loop_t *loop, const char *conninfo, const char *host, unsigned
 		s->nconns++;
 	}
 	if (s->nconns == 0) {
+		free(s->conns);
 		free(s);
 		return -ENOMEM;
 	}
@@ -574,6 +588,7 @@ static void on_store_closed(uv_handle_t *h)
 	struct store *s = h->data;
 
 	bigbuf_free(s->rows.data, s->rows.cap);
+	free(s->conns);
 	free(s);
 }
 

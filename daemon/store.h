@@ -2,8 +2,11 @@
  * store: the daemon's writes of results. Trials are buffered and written in
  * batches, so the loop never waits on a row: each batch is one COPY (text
  * format, written straight from the trial, no JSON), on the store's own
- * connections (NW_STORE_CONNECTIONS, batches in parallel), so that claims and
- * verdicts on the daemon's write connection never queue behind a batch.
+ * connections ([store] connections, batches in parallel: a batch goes to the
+ * connected one with the fewest queued), so that claims and verdicts on the
+ * daemon's write connection never queue behind a batch. Batches are not
+ * ordered among themselves; what needs trials stored waits for them
+ * (store_flush_then, store_then).
  * Idempotent through the trials table's unique key: a batch that meets rows
  * already stored fails whole and goes again through a staging table that
  * inserts only the new ones (sql/050_trial_path.sql). A batch that fails is kept and
@@ -37,11 +40,12 @@ struct trial_row {
 };
 
 /*
- * Opens the store's connections to 'conninfo' (asynchronously). 'host' names
- * this daemon in stored rows (borrowed for the store's lifetime); their
- * statement_timeout is 'timeout_ms'.
+ * Opens the store's 'nconns' connections to 'conninfo' (asynchronously; 1 to
+ * NW_STORE_CONNECTIONS_MAX, else -EINVAL). 'host' names this daemon in stored
+ * rows (borrowed for the store's lifetime); their statement_timeout is
+ * 'timeout_ms'.
  */
-int store_init(uv_loop_t *loop, const char *conninfo, const char *host, unsigned timeout_ms,
+int store_init(uv_loop_t *loop, const char *conninfo, const char *host, unsigned timeout_ms, unsigned nconns,
 	       struct store **out);
 /*
  * Closes the store's connections (the daemon exits): what is not written yet
@@ -84,6 +88,8 @@ int store_then(struct store *s, store_flushed_cb cb, void *data);
 
 /* Whether every connection of the store is up. */
 bool store_connected(const struct store *s);
+/* How many connections the store writes on. */
+unsigned store_connections(const struct store *s);
 /* Batches buffered, in flight or waiting for a retry. */
 unsigned store_pending(const struct store *s);
 /* Trials written since start. */

@@ -23,7 +23,7 @@ trials t
 	ORDER BY t.seed = ANY (b.failing_seeds) DESC, t.outcome = 'fail' DESC, t.ratio DESC NULLS FIRST,
 	t.seed, t.attempt LIMIT 1) t ON true
 LEFT JOIN LATERAL (SELECT e FROM jsonb_array_elements(
-	CASE WHEN jsonb_typeof(t.tensors) = 'array' THEN t.tensors ELSE '[]' END) e
+	CASE WHEN jsonb_typeof(t.tensors::jsonb) = 'array' THEN t.tensors::jsonb ELSE '[]' END) e
 	ORDER BY CASE WHEN jsonb_typeof(e -> 'nonfinite') = 'number' THEN (e ->> 'nonfinite')::float8 END
 	DESC NULLS LAST,
 	CASE WHEN jsonb_typeof(e -> 'ratio') = 'number' THEN (e ->> 'ratio')::float8 END DESC NULLS LAST

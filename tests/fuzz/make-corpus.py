@@ -157,7 +157,7 @@ def sdk_answers():
 def configs():
     out = [(ROOT / "systemd/numwatch.conf.example").read_bytes()]
     for s in c_literals(ROOT / "tests/unit/test_config.c"):
-        if re.search(rb"^\[(daemon|repository|build|trials|sanitizer|slots|http|mail|verdict|bisect)\]", s, re.M):
+        if re.search(rb"^\[(daemon|repository|build|trials|sanitizer|slots|store|http|mail|verdict|bisect)\]", s, re.M):
             out.append(s)
     minimal = b"[repository]\nurl = https://github.com/example/demo-kernels.git\n[build]\ncommand = make\n"
     for s in list(out):

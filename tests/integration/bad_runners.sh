@@ -97,7 +97,7 @@ outcomes() { # of the commit's plan, seeds 0 to 7 (a bisection may add others)
 errors() { q "SELECT string_agg(seed || '/' || attempt || ' ' || outcome || ': ' || coalesce(error, '(none)'), E'\n' ORDER BY seed, attempt)
 	FROM trials WHERE commit_id = $(cid "$1") AND (error IS NOT NULL OR outcome <> 'pass')"; }
 # Runner pids that answered the commit's trials (the fake runner's tensor field 'pid').
-pids() { q "SELECT count(DISTINCT tensors->0->>'pid') FROM trials WHERE commit_id = $(cid "$1") AND tensors->0 ? 'pid'"; }
+pids() { q "SELECT count(DISTINCT tensors->0->>'pid') FROM trials WHERE commit_id = $(cid "$1") AND tensors::jsonb->0 ? 'pid'"; }
 bdir() { echo "$work/state/builds/$(q "SELECT sha FROM commits WHERE id = $(cid "$1")")"; }
 gone() { ! kill -0 "$1" 2>/dev/null; }
 vmhwm() { awk '/^VmHWM/ { print $2 }' "/proc/$NW_DAEMON_PID/status"; }

@@ -101,10 +101,10 @@ runs=$(pg_psql "SELECT count(*) FROM stats s WHERE (SELECT count(DISTINCT seed) 
 # What the SDK reports is stored whole: family, shape, gen, per-tensor fields, digests, time.
 odd=$(pg_psql "SELECT count(*) FROM trials WHERE outcome NOT IN ('pass', 'fail') OR gen IS DISTINCT FROM 1
 	OR family IS NULL OR cardinality(shape) <> 2 OR digest !~ '^[0-9a-f]{16}$' OR digests_differ <> 0
-	OR kernel_us IS NULL OR jsonb_array_length(tensors) <> (CASE WHEN check_id =
+	OR kernel_us IS NULL OR json_array_length(tensors) <> (CASE WHEN check_id =
 	(SELECT id FROM checks WHERE name = 'rmsnorm.bwd') THEN 2 ELSE 1 END)")
 [[ $odd == 0 ]] || fail "$odd trials lack what the Python runner reports (or were not pass/fail)"
-names=$(pg_psql "SELECT string_agg(DISTINCT t->>'name', ',' ORDER BY t->>'name') FROM trials, jsonb_array_elements(tensors) t")
+names=$(pg_psql "SELECT string_agg(DISTINCT t->>'name', ',' ORDER BY t->>'name') FROM trials, json_array_elements(tensors) t")
 [[ $names == "dw,dx,y" ]] || fail "tensor names stored: $names"
 families=$(pg_psql "SELECT count(DISTINCT family) FROM trials")
 [[ $families == 5 ]] || fail "$families families ran, not 5"

@@ -12,19 +12,29 @@
  *   3. store_flush_then: when its callback runs, every trial added before is
  *      visible to another connection (a verdict may be written then);
  *   4. a batch the database refuses (a commit that does not exist) is kept
- *      and retried until the commit exists, then stored.
+ *      and retried until the commit exists, then stored;
+ *   5. a store of many connections (batches in parallel, on connections
+ *      that answer in any order): every trial stored once, each waiter called
+ *      once, in the order they came, and only once the trials added before it
+ *      are visible; a batch meeting stored rows there too;
+ *   6. trials' references (sql/080 checks them once a statement, not a row):
+ *      a trial of a check that does not exist is refused with the foreign
+ *      key's SQLSTATE, a commit or check that trials name cannot be deleted.
  *
  * Prints "ok: ..." per check; exits 1 with what differs.
  */
+#include <errno.h>
 #include <libpq-fe.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "caps.h"
 #include "migrate.h"
 #include "protocol.h"
 #include "store.h"
@@ -136,6 +146,139 @@ static struct proto_trial answer(double ratio, const char *tensors)
 	return t;
 }
 
+/* A waiter of the wide store: how many trials were added before it, and whether it was called. */
+struct wide_waiter {
+	unsigned index;
+	unsigned long long added;
+	bool called;
+};
+
+static unsigned wide_called; /* waiters called so far */
+
+static void on_wide(void *data)
+{
+	struct wide_waiter *w = data;
+	char want[32];
+
+	if (w->called)
+		fail("waiter %u called twice", w->index);
+	if (w->index != wide_called)
+		fail("waiter %u called after %u others: waiters hear in the order they came", w->index,
+		     wide_called);
+	w->called = true;
+	wide_called++;
+	/* Every trial added before it is visible to another connection now. */
+	snprintf(want, sizeof(want), "%llu", w->added);
+	expect("trials visible when a waiter is called",
+	       value("SELECT count(*) FROM trials WHERE seed >= 100000 AND seed < %llu", 100000 + w->added),
+	       want);
+}
+
+/* 5. Many connections writing batches at once. */
+static void wide_store(uv_loop_t *loop, const char *conninfo)
+{
+	enum { CONNS = 5, ROWS = 30000, WAITERS = 40 };
+	struct wide_waiter waiters[WAITERS];
+	struct proto_trial t = answer(0.75, "[{\"name\":\"y\",\"ratio\":0.75}]");
+	struct store *w;
+	uint64_t start;
+	unsigned nwait = 0;
+
+	if (store_init(loop, conninfo, "wide", 300 * 1000, 0, &w) != -EINVAL ||
+	    store_init(loop, conninfo, "wide", 300 * 1000, NW_STORE_CONNECTIONS_MAX + 1, &w) != -EINVAL)
+		fail("store_init accepted a number of connections out of bounds");
+	if (store_init(loop, conninfo, "wide", 300 * 1000, CONNS, &w) < 0)
+		fail("store_init with %d connections", CONNS);
+	if (store_connections(w) != CONNS)
+		fail("the store has %u connections, not %d", store_connections(w), CONNS);
+	start = uv_now(loop);
+	while (!store_connected(w)) {
+		if (uv_now(loop) - start > DEADLINE_MS)
+			fail("the store's %d connections did not come up within %d ms", CONNS, DEADLINE_MS);
+		uv_run(loop, UV_RUN_ONCE);
+	}
+	/* Seeds 100000 and up; batches of varied sizes, flushed now and then, waiters between them. */
+	for (unsigned i = 0; i < ROWS; i++) {
+		struct trial_row r = row(100000 + i, &t, NULL);
+
+		if (store_add_trial(w, &r) < 0)
+			fail("store_add_trial: out of memory");
+		if (i % 997 == 0)
+			store_flush(w);
+		if (i % (ROWS / WAITERS) == 0 && nwait < WAITERS) {
+			waiters[nwait] = (struct wide_waiter){.index = nwait, .added = i + 1};
+			if ((nwait % 2 ? store_then(w, on_wide, &waiters[nwait])
+				       : store_flush_then(w, on_wide, &waiters[nwait])) < 0)
+				fail("store_then: out of memory");
+			nwait++;
+		}
+		if (i % 64 == 63)
+			uv_run(loop, UV_RUN_NOWAIT);
+	}
+	/* Seeds stored already among new ones: through the staging table, on any connection. */
+	for (unsigned i = ROWS - 500; i < ROWS + 500; i++) {
+		struct trial_row r = row(100000 + i, &t, NULL);
+
+		store_add_trial(w, &r);
+	}
+	flush_and_wait(loop, w);
+	for (unsigned i = 0; i < nwait; i++)
+		if (!waiters[i].called)
+			fail("waiter %u was not called once every trial was stored", i);
+	expect("rows written by the wide store", value("SELECT count(*) FROM trials WHERE seed >= 100000"),
+	       "30500");
+	expect("rows stored twice",
+	       value("SELECT count(*) FROM (SELECT seed FROM trials WHERE seed >= 100000"
+		     " GROUP BY seed HAVING count(*) > 1) x"),
+	       "0");
+	/* Batches in turn to the connections with the fewest waiting: each of them wrote some. */
+	expect("store connections whose last statement was a batch",
+	       value("SELECT count(DISTINCT application_name) FROM pg_stat_activity"
+		     " WHERE application_name LIKE 'numwatchd store%%' AND query LIKE '%%COPY%%'"),
+	       "5");
+	store_free(w);
+	uv_run(loop, UV_RUN_DEFAULT);
+	printf("ok: %d connections store every trial once; %u waiters heard in order, each once its trials "
+	       "were visible\n",
+	       CONNS, nwait);
+}
+
+/* The SQLSTATE of a statement that must fail ("" when it did not). */
+static const char *refused(const char *q)
+{
+	static char state[8];
+	PGresult *r = PQexec(conn, q);
+	const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+
+	snprintf(state, sizeof(state), "%s", PQresultStatus(r) == PGRES_FATAL_ERROR && s ? s : "");
+	PQclear(r);
+	return state;
+}
+
+/* 6. Trials' references to commits and checks (sql/080). */
+static void references(void)
+{
+	char q[512];
+
+	snprintf(q, sizeof(q),
+		 "INSERT INTO trials (commit_id, check_id, dtype, seed, attempt, outcome, slot, host)"
+		 " VALUES (%lld, %d, 'f32', 900000, 0, 'pass', 'x', 'y')",
+		 commit_id, check_id + 1000);
+	expect("a trial of a check that does not exist", refused(q), "23503");
+	snprintf(q, sizeof(q), "DELETE FROM commits WHERE id = %lld", commit_id);
+	expect("deleting a commit that trials name", refused(q), "23503");
+	snprintf(q, sizeof(q), "DELETE FROM checks WHERE id = %d", check_id);
+	expect("deleting a check that trials name", refused(q), "23503");
+	snprintf(q, sizeof(q), "UPDATE commits SET id = id + 5000 WHERE id = %lld", commit_id);
+	expect("changing the id of a commit that trials name", refused(q), "23503");
+	PQclear(sql(
+	    "INSERT INTO commits (repo_id, sha, position, author, email, title, committed_at)"
+	    " SELECT id, repeat('0a', 20), 7, 'a', 'a@example.com', 'no trials', now() FROM repositories"));
+	PQclear(sql("DELETE FROM commits WHERE sha = repeat('0a', 20)"));
+	expect("trials after the refusals", value("SELECT count(*) FROM trials WHERE seed = 900000"), "0");
+	printf("ok: trials name only commits and checks that exist, and those stay\n");
+}
+
 int main(void)
 {
 	const char *conninfo = getenv("NW_DATABASE");
@@ -157,7 +300,7 @@ int main(void)
 		    " SELECT id, 'store.fwd', 'store', 'fwd', '{f32}', '{}', true FROM repositories"));
 	commit_id = atoll(value("SELECT id FROM commits"));
 	check_id = atoi(value("SELECT id FROM checks"));
-	if (store_init(loop, conninfo, "host-\xc3\xa9", 300 * 1000, &s) < 0)
+	if (store_init(loop, conninfo, "host-\xc3\xa9", 300 * 1000, 2, &s) < 0)
 		fail("store_init");
 	/* Every wait below has its own deadline; this one bounds a wait that never returns to us. */
 	alarm(2 * DEADLINE_MS / 1000);
@@ -195,9 +338,13 @@ int main(void)
 		    value("SELECT concat_ws('|', outcome, ratio = 1.0 / 3.0, family, shape, gen, case_digest,"
 			  " tensors, digest, digests_differ, kernel_us, error IS NULL, slot, host,"
 			  " sanitizer IS NULL) FROM trials WHERE seed = 0"),
-		    "pass|t|tail|{3,1025}|2|c0ffee|[{\"x\": \"\xe2\x82\xac\", \"name\": \"a\\\"b\\\\c\\n\", "
-		    "\"ratio\": 0.5}]|"
+		    /* tensors: the JSON text as the daemon wrote it (sql/080: json, not jsonb). */
+		    "pass|t|tail|{3,1025}|2|c0ffee|[{\"name\":\"a\\\"b\\\\c\\n\",\"ratio\":0.5,\"x\":"
+		    "\"\xe2\x82\xac\"}]|"
 		    "9f2c41d07be3a8e1|1|18.4|t|host1|host-\xc3\xa9|t");
+		expect("seed 0's tensors read as jsonb",
+		       value("SELECT tensors::jsonb -> 0 ->> 'x' FROM trials WHERE seed = 0"),
+		       "\xe2\x82\xac");
 		expect("seed 1 (no answer)",
 		       value("SELECT concat_ws('|', outcome, ratio IS NULL, family IS NULL, shape IS NULL, "
 			     "gen IS NULL,"
@@ -273,6 +420,8 @@ int main(void)
 	}
 	store_free(s);
 	uv_run(loop, UV_RUN_DEFAULT);
+	wide_store(loop, conninfo);
+	references();
 	PQfinish(conn);
 	return 0;
 }

@@ -1042,6 +1042,60 @@ static void test_shipped_example(void **state)
 #endif
 }
 
+/* [store] connections: the default follows the slots; a number within bounds; anything else refused. */
+static void test_store_connections(void **state)
+{
+	static const struct {
+		const char *slots;
+		unsigned connections;
+	} defaults[] = {
+	    {"host", 2},
+	    {"0*8", 2},
+	    {"0*8, 1*8", 2},
+	    {"0*8, 1*8, 2", 3},
+	    {"0*8, 1*8, 2*8", 3},
+	    {"0*8, 1*8, 2*8, 3*8", 4},
+	    {"0*16, 1*16, 2*16, 3*16", 8},
+	};
+	struct config cfg;
+	char text[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) {
+		snprintf(text, sizeof(text), "[slots]\nslots = %s\n", defaults[i].slots);
+		load_extra(text, &cfg, NULL);
+		if (cfg.store_connections != defaults[i].connections)
+			print_error("slots '%s': %u store connections, want %u\n", defaults[i].slots,
+				    cfg.store_connections, defaults[i].connections);
+		assert_int_equal(cfg.store_connections, defaults[i].connections);
+		config_release(&cfg);
+	}
+	assert_int_equal(config_store_connections(0), 2);
+	assert_int_equal(config_store_connections(17), 3);
+	assert_int_equal(config_store_connections(1000), 8);
+	load_extra("[store]\nconnections = auto\n", &cfg, NULL);
+	assert_int_equal(cfg.store_connections, 2);
+	config_release(&cfg);
+	load_extra("[slots]\nslots = 0*8\n[store]\nconnections = 12\n", &cfg, NULL);
+	assert_int_equal(cfg.store_connections, 12);
+	config_release(&cfg);
+	load_extra("[store]\nconnections = 1\n", &cfg, NULL);
+	assert_int_equal(cfg.store_connections, 1);
+	config_release(&cfg);
+	load_extra("[store]\nconnections = 32\n", &cfg, NULL);
+	assert_int_equal(cfg.store_connections, 32);
+	config_release(&cfg);
+	load_extra("[store]\nconnections = 0\n", &cfg,
+		   "6: invalid value '0' for 'connections': expected 'auto' or an integer from 1 to 32");
+	load_extra("[store]\nconnections = 33\n", &cfg,
+		   "6: invalid value '33' for 'connections': expected 'auto' or an integer from 1 to 32");
+	load_extra("[store]\nconnections = many\n", &cfg,
+		   "6: invalid value 'many' for 'connections': expected 'auto' or an integer from 1 to 32");
+	load_extra("[store]\nconnections = -1\n", &cfg,
+		   "6: invalid value '-1' for 'connections': expected 'auto' or an integer from 1 to 32");
+	load_extra("[store]\nconnection = 2\n", &cfg, "6: unknown key 'connection' in section [store]");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1054,6 +1108,7 @@ int main(void)
 	    cmocka_unit_test(test_integers),
 	    cmocka_unit_test(test_slots),
 	    cmocka_unit_test(test_gpus),
+	    cmocka_unit_test(test_store_connections),
 	    cmocka_unit_test(test_slots_shared),
 	    cmocka_unit_test(test_unknown_key),
 	    cmocka_unit_test(test_unknown_section),
