@@ -9,6 +9,8 @@
 #      SCALE_TRIALS seeds (10000) of every check x dtype: trials per second through the daemon and each
 #      GPU's busy fraction (nvidia-smi, every 0.2 s).
 # Everything goes to $OUT: report.md, the daemons' logs, gpu-util.csv.
+# NW_GPU_STORE_CONNECTIONS=N sets the daemon's [store] connections (default: its own, one per 8
+# slots, 2 to 8).
 # NW_GPU_REHEARSAL=1 rehearses it on a machine without GPUs: the GPU slots run the host runner
 # and say how many GPUs there are ([slots] gpus), with stand-ins for nvidia-smi and
 # nvidia-cuda-mps-control first on PATH; so that device time is spent on a script that runs.
@@ -87,6 +89,7 @@ timeout = 120
 [slots]
 slots = $2
 $( [[ ${NW_GPU_REHEARSAL:-0} != 1 ]] || echo "gpus = $ngpu")
+$( [[ -z ${NW_GPU_STORE_CONNECTIONS:-} ]] || printf '[store]\nconnections = %s\n' "$NW_GPU_STORE_CONNECTIONS")
 [http]
 port = 18080
 public_url = http://127.0.0.1:18080/
