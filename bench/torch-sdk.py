@@ -107,13 +107,24 @@ def plain_trial(torch, check, dtype, seed, device):
     return ok
 
 
-def rate(fn, seeds, warm=5):
+def rate(fn, seeds, warm=5, times=None):
+    """Trials per second of fn over seeds 0..N-1 (after warm trials of other seeds); times: the
+    SDK's TIMES (torchcheck), returned with the rate as their change over the timed trials."""
     for s in range(warm):
         fn(10**6 + s)
+    before = dict(times) if times is not None else None
     t0 = time.perf_counter()
     for s in range(seeds):
         fn(s)
-    return seeds / (time.perf_counter() - t0)
+    r = seeds / (time.perf_counter() - t0)
+    if times is None:
+        return r
+    return r, (dict(times), before)
+
+
+#: The columns of the breakdown of an SDK trial's wall time on its thread (torchcheck.TIMES).
+TIME_COLS = ("trial", "case_wait", "case_in_line", "ahead", "upload", "staging_sync", "programs", "kernel",
+             "metrics", "replay", "capture", "read", "event_sync", "digest_wait", "rest", "worker")
 
 
 #: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
@@ -169,6 +180,7 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
     print("| check | dtype | %s | plain loop trials/s | %s |" % (
         " | ".join("%s trials/s" % c for c in cols), " | ".join("%s / plain" % c for c in cols)))
     print("| --- | --- |%s" % (" ---: |" * (2 * len(cols) + 1)))
+    breakdown = []
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
@@ -188,13 +200,33 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
             if "process" in sdk_sides:
                 with mode(nwt, *SIDES["process"][1:]):
                     wait_helper(nwt, runner, name, dtype)
-            best = {}
+            best, spent = {}, {}
             for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
                 for side in sdk_sides + ["plain"]:
-                    best[side] = max(best.get(side, 0.0), rate(fns[side], seeds))
+                    if side == "plain":
+                        r = rate(fns[side], seeds)
+                    else:
+                        r, t = rate(fns[side], seeds, times=nwt.TIMES)
+                        if r > best.get(side, 0.0):
+                            spent[side] = nwt.times_per_trial(*t)
+                    best[side] = max(best.get(side, 0.0), r)
             print("| %s | %s | %s | %.1f | %s |" % (
                 name, dtype, " | ".join("%.1f" % best[x] for x in sdk_sides), best["plain"],
                 " | ".join("%.2f" % (best[x] / best["plain"]) for x in sdk_sides)), flush=True)
+            plain_us = 1e6 / best["plain"]
+            for side in sdk_sides:
+                t = spent.get(side) or {}
+                breakdown.append("| %s | %s | %s | %.0f | %s |" % (
+                    name, dtype, SIDES[side][0], plain_us, " | ".join("%.1f" % t.get(k, 0.0) for k in TIME_COLS)))
+    if breakdown:
+        # Where an SDK trial's wall time goes on its thread (the round of its best rate), against
+        # the plain loop's whole trial: the waits (for the case prepared ahead, at the GPU's sync
+        # points: the staging buffer, the one read, the timing events), the host's launches of each
+        # part, and the rest (the SDK's own Python); worker: a case's preparation on the worker thread.
+        print("\nus a trial on the SDK trial's own thread (torchcheck.TIMES; the round of the best rate):\n")
+        print("| check | dtype | side | plain loop trial | %s |" % " | ".join(TIME_COLS))
+        print("| --- | --- | --- |%s" % (" ---: |" * (len(TIME_COLS) + 1)))
+        print("\n".join(breakdown), flush=True)
 
 
 def verify(fc, names, dtypes, seeds):

@@ -489,7 +489,10 @@ def _host(t):
     """The values of an int64 tensor as a list of Python ints: the SDK's one way back from the
     device (a trial calls it once, for all its numbers together)."""
     HOST_READS[0] += 1
-    return t.tolist()
+    t0 = _now()
+    out = t.tolist()
+    TIMES["read"] += _now() - t0
+    return out
 
 
 def _upload(t, device):
@@ -577,7 +580,9 @@ class _Staging:
         """The image on device: image (a byte tensor already written, or None: write sections) is
         copied into the buffer, and the buffer's first nbytes to the device, without waiting."""
         if self.copied is not None:
+            t0 = _now()
             self.copied.synchronize()
+            TIMES["staging_sync"] += _now() - t0
         if self.buf is None or self.buf.numel() < nbytes:
             self.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
         host = self.buf[:nbytes]
@@ -657,6 +662,14 @@ def _image(case):
 def _load(case):
     """The case's tensor inputs on the device, once per trial, floating ones also in float64, with
     the output gradients drawn with the case: on a GPU with one copy (_upload_groups)."""
+    t0, s0 = _now(), TIMES["staging_sync"]
+    try:
+        _load_now(case)
+    finally:
+        TIMES["upload"] += _now() - t0 - (TIMES["staging_sync"] - s0)
+
+
+def _load_now(case):
     image = case._image if case._image is not None and _together(case.device) else None
     keyed = _input_groups(case)
     up = _upload_groups(_upload_plan(case), case.device, image)
@@ -1146,14 +1159,69 @@ STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 
          "graph_off": 0, "graphs_dropped": 0}
 
 
+#: Where the trials' wall time goes on the trial's own thread, in nanoseconds summed over every
+#: trial (never reset by the SDK; time.perf_counter_ns around a few points a trial: always on).
+#: Each part but "trial" is apart from the others, so that what the trial spent elsewhere (the
+#: SDK's own Python, its metadata) is "trial" less their sum (times_per_trial(): "rest"):
+#:   trials, trial     trials timed (TorchCheck._trial) and their wall time
+#:   case_wait         waiting for the case prepared ahead (the worker thread, or the helper process)
+#:   case_in_line      preparing a case in line (no case from ahead, or one sampled to compare with it)
+#:   ahead             taking the case from ahead and asking for the next one (the check's state pickled)
+#:   upload            the inputs' upload on the trial's thread (the image copied into page-locked
+#:                     memory and its copy queued), or only the wait queued on the worker's copy
+#:   staging_sync      GPU sync point: the page-locked buffer's last copy out of it, waited for before
+#:                     it is written again (done by then, as a rule)
+#:   programs          the reference and plain programs (forward, the check's floor scales, backward):
+#:                     the launches of the check's own code
+#:   kernel            the kernel's repeats (its launches) and their outputs' bookkeeping
+#:   metrics           the metrics and digests: queued eagerly, or a graph's static inputs written
+#:                     (and the values decoded)
+#:   capture, replay   capturing a metric graph (with its first replay); replaying one (its launch)
+#:   read              GPU sync point: the trial's one read (waits for every queued operation of the
+#:                     trial, on the device, to finish: most of what the GPU is behind the host)
+#:   event_sync        GPU sync point: the kernel's timing events (done by then: after the read)
+#:   digest_wait       waiting for the case digest hashed by another thread
+#: and on the worker thread: worker_jobs, worker (cases prepared ahead, and their wall time).
+TIMES = dict.fromkeys(("trials", "trial", "case_wait", "case_in_line", "ahead", "upload", "staging_sync",
+                       "programs", "kernel", "metrics", "capture", "replay", "read", "event_sync",
+                       "digest_wait", "worker_jobs", "worker"), 0)
+_now = time.perf_counter_ns
+_TIME_PARTS = ("case_wait", "case_in_line", "ahead", "upload", "staging_sync", "programs", "kernel", "metrics",
+               "capture", "replay", "read", "event_sync", "digest_wait")
+
+
+def times_per_trial(after=None, before=None):
+    """TIMES (or after - before, two copies of it) as microseconds a trial: each part, "rest" (the
+    trial's time outside them) and "trial"; and "worker" (a case's preparation on the worker thread,
+    a job). Empty where no trial was timed."""
+    after = TIMES if after is None else after
+    d = {k: after[k] - (before or {}).get(k, 0) for k in after}
+    n = d["trials"]
+    if not n:
+        return {}
+    out = {k: d[k] / n / 1000.0 for k in _TIME_PARTS}
+    out["rest"] = (d["trial"] - sum(d[k] for k in _TIME_PARTS)) / n / 1000.0
+    out["trial"] = d["trial"] / n / 1000.0
+    out["worker"] = d["worker"] / d["worker_jobs"] / 1000.0 if d["worker_jobs"] else 0.0
+    return out
+
+
 #: True in the helper process: it prepares in line whatever the settings (no helper of its own).
 _IN_HELPER = False
 
 
-if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr at exit
+def _print_stats():
+    t = times_per_trial()
+    print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True)
+    if t:
+        print("numwatch-runner: torchcheck: us a trial on its thread over %d trials: %s" % (
+            TIMES["trials"], ", ".join("%s %.1f" % (k, v) for k, v in t.items())), file=sys.stderr, flush=True)
+
+
+if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters (and TIMES) on stderr at exit
     import atexit
 
-    atexit.register(lambda: print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True))
+    atexit.register(_print_stats)
 
 
 def _ahead_mode(device):
@@ -1247,11 +1315,14 @@ class _Ahead:
         n = self.taken.get((check.name, job[4]), 0)
         self.taken[check.name, job[4]] = n + 1
         if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY[job[4]] == 0:
+            t0 = _now()
             try:
                 mine = check._prepare(key[0], key[1], key[2], key[3])
             except Exception as e:
+                TIMES["case_in_line"] += _now() - t0
                 self._off(check, "in line it raised %s" % type(e).__name__)
                 raise
+            TIMES["case_in_line"] += _now() - t0
             why = _case_difference(case, mine)
             if why:
                 self._off(check, why)
@@ -1337,7 +1408,9 @@ class _ThreadJob:
         self.failed = self.dropped = False
 
     def run(self):
+        t0 = _now()
         if not self.dropped:
+            TIMES["worker_jobs"] += 1
             try:
                 if torch.get_num_threads() != self.threads:
                     torch.set_num_threads(self.threads)
@@ -1348,10 +1421,14 @@ class _ThreadJob:
         if self.dropped:  # (thrown away meanwhile: nothing of it is kept)
             self.case = None
         self.fn = self.args = None
+        TIMES["worker"] += _now() - t0
         self.done.set()
 
     def result(self):
-        if not self.done.wait(AHEAD_TIMEOUT_S):
+        t0 = _now()
+        done = self.done.wait(AHEAD_TIMEOUT_S)
+        TIMES["case_wait"] += _now() - t0
+        if not done:
             self.discard()
             STATS["ahead_late"] += 1
             self.worker.give_up("a case was not prepared in %g s" % AHEAD_TIMEOUT_S)
@@ -1823,7 +1900,11 @@ class _HelperJob:
         self.helper, self.check, self.key = helper, check, key
 
     def result(self):
-        return self.helper.answer(self, True)
+        t0 = _now()
+        try:
+            return self.helper.answer(self, True)
+        finally:
+            TIMES["case_wait"] += _now() - t0
 
     def discard(self):
         self.helper.answer(self, False)
@@ -2136,11 +2217,17 @@ class _Graphs:
                 _cat_into(batch._mask_pieces(exc, lw), g.E)
             if cn:
                 _cat_into([c.reshape(1) for c in cn], g.CN)
+            t0 = _now()
             if fresh:
-                self._capture(g, batch, lw)
+                r0 = TIMES["read"]
+                try:
+                    self._capture(g, batch, lw)
+                finally:
+                    TIMES["capture"] += _now() - t0 - (TIMES["read"] - r0)
                 STATS["graph_captures"] += 1
             else:
                 g.impl.replay()
+                TIMES["replay"] += _now() - t0
             if fresh:
                 self.cache[key] = g
                 self.nbytes += g.nbytes
@@ -2422,6 +2509,7 @@ class TorchCheck(Check):
         for an error answer. named: the request named the family (the next request of a run of
         seeds then names it too). upcoming: the request the runner makes next when it knows it,
         (check, (dtype, seed, family, index, named)), or False for none (None: unknown)."""
+        t0 = _now()
         try:
             return self._trial(dtype, seed, family, index, repeats, named, upcoming)
         except (TrialError, FatalError):
@@ -2430,6 +2518,9 @@ class TorchCheck(Check):
             if _fatal(e):
                 raise FatalError("%s: %s" % (self.name, e)) from e
             raise
+        finally:
+            TIMES["trials"] += 1
+            TIMES["trial"] += _now() - t0
 
     def _prepare(self, dtype, seed, family, index, ahead=False):
         """A trial's host work: its case from the seed (make_case) and the case's checks, and for a
@@ -2503,16 +2594,23 @@ class TorchCheck(Check):
         key = (dtype, seed, family, index, named)
         ahead = _ahead_mode(DEVICE)
         case = None
+        T = TIMES
+        t0, w0, i0 = _now(), T["case_wait"], T["case_in_line"]
         try:
             if ahead:
                 case = _AHEAD.take(self, key)
             else:
                 _AHEAD.drop()
+            t1 = _now()
+            T["ahead"] += t1 - t0 - (T["case_wait"] - w0) - (T["case_in_line"] - i0)
             if case is None:
                 case = self._prepare(dtype, seed, family, index)
+                T["case_in_line"] += _now() - t1
         finally:
             if ahead:
+                t1 = _now()
                 _AHEAD.start(self, key, ahead, upcoming)
+                T["ahead"] += _now() - t1
         gpu = torch.device(case.device).type == "cuda"
         if case._digest is not None:
             cdigest = (lambda d=case._digest: d)
@@ -2526,7 +2624,9 @@ class TorchCheck(Check):
                 overridden = type(self).plain is not Check.plain
                 multi = getattr(self, "plain_programs", None)
                 plain_fns = multi() if multi else [self.plain if overridden else self.reference]
+            t0, u0, s0 = _now(), T["upload"], T["staging_sync"]
             ref, plains = self._programs(case, plain_fns)
+            T["programs"] += _now() - t0 - (T["upload"] - u0) - (T["staging_sync"] - s0)
             names = list(ref)
             if not 1 <= len(names) <= TENSORS_MAX:
                 raise TrialError("%s: 1 to %d outputs, not %d" % (self.name, TENSORS_MAX, len(names)))
@@ -2568,6 +2668,7 @@ class TorchCheck(Check):
             canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
             events = []
+            t0 = _now()
             for rep in range(repeats):
                 case._buffers = {}
                 if gpu:
@@ -2613,6 +2714,8 @@ class TorchCheck(Check):
                             len(laid) * len(names), lw)))
                         laid = []
 
+            T["kernel"] += _now() - t0
+            t0, m0 = _now(), [T[k] for k in ("read", "replay", "capture")]
             with torch.no_grad():
                 batches = []
                 for group in groups:
@@ -2651,6 +2754,7 @@ class TorchCheck(Check):
                 if graphed and laid and not digests_dev and len(batches) == 1:
                     res = _GRAPHS.measure(self, batches[0], laid, lw, td, eager)
                 tensors, hashes = res if res is not None else eager()
+            T["metrics"] += _now() - t0 - sum(T[k] - v for k, v in zip(("read", "replay", "capture"), m0))
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
@@ -2659,16 +2763,21 @@ class TorchCheck(Check):
                     h.update(k.encode("utf-8") + b"\0" + v.to_bytes(8, "little"))
                 digests.append(h.hexdigest())
             if gpu:
+                t0 = _now()
                 events[-1][1].synchronize()  # done with the read above: no wait
                 times = [a.elapsed_time(b) * 1000.0 for a, b in events]
+                T["event_sync"] += _now() - t0
         digest = digests[0]
         differ = sum(d != digest for d in digests[1:])
         failed = any([t.pop("failed") for t in tensors])
         ratios = [t["ratio"] for t in tensors]
         ratio = None if any(r is None for r in ratios) else max(ratios)
+        t0 = _now()
+        cd = cdigest()
+        T["digest_wait"] += _now() - t0
         return {
             "verdict": "fail" if failed else "pass",
-            "case": {"family": family, "shape": list(case.shape), "gen": GEN_VERSION, "digest": cdigest()},
+            "case": {"family": family, "shape": list(case.shape), "gen": GEN_VERSION, "digest": cd},
             "ratio": ratio,
             "tensors": tensors,
             "digest": digest,
