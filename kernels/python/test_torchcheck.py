@@ -369,6 +369,52 @@ class GenTest(unittest.TestCase):
         x = g.extreme_rows(16, 5, "f32")
         self.assertEqual(x.shape, (16, 5))
 
+    def test_extreme_rows_as_drawn_row_by_row(self):
+        """extreme_rows() changes its rows kind by kind, after drawing them all: the same values, bit
+        for bit, and the same generator state after, as changing each row as it is drawn (the
+        version before, kept here), for every kind, empty shapes and every dtype."""
+        def row_by_row(g, rows, cols, dtype, kinds=("offset", "spread", "small", "zeros", "onehot", "constant",
+                                                    "neginf")):
+            x = g.normal((rows, cols))
+            for r in range(rows):
+                k = g.choice(kinds)
+                if k == "offset":
+                    x[r].add_(g.choice((-1.0, 1.0)) * g.uniform(1e2, 1e4))
+                elif k == "spread":
+                    x[r].mul_(g.uniform(20.0, 80.0))
+                elif k == "small":
+                    x[r].mul_(math.sqrt(nw.dtypes.EPS[g.dtype if g.dtype in nw.dtypes.EPS else "f32"]))
+                elif k == "zeros":
+                    x[r] = 0.0
+                elif k == "onehot":
+                    x[r] = 0.0
+                    if cols:
+                        x[r, g.randint(0, cols - 1)] = g.uniform(1.0, 10.0)
+                elif k == "constant":
+                    x[r] = g.uniform(-3.0, 3.0)
+                elif k == "neginf":
+                    x[r] = -math.inf
+                    if cols:
+                        x[r, g.randint(0, cols - 1)] = g.uniform(-1.0, 1.0)
+            return g._cast(x, dtype)
+
+        n = 0
+        for seed in range(60):
+            for dtype in ("f32", "bf16", "f16", "f64"):
+                for rows, cols in ((seed % 13, 1 + seed % 37), (0, 5), (4, 0), (48, 300 + seed)):
+                    for kinds in (("offset", "spread", "small", "zeros", "onehot", "constant", "neginf"),
+                                  ("offset", "spread", "small", "onehot", "constant"), ("onehot",)):
+                        a, b = nwt.Gen("x.fwd", dtype, seed), nwt.Gen("x.fwd", dtype, seed)
+                        x = a.extreme_rows(rows, cols, dtype, kinds)
+                        y = row_by_row(b, rows, cols, dtype, kinds)
+                        self.assertEqual((x.dtype, x.shape), (y.dtype, y.shape))
+                        iv = {torch.float64: torch.int64, torch.float32: torch.int32}.get(x.dtype, torch.int16)
+                        self.assertTrue(torch.equal(x.view(iv), y.view(iv)), (seed, dtype, rows, cols, kinds))
+                        self.assertTrue(torch.equal(a.g.get_state(), b.g.get_state()))
+                        self.assertEqual(a.uniform(), b.uniform())
+                        n += 1
+        self.assertEqual(n, 60 * 4 * 4 * 3)
+
     def test_views_keep_values(self):
         x = torch.arange(12.0).view(3, 4)
         for name, fn in nwt.VIEWS.items():

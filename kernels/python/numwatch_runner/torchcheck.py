@@ -172,8 +172,9 @@ class Gen:
         self.g.manual_seed(stream_key(check, dtype, seed) & ((1 << 63) - 1))
         self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
 
-    #: The 0-dimensional tensor each scalar is drawn into (made by the first).
-    _one = None
+    #: The 0-dimensional tensor each scalar is drawn into (made by the first), and a numpy view of
+    #: it: the value read without a dispatch (.item() is one more torch call a draw).
+    _one = _one_np = None
 
     def _rand(self, shape):
         return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
@@ -183,7 +184,9 @@ class Gen:
         # torch.rand is uniform_(0, 1) of a new tensor: the same draw into one tensor kept
         if self._one is None:
             self._one = torch.empty((), dtype=torch.float64)
-        return lo + (hi - lo) * self._one.uniform_(0.0, 1.0, generator=self.g).item()
+            self._one_np = self._one.numpy()
+        self._one.uniform_(0.0, 1.0, generator=self.g)
+        return lo + (hi - lo) * float(self._one_np)
 
     def randint(self, lo, hi):
         """Uniform integer in [lo, hi], both included."""
@@ -258,26 +261,54 @@ class Gen:
         large spread, values near sqrt(eps), zeros, one-hot, constant, or -inf but for one element
         (a fully masked row of attention scores has all of them -inf: add that yourself)."""
         x = self.normal((rows, cols))
+        # The rows' draws first, in the order of the rows (scalars only: the generator's stream as
+        # when each row was changed as it was drawn), then each kind's rows changed together: the
+        # same arithmetic on each element (x + c, x * c in float64, or a value set), in a few torch
+        # calls instead of one or two a row.
+        add, mul, small, zero, put, fill = ([], []), ([], []), [], [], ([], [], []), ([], [])
         for r in range(rows):
             k = self.choice(kinds)
-            if k == "offset":  # (in place: the same roundings)
-                x[r].add_(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
+            if k == "offset":
+                add[0].append(r)
+                add[1].append(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
             elif k == "spread":
-                x[r].mul_(self.uniform(20.0, 80.0))
+                mul[0].append(r)
+                mul[1].append(self.uniform(20.0, 80.0))
             elif k == "small":
-                x[r].mul_(math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"]))
+                small.append(r)
             elif k == "zeros":
-                x[r] = 0.0
+                zero.append(r)
             elif k == "onehot":
-                x[r] = 0.0
+                zero.append(r)
                 if cols:
-                    x[r, self.randint(0, cols - 1)] = self.uniform(1.0, 10.0)
+                    put[0].append(r)
+                    put[2].append(self.uniform(1.0, 10.0))  # (drawn first: x[r, randint()] = uniform())
+                    put[1].append(self.randint(0, cols - 1))
             elif k == "constant":
-                x[r] = self.uniform(-3.0, 3.0)
+                fill[0].append(r)
+                fill[1].append(self.uniform(-3.0, 3.0))
             elif k == "neginf":
-                x[r] = -math.inf
+                fill[0].append(r)
+                fill[1].append(-math.inf)
                 if cols:
-                    x[r, self.randint(0, cols - 1)] = self.uniform(-1.0, 1.0)
+                    put[0].append(r)
+                    put[2].append(self.uniform(-1.0, 1.0))  # (drawn first: x[r, randint()] = uniform())
+                    put[1].append(self.randint(0, cols - 1))
+        if cols:
+            f64 = torch.float64
+            for (idx, c), op in ((add, torch.add), (mul, torch.mul)):
+                if idx:
+                    i = torch.tensor(idx)
+                    x[i] = op(x[i], torch.tensor(c, dtype=f64).view(-1, 1))
+            if small:
+                i = torch.tensor(small)
+                x[i] = x[i] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+            if zero:
+                x[torch.tensor(zero)] = 0.0
+            if fill[0]:
+                x[torch.tensor(fill[0])] = torch.tensor(fill[1], dtype=f64).view(-1, 1)
+            if put[0]:
+                x[torch.tensor(put[0]), torch.tensor(put[1])] = torch.tensor(put[2], dtype=f64)
         return self._cast(x, dtype)
 
 
