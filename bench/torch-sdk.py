@@ -26,8 +26,9 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
    the graphs the first captured; a thread and graphs, as a GPU runner by default, guessing the
    next seed; a thread told each next request, as the command line does) and in line (twice: seeds
-   whose in-line answers differ are left out), every field compared but kernel_us; exits 1 on any
-   difference, if the SDK turned its graphs off for a check (an error or a disagreement, which it
+   whose in-line answers differ are left out), every field compared but kernel_us (the thread's
+   passes upload each case from the worker thread: UPLOAD_AHEAD); exits 1 on any difference, if no
+   case went up from the worker where inputs go up as one image (a GPU, --emulate-graphs), if the SDK turned its graphs off for a check (an error or a disagreement, which it
    logs on stderr), or preparing ahead off for a check (a case that differed from the in-line
    one), if a case prepared ahead was late past its deadline, or if its helper process is not
    serving at the end.
@@ -290,15 +291,20 @@ def verify(fc, names, dtypes, seeds):
     print("\nverify: %d fast trials compared with in-line ones, %d differences (%d seeds left out: their "
           "in-line answers differ); prepared ahead: %d taken (%d also prepared in line and compared), %d "
           "prepared in line (the helper late, or unable), %d late past the thread's deadline, %d misses, %d changed "
-          "checks, %d output gradients drawn ahead, %d checks turned it off%s (helper: %s); "
+          "checks, %d output gradients drawn ahead, %d uploaded by the worker thread, %d checks turned it off%s "
+          "(helper: %s); "
           "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
           "off%s" % (
               trials, bad, flaky, d["ahead_hits"], d["ahead_verified"], d["ahead_in_line"], d["ahead_late"],
               d["ahead_misses"],
-              d["ahead_stale"], d["douts_ahead"], d["ahead_off"],
+              d["ahead_stale"], d["douts_ahead"], d["upload_ahead"], d["ahead_off"],
               " (%s)" % ", ".join(sorted(nwt._AHEAD.off)) if nwt._AHEAD.off else "", helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
               d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or (
+    # (where a trial's inputs go up as one image, the worker's upload of them must have been used)
+    no_upload = nwt.UPLOAD_AHEAD and nwt._together(nwt.DEVICE) and not d["upload_ahead"]
+    if no_upload:
+        print("verify: no case was uploaded by the worker thread", flush=True)
+    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or no_upload or (
         helper is not None and helper.state != "ready") else 0
 
 

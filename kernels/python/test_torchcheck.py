@@ -656,6 +656,28 @@ class FastPathsTest(unittest.TestCase):
             self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
             nwt._AHEAD.drop()
 
+    def test_uploaded_ahead_gives_the_same_answers(self):
+        """The worker thread's upload of the case it prepared (UPLOAD_AHEAD: on the CPU the image it
+        wrote, on a GPU the copy on its side stream) gives the in-line answers, as the trial's own
+        upload does; every case taken from ahead went up that way."""
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        self.addCleanup(setattr, nwt, "UPLOAD_AHEAD", nwt.UPLOAD_AHEAD)
+        for on in (True, False):
+            nwt.UPLOAD_AHEAD = on
+            for graphs in (False, True):
+                nwt.PREPARE_AHEAD, nwt.GRAPHS = "thread", graphs
+                nwt._GRAPH_IMPL = nwt._EmulatedGraph if graphs else None
+                nwt._GRAPHS.__init__()
+                self.fresh_ahead()
+                before = dict(nwt.STATS)
+                self.assertEqual(self.answers(nw.Runner(self.checks, name="planted 1"), self.requests()), want,
+                                 (on, graphs))
+                d = {k: nwt.STATS[k] - before[k] for k in before}
+                self.assertGreater(d["ahead_hits"], len(want) // 2)
+                self.assertEqual(d["upload_ahead"], d["ahead_hits"] if on else 0, (on, graphs))
+                self.assertEqual((d["ahead_off"], d["graph_off"]), (0, 0))
+
     def test_the_request_foreseen_is_prepared(self):
         """Told the next request (the command line's next seed, a seed run again, another check),
         the thread prepares exactly that one: every trial after the first takes its case from

@@ -408,6 +408,7 @@ class Case:
         self._dev_douts = {}
         self._dev_douts64 = {}
         self._image = None  # _image(): the bytes of the trial's upload, written ahead of the trial
+        self._dev_image = None  # _image(on_device): the upload itself, done ahead (image, event or None)
         self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
         self._digest = None  # case_digest(), when hashed ahead of the trial
         self._douts_ahead = None  # _draw_douts_ahead()
@@ -631,13 +632,62 @@ class _Staging:
 _STAGING = _Staging()
 
 
-def _upload_groups(groups, device, image=None):
+class _AheadStaging:
+    """The upload of a case prepared ahead by the worker thread (_image with on_device), done by the
+    worker: it writes the image straight into a page-locked buffer and queues the copy to the device
+    on a side stream of its own, recording an event; the trial's stream waits on that event
+    (_upload_groups: a wait queued on the device, no host synchronisation), so that the trial's own
+    thread neither copies the bytes nor waits. Two buffers, used in turn: before one is written
+    again, the copy out of it (queued a case before: long done, as a rule) is waited for on the
+    worker. The image on the device is allocated on the side stream; the trial records its own
+    stream's use of it (record_stream), so that its memory is not given to the next image while the
+    trial's operations may still read it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # (one worker at a time, but a worker given up may still be busy)
+        self.bufs = [None, None]
+        self.copied = [None, None]
+        self.turn = 0
+        self.streams = {}  # device -> the side stream
+
+    def upload(self, sections, nbytes, device):
+        """(the image on device, the event after its copy)."""
+        with self.lock:
+            return self._upload(sections, nbytes, device)
+
+    def _upload(self, sections, nbytes, device):
+        i, self.turn = self.turn, self.turn ^ 1
+        if self.copied[i] is not None:
+            self.copied[i].synchronize()  # (on the worker thread)
+        if self.bufs[i] is None or self.bufs[i].numel() < nbytes:
+            self.bufs[i] = None
+            self.bufs[i] = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
+        host = _write_image(sections, self.bufs[i][:nbytes])
+        d = torch.device(device)
+        if d.index is None:
+            d = torch.device("cuda", torch.cuda.current_device())
+        side = self.streams.get(d)
+        if side is None:
+            side = self.streams[d] = torch.cuda.Stream(d)
+        with torch.cuda.device(d), torch.cuda.stream(side):
+            dev = host.to(d, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(side)
+        self.copied[i] = ev
+        return dev, ev
+
+
+_AHEAD_STAGING = _AheadStaging()
+
+
+def _upload_groups(groups, device, image=None, dev_image=None):
     """The CPU tensors of groups [(tensors, also64), ...] (each group of one dtype) on device, as
     [(tensors, their float64 copies or None), ...]. On a GPU (_together) one image goes up with one
     copy (_image_layout: every group, and its float64 values converted on the host) and each
     tensor is a view of it, but a group of one tensor that is not contiguous, which goes up alone
     with its strides; on the CPU each tensor is itself (nothing is copied). image: the bytes
-    already written (_image of a case prepared ahead)."""
+    already written (_image of a case prepared ahead); dev_image: (the image already on the
+    device, the event after its copy or None), uploaded by the worker thread (_AheadStaging)."""
     if not _together(device):
         out = []
         for ts, also64 in groups:
@@ -646,7 +696,13 @@ def _upload_groups(groups, device, image=None):
         return out
     alone = _alone(groups)
     sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
-    if torch.device(device).type == "cuda":
+    if dev_image is not None:
+        dev, ev = dev_image
+        if ev is not None:  # the trial's stream waits for the worker's copy, and holds the memory while it reads it
+            cur = torch.cuda.current_stream(dev.device)
+            cur.wait_event(ev)
+            dev.record_stream(cur)
+    elif torch.device(device).type == "cuda":
         dev = _STAGING.upload(image, sections, nbytes, device)
     else:  # (BATCH_ALL on the CPU: the same layout, in a buffer of this trial's own)
         dev = image if image is not None else _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
@@ -681,12 +737,28 @@ def _upload_plan(case):
     return groups
 
 
-def _image(case):
-    """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together)."""
+#: Whether the worker thread that prepares a case ahead also uploads it (_AheadStaging), on a GPU;
+#: else the trial's thread copies the image it wrote into page-locked memory and uploads it. The
+#: answers are the same (the same bytes at the same alignment; tests and bench/torch-sdk.py
+#: --verify compare them). NUMWATCH_TORCH_UPLOAD_AHEAD=0 turns it off.
+UPLOAD_AHEAD = os.environ.get("NUMWATCH_TORCH_UPLOAD_AHEAD", "") != "0"
+
+
+def _image(case, on_device=False):
+    """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together).
+    on_device (the worker thread, UPLOAD_AHEAD): the upload too (case._dev_image): on a GPU from
+    a page-locked buffer on a side stream (_AheadStaging), on the CPU (tests, BATCH_ALL) the image
+    itself, which is what the trial's upload would be there."""
     if _together(case.device):
         groups = _upload_plan(case)
         alone = _alone(groups)
         sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
+        if on_device and UPLOAD_AHEAD:
+            if torch.device(case.device).type == "cuda":
+                case._dev_image = _AHEAD_STAGING.upload(sections, nbytes, case.device)
+            else:
+                case._dev_image = (_write_image(sections, torch.empty(nbytes, dtype=torch.uint8)), None)
+            return
         case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
 
 
@@ -701,9 +773,14 @@ def _load(case):
 
 
 def _load_now(case):
-    image = case._image if case._image is not None and _together(case.device) else None
+    together = _together(case.device)
+    image = case._image if case._image is not None and together else None
+    dev_image = case._dev_image if together else None
+    case._dev_image = None
+    if dev_image is not None:
+        STATS["upload_ahead"] += 1
     keyed = _input_groups(case)
-    up = _upload_groups(_upload_plan(case), case.device, image)
+    up = _upload_groups(_upload_plan(case), case.device, image, dev_image)
     for (keys, _), (d, d64) in zip(keyed, up):
         case._dev.update(zip(keys, d))
         if d64 is not None:
@@ -1186,7 +1263,7 @@ PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
-         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
          "graph_off": 0, "graphs_dropped": 0}
 
 
@@ -1496,7 +1573,7 @@ class _Worker:
         """A handle to take the case of request key, or None (prepare it in line)."""
         if not self.alive:
             return None
-        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], True))
+        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], "thread"))
         self.jobs.put(job)
         return job
 
@@ -2559,7 +2636,7 @@ class TorchCheck(Check):
         gradients where their shapes can be told from the inputs (_draw_douts_ahead: they go up
         with the inputs). ahead: on the thread or process that prepares the next trial while this
         one runs (_Ahead), which also hashes the case (case_digest) and writes the bytes of its
-        upload (_image)."""
+        upload (_image); "thread": the worker thread, which also uploads them (UPLOAD_AHEAD)."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -2575,7 +2652,7 @@ class TorchCheck(Check):
             self._draw_douts_ahead(case)
         if ahead:
             case._digest = case_digest(case)
-            _image(case)
+            _image(case, on_device=ahead == "thread")
         return case
 
     def _next_key(self, key):
