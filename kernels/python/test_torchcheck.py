@@ -130,6 +130,26 @@ if torch is not None:
             y = Planted.kernel(self, case, x, w)
             return (y, (x * x).sum(-1)) if isinstance(y, torch.Tensor) else y
 
+    class Scribbles(nwt.TorchCheck):
+        """A kernel that writes into its inputs after it computed its output."""
+
+        op = "scribbles"
+        dtypes = ("f32", "bf16")
+        families = ("ok",)
+
+        def make_case(self, g, family, dtype):
+            n = g.randint(1, 300)
+            return nwt.Case([n], {"x": g.normal((n,), dtype), "w": g.normal((n,), dtype)})
+
+        def reference(self, case, x, w):
+            return x * w + 1
+
+        def kernel(self, case, x, w):
+            y = x * w + 1
+            x.mul_(3.0)
+            w.fill_(7.0)
+            return y
+
     class PlantedFixed(Planted):
         """A fixed tolerance (atol, rtol) instead of a plain program, and a floor scale."""
 
@@ -677,6 +697,30 @@ class FastPathsTest(unittest.TestCase):
                 self.assertGreater(d["ahead_hits"], len(want) // 2)
                 self.assertEqual(d["upload_ahead"], d["ahead_hits"] if on else 0, (on, graphs))
                 self.assertEqual((d["ahead_off"], d["graph_off"]), (0, 0))
+
+    def test_kernel_copies_give_the_same_answers(self):
+        """The kernel's own copy of each input uploaded with the image (KERNEL_COPIES) instead of a
+        clone on the device: the same answers, in line and prepared ahead, graphs or not; a kernel
+        that writes into its inputs changes neither another repeat's inputs nor the programs'."""
+        nwt.BATCH_ALL = True
+        self.addCleanup(setattr, nwt, "KERNEL_COPIES", nwt.KERNEL_COPIES)
+        checks = self.checks + [Scribbles()]
+        reqs = self.requests() + [("scribbles.fwd", dt, s, None, 1 + s % 2) for dt in ("f32", "bf16")
+                                  for s in range(6)]
+        got = {}
+        for on in (False, True):
+            nwt.KERNEL_COPIES = on
+            for mode, graphs in ((False, False), ("thread", True)):
+                nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, graphs
+                nwt._GRAPH_IMPL = nwt._EmulatedGraph if graphs else None
+                nwt._GRAPHS.__init__()
+                self.fresh_ahead()
+                got[on, mode] = self.answers(nw.Runner(checks, name="planted 1"), reqs)
+        want = got[False, False]
+        for k, v in got.items():
+            self.assertEqual(v, want, k)
+        scribbled = want[-12:]  # (the scribbles' requests, last: none left out by answers())
+        self.assertEqual([(a["verdict"], a["digests_differ"]) for a in scribbled], [("pass", 0)] * 12)
 
     def test_the_request_foreseen_is_prepared(self):
         """Told the next request (the command line's next seed, a seed run again, another check),

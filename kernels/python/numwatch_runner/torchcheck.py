@@ -407,6 +407,7 @@ class Case:
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
         self._dev_douts64 = {}
+        self._dev_kernel = {}  # input name -> the kernel's own copy of it, uploaded with the image (_load)
         self._image = None  # _image(): the bytes of the trial's upload, written ahead of the trial
         self._dev_image = None  # _image(on_device): the upload itself, done ahead (image, event or None)
         self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
@@ -728,12 +729,33 @@ def _input_groups(case):
     return list(groups.values())
 
 
+#: Whether the kernel's own copy of each input (its first repeat's) goes up with the image, each in
+#: a section of its own (as aligned as a fresh allocation, as its clone on the device was), where a
+#: trial's inputs go up as one image: one device copy (a launch) less an input on the trial's
+#: thread. NUMWATCH_TORCH_KERNEL_COPIES=0 turns it off; the answers are the same.
+KERNEL_COPIES = os.environ.get("NUMWATCH_TORCH_KERNEL_COPIES", "") != "0"
+
+
+def _kernel_copies(case):
+    """The inputs whose kernel copy goes up with the image (_upload_plan): contiguous non-empty
+    tensors the kernel gets as they are (no view of case.views); the others are cloned on the
+    device, as every repeat after the first is."""
+    if not KERNEL_COPIES or not _together(case.device):
+        return []
+    return [k for k, v in case.inputs.items() if isinstance(v, torch.Tensor) and k not in case.views
+            and v.numel() and v.is_contiguous()]
+
+
 def _upload_plan(case):
     """The groups of the case's one upload: its inputs by dtype (floating ones also in float64),
-    then the output gradients drawn with the case (_draw_douts_ahead), if any."""
+    then the output gradients drawn with the case (_draw_douts_ahead), if any, then the kernel's
+    own copy of each input of _kernel_copies, one group each."""
     groups = [(ts, ts[0].is_floating_point()) for _, ts in _input_groups(case)]
     if case._douts_ahead is not None:
         groups.append((case._douts_ahead[3], True))
+    for k in _kernel_copies(case):
+        v = case.inputs[k]
+        groups.append(([v.detach() if v.requires_grad else v], False))
     return groups
 
 
@@ -785,8 +807,11 @@ def _load_now(case):
         case._dev.update(zip(keys, d))
         if d64 is not None:
             case._dev64.update(zip(keys, d64))
+    at = len(keyed)
     if case._douts_ahead is not None:
-        case._douts_dev = up[-1]
+        case._douts_dev = up[at]
+        at += 1
+    case._dev_kernel = {k: d[0] for k, (d, _) in zip(_kernel_copies(case), up[at:])}
     case._loaded = True
 
 
@@ -2530,7 +2555,9 @@ class TorchCheck(Check):
             if isinstance(v, torch.Tensor):
                 t = case._dev64[k] if kind == "ref" and k in case._dev64 else case._dev[k]
                 if kind == "kernel":
-                    t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
+                    # its own copy: the one uploaded with the image (the first repeat's), else a clone
+                    own = case._dev_kernel.pop(k, None)
+                    t = VIEWS[case.views[k]](t) if k in case.views else own if own is not None else t.clone()
                 if self.backward and k in self.grads:
                     t = t.detach().requires_grad_(True)
                 out[k] = t
