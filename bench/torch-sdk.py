@@ -26,8 +26,9 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
    the graphs the first captured; a thread and graphs, as a GPU runner by default, guessing the
    next seed; a thread told each next request, as the command line does) and in line (twice: seeds
-   whose in-line answers differ are left out), every field compared but kernel_us; exits 1 on any
-   difference, if the SDK turned its graphs off for a check (an error or a disagreement, which it
+   whose in-line answers differ are left out), every field compared but kernel_us (the thread's
+   passes upload each case from the worker thread: UPLOAD_AHEAD); exits 1 on any difference, if no
+   case went up from the worker where inputs go up as one image (a GPU, --emulate-graphs), if the SDK turned its graphs off for a check (an error or a disagreement, which it
    logs on stderr), or preparing ahead off for a check (a case that differed from the in-line
    one), if a case prepared ahead was late past its deadline, or if its helper process is not
    serving at the end.
@@ -107,13 +108,24 @@ def plain_trial(torch, check, dtype, seed, device):
     return ok
 
 
-def rate(fn, seeds, warm=5):
+def rate(fn, seeds, warm=5, times=None):
+    """Trials per second of fn over seeds 0..N-1 (after warm trials of other seeds); times: the
+    SDK's TIMES (torchcheck), returned with the rate as their change over the timed trials."""
     for s in range(warm):
         fn(10**6 + s)
+    before = dict(times) if times is not None else None
     t0 = time.perf_counter()
     for s in range(seeds):
         fn(s)
-    return seeds / (time.perf_counter() - t0)
+    r = seeds / (time.perf_counter() - t0)
+    if times is None:
+        return r
+    return r, (dict(times), before)
+
+
+#: The columns of the breakdown of an SDK trial's wall time on its thread (torchcheck.TIMES).
+TIME_COLS = ("trial", "case_wait", "case_in_line", "ahead", "upload", "staging_sync", "programs", "kernel",
+             "metrics", "replay", "capture", "read", "event_sync", "digest_wait", "rest", "worker")
 
 
 #: The SDK's ways of running a trial the rates compare: (label, PREPARE_AHEAD, GRAPHS), None for
@@ -169,6 +181,7 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
     print("| check | dtype | %s | plain loop trials/s | %s |" % (
         " | ".join("%s trials/s" % c for c in cols), " | ".join("%s / plain" % c for c in cols)))
     print("| --- | --- |%s" % (" ---: |" * (2 * len(cols) + 1)))
+    breakdown = []
     for name in names:
         for dtype in dtypes:
             c = by_name[name]
@@ -188,13 +201,33 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
             if "process" in sdk_sides:
                 with mode(nwt, *SIDES["process"][1:]):
                     wait_helper(nwt, runner, name, dtype)
-            best = {}
+            best, spent = {}, {}
             for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
                 for side in sdk_sides + ["plain"]:
-                    best[side] = max(best.get(side, 0.0), rate(fns[side], seeds))
+                    if side == "plain":
+                        r = rate(fns[side], seeds)
+                    else:
+                        r, t = rate(fns[side], seeds, times=nwt.TIMES)
+                        if r > best.get(side, 0.0):
+                            spent[side] = nwt.times_per_trial(*t)
+                    best[side] = max(best.get(side, 0.0), r)
             print("| %s | %s | %s | %.1f | %s |" % (
                 name, dtype, " | ".join("%.1f" % best[x] for x in sdk_sides), best["plain"],
                 " | ".join("%.2f" % (best[x] / best["plain"]) for x in sdk_sides)), flush=True)
+            plain_us = 1e6 / best["plain"]
+            for side in sdk_sides:
+                t = spent.get(side) or {}
+                breakdown.append("| %s | %s | %s | %.0f | %s |" % (
+                    name, dtype, SIDES[side][0], plain_us, " | ".join("%.1f" % t.get(k, 0.0) for k in TIME_COLS)))
+    if breakdown:
+        # Where an SDK trial's wall time goes on its thread (the round of its best rate), against
+        # the plain loop's whole trial: the waits (for the case prepared ahead, at the GPU's sync
+        # points: the staging buffer, the one read, the timing events), the host's launches of each
+        # part, and the rest (the SDK's own Python); worker: a case's preparation on the worker thread.
+        print("\nus a trial on the SDK trial's own thread (torchcheck.TIMES; the round of the best rate):\n")
+        print("| check | dtype | side | plain loop trial | %s |" % " | ".join(TIME_COLS))
+        print("| --- | --- | --- |%s" % (" ---: |" * (len(TIME_COLS) + 1)))
+        print("\n".join(breakdown), flush=True)
 
 
 def verify(fc, names, dtypes, seeds):
@@ -258,15 +291,20 @@ def verify(fc, names, dtypes, seeds):
     print("\nverify: %d fast trials compared with in-line ones, %d differences (%d seeds left out: their "
           "in-line answers differ); prepared ahead: %d taken (%d also prepared in line and compared), %d "
           "prepared in line (the helper late, or unable), %d late past the thread's deadline, %d misses, %d changed "
-          "checks, %d output gradients drawn ahead, %d checks turned it off%s (helper: %s); "
+          "checks, %d output gradients drawn ahead, %d uploaded by the worker thread, %d checks turned it off%s "
+          "(helper: %s); "
           "graphs: %d captured, %d replays (%d checked against the eager measurement), %d checks turned graphs "
           "off%s" % (
               trials, bad, flaky, d["ahead_hits"], d["ahead_verified"], d["ahead_in_line"], d["ahead_late"],
               d["ahead_misses"],
-              d["ahead_stale"], d["douts_ahead"], d["ahead_off"],
+              d["ahead_stale"], d["douts_ahead"], d["upload_ahead"], d["ahead_off"],
               " (%s)" % ", ".join(sorted(nwt._AHEAD.off)) if nwt._AHEAD.off else "", helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
               d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or (
+    # (where a trial's inputs go up as one image, the worker's upload of them must have been used)
+    no_upload = nwt.UPLOAD_AHEAD and nwt._together(nwt.DEVICE) and not d["upload_ahead"]
+    if no_upload:
+        print("verify: no case was uploaded by the worker thread", flush=True)
+    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or no_upload or (
         helper is not None and helper.state != "ready") else 0
 
 

@@ -130,6 +130,26 @@ if torch is not None:
             y = Planted.kernel(self, case, x, w)
             return (y, (x * x).sum(-1)) if isinstance(y, torch.Tensor) else y
 
+    class Scribbles(nwt.TorchCheck):
+        """A kernel that writes into its inputs after it computed its output."""
+
+        op = "scribbles"
+        dtypes = ("f32", "bf16")
+        families = ("ok",)
+
+        def make_case(self, g, family, dtype):
+            n = g.randint(1, 300)
+            return nwt.Case([n], {"x": g.normal((n,), dtype), "w": g.normal((n,), dtype)})
+
+        def reference(self, case, x, w):
+            return x * w + 1
+
+        def kernel(self, case, x, w):
+            y = x * w + 1
+            x.mul_(3.0)
+            w.fill_(7.0)
+            return y
+
     class PlantedFixed(Planted):
         """A fixed tolerance (atol, rtol) instead of a plain program, and a floor scale."""
 
@@ -368,6 +388,52 @@ class GenTest(unittest.TestCase):
         self.assertEqual(sweeps, {(a, b) for a in range(3) for b in range(4)})
         x = g.extreme_rows(16, 5, "f32")
         self.assertEqual(x.shape, (16, 5))
+
+    def test_extreme_rows_as_drawn_row_by_row(self):
+        """extreme_rows() changes its rows kind by kind, after drawing them all: the same values, bit
+        for bit, and the same generator state after, as changing each row as it is drawn (the
+        version before, kept here), for every kind, empty shapes and every dtype."""
+        def row_by_row(g, rows, cols, dtype, kinds=("offset", "spread", "small", "zeros", "onehot", "constant",
+                                                    "neginf")):
+            x = g.normal((rows, cols))
+            for r in range(rows):
+                k = g.choice(kinds)
+                if k == "offset":
+                    x[r].add_(g.choice((-1.0, 1.0)) * g.uniform(1e2, 1e4))
+                elif k == "spread":
+                    x[r].mul_(g.uniform(20.0, 80.0))
+                elif k == "small":
+                    x[r].mul_(math.sqrt(nw.dtypes.EPS[g.dtype if g.dtype in nw.dtypes.EPS else "f32"]))
+                elif k == "zeros":
+                    x[r] = 0.0
+                elif k == "onehot":
+                    x[r] = 0.0
+                    if cols:
+                        x[r, g.randint(0, cols - 1)] = g.uniform(1.0, 10.0)
+                elif k == "constant":
+                    x[r] = g.uniform(-3.0, 3.0)
+                elif k == "neginf":
+                    x[r] = -math.inf
+                    if cols:
+                        x[r, g.randint(0, cols - 1)] = g.uniform(-1.0, 1.0)
+            return g._cast(x, dtype)
+
+        n = 0
+        for seed in range(60):
+            for dtype in ("f32", "bf16", "f16", "f64"):
+                for rows, cols in ((seed % 13, 1 + seed % 37), (0, 5), (4, 0), (48, 300 + seed)):
+                    for kinds in (("offset", "spread", "small", "zeros", "onehot", "constant", "neginf"),
+                                  ("offset", "spread", "small", "onehot", "constant"), ("onehot",)):
+                        a, b = nwt.Gen("x.fwd", dtype, seed), nwt.Gen("x.fwd", dtype, seed)
+                        x = a.extreme_rows(rows, cols, dtype, kinds)
+                        y = row_by_row(b, rows, cols, dtype, kinds)
+                        self.assertEqual((x.dtype, x.shape), (y.dtype, y.shape))
+                        iv = {torch.float64: torch.int64, torch.float32: torch.int32}.get(x.dtype, torch.int16)
+                        self.assertTrue(torch.equal(x.view(iv), y.view(iv)), (seed, dtype, rows, cols, kinds))
+                        self.assertTrue(torch.equal(a.g.get_state(), b.g.get_state()))
+                        self.assertEqual(a.uniform(), b.uniform())
+                        n += 1
+        self.assertEqual(n, 60 * 4 * 4 * 3)
 
     def test_views_keep_values(self):
         x = torch.arange(12.0).view(3, 4)
@@ -609,6 +675,52 @@ class FastPathsTest(unittest.TestCase):
             self.assertGreaterEqual(d["ahead_verified"], 2 * len(self.checks), mode)
             self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
             nwt._AHEAD.drop()
+
+    def test_uploaded_ahead_gives_the_same_answers(self):
+        """The worker thread's upload of the case it prepared (UPLOAD_AHEAD: on the CPU the image it
+        wrote, on a GPU the copy on its side stream) gives the in-line answers, as the trial's own
+        upload does; every case taken from ahead went up that way."""
+        nwt.BATCH_ALL = True
+        want = self.in_line()
+        self.addCleanup(setattr, nwt, "UPLOAD_AHEAD", nwt.UPLOAD_AHEAD)
+        for on in (True, False):
+            nwt.UPLOAD_AHEAD = on
+            for graphs in (False, True):
+                nwt.PREPARE_AHEAD, nwt.GRAPHS = "thread", graphs
+                nwt._GRAPH_IMPL = nwt._EmulatedGraph if graphs else None
+                nwt._GRAPHS.__init__()
+                self.fresh_ahead()
+                before = dict(nwt.STATS)
+                self.assertEqual(self.answers(nw.Runner(self.checks, name="planted 1"), self.requests()), want,
+                                 (on, graphs))
+                d = {k: nwt.STATS[k] - before[k] for k in before}
+                self.assertGreater(d["ahead_hits"], len(want) // 2)
+                self.assertEqual(d["upload_ahead"], d["ahead_hits"] if on else 0, (on, graphs))
+                self.assertEqual((d["ahead_off"], d["graph_off"]), (0, 0))
+
+    def test_kernel_copies_give_the_same_answers(self):
+        """The kernel's own copy of each input uploaded with the image (KERNEL_COPIES) instead of a
+        clone on the device: the same answers, in line and prepared ahead, graphs or not; a kernel
+        that writes into its inputs changes neither another repeat's inputs nor the programs'."""
+        nwt.BATCH_ALL = True
+        self.addCleanup(setattr, nwt, "KERNEL_COPIES", nwt.KERNEL_COPIES)
+        checks = self.checks + [Scribbles()]
+        reqs = self.requests() + [("scribbles.fwd", dt, s, None, 1 + s % 2) for dt in ("f32", "bf16")
+                                  for s in range(6)]
+        got = {}
+        for on in (False, True):
+            nwt.KERNEL_COPIES = on
+            for mode, graphs in ((False, False), ("thread", True)):
+                nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, graphs
+                nwt._GRAPH_IMPL = nwt._EmulatedGraph if graphs else None
+                nwt._GRAPHS.__init__()
+                self.fresh_ahead()
+                got[on, mode] = self.answers(nw.Runner(checks, name="planted 1"), reqs)
+        want = got[False, False]
+        for k, v in got.items():
+            self.assertEqual(v, want, k)
+        scribbled = want[-12:]  # (the scribbles' requests, last: none left out by answers())
+        self.assertEqual([(a["verdict"], a["digests_differ"]) for a in scribbled], [("pass", 0)] * 12)
 
     def test_the_request_foreseen_is_prepared(self):
         """Told the next request (the command line's next seed, a seed run again, another check),

@@ -172,8 +172,9 @@ class Gen:
         self.g.manual_seed(stream_key(check, dtype, seed) & ((1 << 63) - 1))
         self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
 
-    #: The 0-dimensional tensor each scalar is drawn into (made by the first).
-    _one = None
+    #: The 0-dimensional tensor each scalar is drawn into (made by the first), and a numpy view of
+    #: it: the value read without a dispatch (.item() is one more torch call a draw).
+    _one = _one_np = None
 
     def _rand(self, shape):
         return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
@@ -183,7 +184,9 @@ class Gen:
         # torch.rand is uniform_(0, 1) of a new tensor: the same draw into one tensor kept
         if self._one is None:
             self._one = torch.empty((), dtype=torch.float64)
-        return lo + (hi - lo) * self._one.uniform_(0.0, 1.0, generator=self.g).item()
+            self._one_np = self._one.numpy()
+        self._one.uniform_(0.0, 1.0, generator=self.g)
+        return lo + (hi - lo) * float(self._one_np)
 
     def randint(self, lo, hi):
         """Uniform integer in [lo, hi], both included."""
@@ -258,26 +261,54 @@ class Gen:
         large spread, values near sqrt(eps), zeros, one-hot, constant, or -inf but for one element
         (a fully masked row of attention scores has all of them -inf: add that yourself)."""
         x = self.normal((rows, cols))
+        # The rows' draws first, in the order of the rows (scalars only: the generator's stream as
+        # when each row was changed as it was drawn), then each kind's rows changed together: the
+        # same arithmetic on each element (x + c, x * c in float64, or a value set), in a few torch
+        # calls instead of one or two a row.
+        add, mul, small, zero, put, fill = ([], []), ([], []), [], [], ([], [], []), ([], [])
         for r in range(rows):
             k = self.choice(kinds)
-            if k == "offset":  # (in place: the same roundings)
-                x[r].add_(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
+            if k == "offset":
+                add[0].append(r)
+                add[1].append(self.choice((-1.0, 1.0)) * self.uniform(1e2, 1e4))
             elif k == "spread":
-                x[r].mul_(self.uniform(20.0, 80.0))
+                mul[0].append(r)
+                mul[1].append(self.uniform(20.0, 80.0))
             elif k == "small":
-                x[r].mul_(math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"]))
+                small.append(r)
             elif k == "zeros":
-                x[r] = 0.0
+                zero.append(r)
             elif k == "onehot":
-                x[r] = 0.0
+                zero.append(r)
                 if cols:
-                    x[r, self.randint(0, cols - 1)] = self.uniform(1.0, 10.0)
+                    put[0].append(r)
+                    put[2].append(self.uniform(1.0, 10.0))  # (drawn first: x[r, randint()] = uniform())
+                    put[1].append(self.randint(0, cols - 1))
             elif k == "constant":
-                x[r] = self.uniform(-3.0, 3.0)
+                fill[0].append(r)
+                fill[1].append(self.uniform(-3.0, 3.0))
             elif k == "neginf":
-                x[r] = -math.inf
+                fill[0].append(r)
+                fill[1].append(-math.inf)
                 if cols:
-                    x[r, self.randint(0, cols - 1)] = self.uniform(-1.0, 1.0)
+                    put[0].append(r)
+                    put[2].append(self.uniform(-1.0, 1.0))  # (drawn first: x[r, randint()] = uniform())
+                    put[1].append(self.randint(0, cols - 1))
+        if cols:
+            f64 = torch.float64
+            for (idx, c), op in ((add, torch.add), (mul, torch.mul)):
+                if idx:
+                    i = torch.tensor(idx)
+                    x[i] = op(x[i], torch.tensor(c, dtype=f64).view(-1, 1))
+            if small:
+                i = torch.tensor(small)
+                x[i] = x[i] * math.sqrt(EPS[self.dtype if self.dtype in EPS else "f32"])
+            if zero:
+                x[torch.tensor(zero)] = 0.0
+            if fill[0]:
+                x[torch.tensor(fill[0])] = torch.tensor(fill[1], dtype=f64).view(-1, 1)
+            if put[0]:
+                x[torch.tensor(put[0]), torch.tensor(put[1])] = torch.tensor(put[2], dtype=f64)
         return self._cast(x, dtype)
 
 
@@ -376,7 +407,9 @@ class Case:
         self._dev64 = {}  # input name -> the same in float64 (the reference's, the floor scales')
         self._dev_douts = {}
         self._dev_douts64 = {}
+        self._dev_kernel = {}  # input name -> the kernel's own copy of it, uploaded with the image (_load)
         self._image = None  # _image(): the bytes of the trial's upload, written ahead of the trial
+        self._dev_image = None  # _image(on_device): the upload itself, done ahead (image, event or None)
         self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
         self._digest = None  # case_digest(), when hashed ahead of the trial
         self._douts_ahead = None  # _draw_douts_ahead()
@@ -489,7 +522,10 @@ def _host(t):
     """The values of an int64 tensor as a list of Python ints: the SDK's one way back from the
     device (a trial calls it once, for all its numbers together)."""
     HOST_READS[0] += 1
-    return t.tolist()
+    t0 = _now()
+    out = t.tolist()
+    TIMES["read"] += _now() - t0
+    return out
 
 
 def _upload(t, device):
@@ -577,7 +613,9 @@ class _Staging:
         """The image on device: image (a byte tensor already written, or None: write sections) is
         copied into the buffer, and the buffer's first nbytes to the device, without waiting."""
         if self.copied is not None:
+            t0 = _now()
             self.copied.synchronize()
+            TIMES["staging_sync"] += _now() - t0
         if self.buf is None or self.buf.numel() < nbytes:
             self.buf = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
         host = self.buf[:nbytes]
@@ -595,13 +633,62 @@ class _Staging:
 _STAGING = _Staging()
 
 
-def _upload_groups(groups, device, image=None):
+class _AheadStaging:
+    """The upload of a case prepared ahead by the worker thread (_image with on_device), done by the
+    worker: it writes the image straight into a page-locked buffer and queues the copy to the device
+    on a side stream of its own, recording an event; the trial's stream waits on that event
+    (_upload_groups: a wait queued on the device, no host synchronisation), so that the trial's own
+    thread neither copies the bytes nor waits. Two buffers, used in turn: before one is written
+    again, the copy out of it (queued a case before: long done, as a rule) is waited for on the
+    worker. The image on the device is allocated on the side stream; the trial records its own
+    stream's use of it (record_stream), so that its memory is not given to the next image while the
+    trial's operations may still read it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # (one worker at a time, but a worker given up may still be busy)
+        self.bufs = [None, None]
+        self.copied = [None, None]
+        self.turn = 0
+        self.streams = {}  # device -> the side stream
+
+    def upload(self, sections, nbytes, device):
+        """(the image on device, the event after its copy)."""
+        with self.lock:
+            return self._upload(sections, nbytes, device)
+
+    def _upload(self, sections, nbytes, device):
+        i, self.turn = self.turn, self.turn ^ 1
+        if self.copied[i] is not None:
+            self.copied[i].synchronize()  # (on the worker thread)
+        if self.bufs[i] is None or self.bufs[i].numel() < nbytes:
+            self.bufs[i] = None
+            self.bufs[i] = torch.empty(max(nbytes, 1 << 20), dtype=torch.uint8, pin_memory=True)
+        host = _write_image(sections, self.bufs[i][:nbytes])
+        d = torch.device(device)
+        if d.index is None:
+            d = torch.device("cuda", torch.cuda.current_device())
+        side = self.streams.get(d)
+        if side is None:
+            side = self.streams[d] = torch.cuda.Stream(d)
+        with torch.cuda.device(d), torch.cuda.stream(side):
+            dev = host.to(d, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(side)
+        self.copied[i] = ev
+        return dev, ev
+
+
+_AHEAD_STAGING = _AheadStaging()
+
+
+def _upload_groups(groups, device, image=None, dev_image=None):
     """The CPU tensors of groups [(tensors, also64), ...] (each group of one dtype) on device, as
     [(tensors, their float64 copies or None), ...]. On a GPU (_together) one image goes up with one
     copy (_image_layout: every group, and its float64 values converted on the host) and each
     tensor is a view of it, but a group of one tensor that is not contiguous, which goes up alone
     with its strides; on the CPU each tensor is itself (nothing is copied). image: the bytes
-    already written (_image of a case prepared ahead)."""
+    already written (_image of a case prepared ahead); dev_image: (the image already on the
+    device, the event after its copy or None), uploaded by the worker thread (_AheadStaging)."""
     if not _together(device):
         out = []
         for ts, also64 in groups:
@@ -610,7 +697,13 @@ def _upload_groups(groups, device, image=None):
         return out
     alone = _alone(groups)
     sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
-    if torch.device(device).type == "cuda":
+    if dev_image is not None:
+        dev, ev = dev_image
+        if ev is not None:  # the trial's stream waits for the worker's copy, and holds the memory while it reads it
+            cur = torch.cuda.current_stream(dev.device)
+            cur.wait_event(ev)
+            dev.record_stream(cur)
+    elif torch.device(device).type == "cuda":
         dev = _STAGING.upload(image, sections, nbytes, device)
     else:  # (BATCH_ALL on the CPU: the same layout, in a buffer of this trial's own)
         dev = image if image is not None else _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
@@ -636,36 +729,89 @@ def _input_groups(case):
     return list(groups.values())
 
 
+#: Whether the kernel's own copy of each input (its first repeat's) goes up with the image, each in
+#: a section of its own (as aligned as a fresh allocation, as its clone on the device was), where a
+#: trial's inputs go up as one image: one device copy (a launch) less an input on the trial's
+#: thread. NUMWATCH_TORCH_KERNEL_COPIES=0 turns it off; the answers are the same.
+KERNEL_COPIES = os.environ.get("NUMWATCH_TORCH_KERNEL_COPIES", "") != "0"
+
+
+def _kernel_copies(case):
+    """The inputs whose kernel copy goes up with the image (_upload_plan): contiguous non-empty
+    tensors the kernel gets as they are (no view of case.views); the others are cloned on the
+    device, as every repeat after the first is."""
+    if not KERNEL_COPIES or not _together(case.device):
+        return []
+    return [k for k, v in case.inputs.items() if isinstance(v, torch.Tensor) and k not in case.views
+            and v.numel() and v.is_contiguous()]
+
+
 def _upload_plan(case):
     """The groups of the case's one upload: its inputs by dtype (floating ones also in float64),
-    then the output gradients drawn with the case (_draw_douts_ahead), if any."""
+    then the output gradients drawn with the case (_draw_douts_ahead), if any, then the kernel's
+    own copy of each input of _kernel_copies, one group each."""
     groups = [(ts, ts[0].is_floating_point()) for _, ts in _input_groups(case)]
     if case._douts_ahead is not None:
         groups.append((case._douts_ahead[3], True))
+    for k in _kernel_copies(case):
+        v = case.inputs[k]
+        groups.append(([v.detach() if v.requires_grad else v], False))
     return groups
 
 
-def _image(case):
-    """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together)."""
+#: Whether the worker thread that prepares a case ahead also uploads it (_AheadStaging), on a GPU;
+#: else the trial's thread copies the image it wrote into page-locked memory and uploads it. The
+#: answers are the same (the same bytes at the same alignment; tests and bench/torch-sdk.py
+#: --verify compare them). NUMWATCH_TORCH_UPLOAD_AHEAD=0 turns it off.
+UPLOAD_AHEAD = os.environ.get("NUMWATCH_TORCH_UPLOAD_AHEAD", "") != "0"
+
+
+def _image(case, on_device=False):
+    """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together).
+    on_device (the worker thread, UPLOAD_AHEAD): the upload too (case._dev_image): on a GPU from
+    a page-locked buffer on a side stream (_AheadStaging), on the CPU (tests, BATCH_ALL) the image
+    itself, which is what the trial's upload would be there."""
     if _together(case.device):
         groups = _upload_plan(case)
         alone = _alone(groups)
         sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
+        if on_device and UPLOAD_AHEAD:
+            if torch.device(case.device).type == "cuda":
+                case._dev_image = _AHEAD_STAGING.upload(sections, nbytes, case.device)
+            else:
+                case._dev_image = (_write_image(sections, torch.empty(nbytes, dtype=torch.uint8)), None)
+            return
         case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
 
 
 def _load(case):
     """The case's tensor inputs on the device, once per trial, floating ones also in float64, with
     the output gradients drawn with the case: on a GPU with one copy (_upload_groups)."""
-    image = case._image if case._image is not None and _together(case.device) else None
+    t0, s0 = _now(), TIMES["staging_sync"]
+    try:
+        _load_now(case)
+    finally:
+        TIMES["upload"] += _now() - t0 - (TIMES["staging_sync"] - s0)
+
+
+def _load_now(case):
+    together = _together(case.device)
+    image = case._image if case._image is not None and together else None
+    dev_image = case._dev_image if together else None
+    case._dev_image = None
+    if dev_image is not None:
+        STATS["upload_ahead"] += 1
     keyed = _input_groups(case)
-    up = _upload_groups(_upload_plan(case), case.device, image)
+    up = _upload_groups(_upload_plan(case), case.device, image, dev_image)
     for (keys, _), (d, d64) in zip(keyed, up):
         case._dev.update(zip(keys, d))
         if d64 is not None:
             case._dev64.update(zip(keys, d64))
+    at = len(keyed)
     if case._douts_ahead is not None:
-        case._douts_dev = up[-1]
+        case._douts_dev = up[at]
+        at += 1
+    case._dev_kernel = {k: d[0] for k, (d, _) in zip(_kernel_copies(case), up[at:])}
     case._loaded = True
 
 
@@ -1142,18 +1288,73 @@ PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
-         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
          "graph_off": 0, "graphs_dropped": 0}
+
+
+#: Where the trials' wall time goes on the trial's own thread, in nanoseconds summed over every
+#: trial (never reset by the SDK; time.perf_counter_ns around a few points a trial: always on).
+#: Each part but "trial" is apart from the others, so that what the trial spent elsewhere (the
+#: SDK's own Python, its metadata) is "trial" less their sum (times_per_trial(): "rest"):
+#:   trials, trial     trials timed (TorchCheck._trial) and their wall time
+#:   case_wait         waiting for the case prepared ahead (the worker thread, or the helper process)
+#:   case_in_line      preparing a case in line (no case from ahead, or one sampled to compare with it)
+#:   ahead             taking the case from ahead and asking for the next one (the check's state pickled)
+#:   upload            the inputs' upload on the trial's thread (the image copied into page-locked
+#:                     memory and its copy queued), or only the wait queued on the worker's copy
+#:   staging_sync      GPU sync point: the page-locked buffer's last copy out of it, waited for before
+#:                     it is written again (done by then, as a rule)
+#:   programs          the reference and plain programs (forward, the check's floor scales, backward):
+#:                     the launches of the check's own code
+#:   kernel            the kernel's repeats (its launches) and their outputs' bookkeeping
+#:   metrics           the metrics and digests: queued eagerly, or a graph's static inputs written
+#:                     (and the values decoded)
+#:   capture, replay   capturing a metric graph (with its first replay); replaying one (its launch)
+#:   read              GPU sync point: the trial's one read (waits for every queued operation of the
+#:                     trial, on the device, to finish: most of what the GPU is behind the host)
+#:   event_sync        GPU sync point: the kernel's timing events (done by then: after the read)
+#:   digest_wait       waiting for the case digest hashed by another thread
+#: and on the worker thread: worker_jobs, worker (cases prepared ahead, and their wall time).
+TIMES = dict.fromkeys(("trials", "trial", "case_wait", "case_in_line", "ahead", "upload", "staging_sync",
+                       "programs", "kernel", "metrics", "capture", "replay", "read", "event_sync",
+                       "digest_wait", "worker_jobs", "worker"), 0)
+_now = time.perf_counter_ns
+_TIME_PARTS = ("case_wait", "case_in_line", "ahead", "upload", "staging_sync", "programs", "kernel", "metrics",
+               "capture", "replay", "read", "event_sync", "digest_wait")
+
+
+def times_per_trial(after=None, before=None):
+    """TIMES (or after - before, two copies of it) as microseconds a trial: each part, "rest" (the
+    trial's time outside them) and "trial"; and "worker" (a case's preparation on the worker thread,
+    a job). Empty where no trial was timed."""
+    after = TIMES if after is None else after
+    d = {k: after[k] - (before or {}).get(k, 0) for k in after}
+    n = d["trials"]
+    if not n:
+        return {}
+    out = {k: d[k] / n / 1000.0 for k in _TIME_PARTS}
+    out["rest"] = (d["trial"] - sum(d[k] for k in _TIME_PARTS)) / n / 1000.0
+    out["trial"] = d["trial"] / n / 1000.0
+    out["worker"] = d["worker"] / d["worker_jobs"] / 1000.0 if d["worker_jobs"] else 0.0
+    return out
 
 
 #: True in the helper process: it prepares in line whatever the settings (no helper of its own).
 _IN_HELPER = False
 
 
-if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters on stderr at exit
+def _print_stats():
+    t = times_per_trial()
+    print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True)
+    if t:
+        print("numwatch-runner: torchcheck: us a trial on its thread over %d trials: %s" % (
+            TIMES["trials"], ", ".join("%s %.1f" % (k, v) for k, v in t.items())), file=sys.stderr, flush=True)
+
+
+if os.environ.get("NUMWATCH_TORCH_STATS"):  # the fast paths' counters (and TIMES) on stderr at exit
     import atexit
 
-    atexit.register(lambda: print("numwatch-runner: torchcheck: %s" % (STATS,), file=sys.stderr, flush=True))
+    atexit.register(_print_stats)
 
 
 def _ahead_mode(device):
@@ -1247,11 +1448,14 @@ class _Ahead:
         n = self.taken.get((check.name, job[4]), 0)
         self.taken[check.name, job[4]] = n + 1
         if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY[job[4]] == 0:
+            t0 = _now()
             try:
                 mine = check._prepare(key[0], key[1], key[2], key[3])
             except Exception as e:
+                TIMES["case_in_line"] += _now() - t0
                 self._off(check, "in line it raised %s" % type(e).__name__)
                 raise
+            TIMES["case_in_line"] += _now() - t0
             why = _case_difference(case, mine)
             if why:
                 self._off(check, why)
@@ -1337,7 +1541,9 @@ class _ThreadJob:
         self.failed = self.dropped = False
 
     def run(self):
+        t0 = _now()
         if not self.dropped:
+            TIMES["worker_jobs"] += 1
             try:
                 if torch.get_num_threads() != self.threads:
                     torch.set_num_threads(self.threads)
@@ -1348,10 +1554,14 @@ class _ThreadJob:
         if self.dropped:  # (thrown away meanwhile: nothing of it is kept)
             self.case = None
         self.fn = self.args = None
+        TIMES["worker"] += _now() - t0
         self.done.set()
 
     def result(self):
-        if not self.done.wait(AHEAD_TIMEOUT_S):
+        t0 = _now()
+        done = self.done.wait(AHEAD_TIMEOUT_S)
+        TIMES["case_wait"] += _now() - t0
+        if not done:
             self.discard()
             STATS["ahead_late"] += 1
             self.worker.give_up("a case was not prepared in %g s" % AHEAD_TIMEOUT_S)
@@ -1388,7 +1598,7 @@ class _Worker:
         """A handle to take the case of request key, or None (prepare it in line)."""
         if not self.alive:
             return None
-        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], True))
+        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], "thread"))
         self.jobs.put(job)
         return job
 
@@ -1823,7 +2033,11 @@ class _HelperJob:
         self.helper, self.check, self.key = helper, check, key
 
     def result(self):
-        return self.helper.answer(self, True)
+        t0 = _now()
+        try:
+            return self.helper.answer(self, True)
+        finally:
+            TIMES["case_wait"] += _now() - t0
 
     def discard(self):
         self.helper.answer(self, False)
@@ -2136,11 +2350,17 @@ class _Graphs:
                 _cat_into(batch._mask_pieces(exc, lw), g.E)
             if cn:
                 _cat_into([c.reshape(1) for c in cn], g.CN)
+            t0 = _now()
             if fresh:
-                self._capture(g, batch, lw)
+                r0 = TIMES["read"]
+                try:
+                    self._capture(g, batch, lw)
+                finally:
+                    TIMES["capture"] += _now() - t0 - (TIMES["read"] - r0)
                 STATS["graph_captures"] += 1
             else:
                 g.impl.replay()
+                TIMES["replay"] += _now() - t0
             if fresh:
                 self.cache[key] = g
                 self.nbytes += g.nbytes
@@ -2335,7 +2555,9 @@ class TorchCheck(Check):
             if isinstance(v, torch.Tensor):
                 t = case._dev64[k] if kind == "ref" and k in case._dev64 else case._dev[k]
                 if kind == "kernel":
-                    t = VIEWS[case.views[k]](t) if k in case.views else t.clone()
+                    # its own copy: the one uploaded with the image (the first repeat's), else a clone
+                    own = case._dev_kernel.pop(k, None)
+                    t = VIEWS[case.views[k]](t) if k in case.views else own if own is not None else t.clone()
                 if self.backward and k in self.grads:
                     t = t.detach().requires_grad_(True)
                 out[k] = t
@@ -2422,6 +2644,7 @@ class TorchCheck(Check):
         for an error answer. named: the request named the family (the next request of a run of
         seeds then names it too). upcoming: the request the runner makes next when it knows it,
         (check, (dtype, seed, family, index, named)), or False for none (None: unknown)."""
+        t0 = _now()
         try:
             return self._trial(dtype, seed, family, index, repeats, named, upcoming)
         except (TrialError, FatalError):
@@ -2430,6 +2653,9 @@ class TorchCheck(Check):
             if _fatal(e):
                 raise FatalError("%s: %s" % (self.name, e)) from e
             raise
+        finally:
+            TIMES["trials"] += 1
+            TIMES["trial"] += _now() - t0
 
     def _prepare(self, dtype, seed, family, index, ahead=False):
         """A trial's host work: its case from the seed (make_case) and the case's checks, and for a
@@ -2437,7 +2663,7 @@ class TorchCheck(Check):
         gradients where their shapes can be told from the inputs (_draw_douts_ahead: they go up
         with the inputs). ahead: on the thread or process that prepares the next trial while this
         one runs (_Ahead), which also hashes the case (case_digest) and writes the bytes of its
-        upload (_image)."""
+        upload (_image); "thread": the worker thread, which also uploads them (UPLOAD_AHEAD)."""
         g = Gen(self.name, dtype, seed, index, family)
         case = self.make_case(g, family, dtype)
         if not isinstance(case, Case):
@@ -2453,7 +2679,7 @@ class TorchCheck(Check):
             self._draw_douts_ahead(case)
         if ahead:
             case._digest = case_digest(case)
-            _image(case)
+            _image(case, on_device=ahead == "thread")
         return case
 
     def _next_key(self, key):
@@ -2503,16 +2729,23 @@ class TorchCheck(Check):
         key = (dtype, seed, family, index, named)
         ahead = _ahead_mode(DEVICE)
         case = None
+        T = TIMES
+        t0, w0, i0 = _now(), T["case_wait"], T["case_in_line"]
         try:
             if ahead:
                 case = _AHEAD.take(self, key)
             else:
                 _AHEAD.drop()
+            t1 = _now()
+            T["ahead"] += t1 - t0 - (T["case_wait"] - w0) - (T["case_in_line"] - i0)
             if case is None:
                 case = self._prepare(dtype, seed, family, index)
+                T["case_in_line"] += _now() - t1
         finally:
             if ahead:
+                t1 = _now()
                 _AHEAD.start(self, key, ahead, upcoming)
+                T["ahead"] += _now() - t1
         gpu = torch.device(case.device).type == "cuda"
         if case._digest is not None:
             cdigest = (lambda d=case._digest: d)
@@ -2526,7 +2759,9 @@ class TorchCheck(Check):
                 overridden = type(self).plain is not Check.plain
                 multi = getattr(self, "plain_programs", None)
                 plain_fns = multi() if multi else [self.plain if overridden else self.reference]
+            t0, u0, s0 = _now(), T["upload"], T["staging_sync"]
             ref, plains = self._programs(case, plain_fns)
+            T["programs"] += _now() - t0 - (T["upload"] - u0) - (T["staging_sync"] - s0)
             names = list(ref)
             if not 1 <= len(names) <= TENSORS_MAX:
                 raise TrialError("%s: 1 to %d outputs, not %d" % (self.name, TENSORS_MAX, len(names)))
@@ -2568,6 +2803,7 @@ class TorchCheck(Check):
             canaries = {}  # output -> guard elements overwritten, the most of any repeat (as the C SDK)
             times = []
             events = []
+            t0 = _now()
             for rep in range(repeats):
                 case._buffers = {}
                 if gpu:
@@ -2613,6 +2849,8 @@ class TorchCheck(Check):
                             len(laid) * len(names), lw)))
                         laid = []
 
+            T["kernel"] += _now() - t0
+            t0, m0 = _now(), [T[k] for k in ("read", "replay", "capture")]
             with torch.no_grad():
                 batches = []
                 for group in groups:
@@ -2651,6 +2889,7 @@ class TorchCheck(Check):
                 if graphed and laid and not digests_dev and len(batches) == 1:
                     res = _GRAPHS.measure(self, batches[0], laid, lw, td, eager)
                 tensors, hashes = res if res is not None else eager()
+            T["metrics"] += _now() - t0 - sum(T[k] - v for k, v in zip(("read", "replay", "capture"), m0))
             digests = []
             for r in range(repeats):
                 h = hashlib.blake2b(digest_size=8)
@@ -2659,16 +2898,21 @@ class TorchCheck(Check):
                     h.update(k.encode("utf-8") + b"\0" + v.to_bytes(8, "little"))
                 digests.append(h.hexdigest())
             if gpu:
+                t0 = _now()
                 events[-1][1].synchronize()  # done with the read above: no wait
                 times = [a.elapsed_time(b) * 1000.0 for a, b in events]
+                T["event_sync"] += _now() - t0
         digest = digests[0]
         differ = sum(d != digest for d in digests[1:])
         failed = any([t.pop("failed") for t in tensors])
         ratios = [t["ratio"] for t in tensors]
         ratio = None if any(r is None for r in ratios) else max(ratios)
+        t0 = _now()
+        cd = cdigest()
+        T["digest_wait"] += _now() - t0
         return {
             "verdict": "fail" if failed else "pass",
-            "case": {"family": family, "shape": list(case.shape), "gen": GEN_VERSION, "digest": cdigest()},
+            "case": {"family": family, "shape": list(case.shape), "gen": GEN_VERSION, "digest": cd},
             "ratio": ratio,
             "tensors": tensors,
             "digest": digest,
