@@ -206,14 +206,38 @@ if torch is not None:
         gate = entered = None  # threading.Event: the gate open; the worker's make_case at the gate
         gate_s = 120.0  # (a deadline: a test that fails does not hang)
         made = []  # weakrefs of the cases made on the worker
+        inside = []  # the seeds whose make_case is at the gate or through it, in the order they came
+        together = None  # a threading.Barrier the workers' make_case of the seeds in meet passes first
+        meet = ()
+        where = {}  # seed -> the name of the thread that made its case (the last one)
+        cond = threading.Condition()
 
         def make_case(self, g, family, dtype):
             case = Planted.make_case(self, g, family, dtype)
             if on_worker():
+                Gated.where[g.seed] = threading.current_thread().name
+                if g.seed in Gated.meet:
+                    Gated.together.wait(Gated.gate_s)  # (raises if the other never comes)
                 Gated.made.append(weakref.ref(case))
+                with Gated.cond:
+                    Gated.inside.append(g.seed)
+                    Gated.cond.notify_all()
                 Gated.entered.set()
                 Gated.gate.wait(Gated.gate_s)
             return case
+
+        @staticmethod
+        def wait_inside(n, timeout=120.0):
+            """Whether n make_case calls on workers came to the gate within timeout."""
+            with Gated.cond:
+                return Gated.cond.wait_for(lambda: len(Gated.inside) >= n, timeout)
+
+        @staticmethod
+        def reset(open_gate=False):
+            Gated.gate, Gated.entered, Gated.made, Gated.inside = threading.Event(), threading.Event(), [], []
+            Gated.together, Gated.meet, Gated.where = None, (), {}
+            if open_gate:
+                Gated.gate.set()
 
     class FailsAhead(Planted):
         """make_case raises on the worker only: the case is prepared in line, as if never tried."""
@@ -746,7 +770,9 @@ class FastPathsTest(unittest.TestCase):
         nwt.BATCH_ALL = True
         ahead = self.fresh_ahead()
         self.addCleanup(setattr, nwt, "AHEAD_TIMEOUT_S", nwt.AHEAD_TIMEOUT_S)
-        Gated.gate, Gated.entered, Gated.made = threading.Event(), threading.Event(), []
+        self.addCleanup(setattr, nwt, "AHEAD_DEPTH", nwt.AHEAD_DEPTH)
+        nwt.AHEAD_DEPTH = 1  # (one worker: depth 2 has tests of its own)
+        Gated.reset()
         self.addCleanup(lambda: Gated.gate.set())
         def ask(seed, upcoming):  # (told the next request, as the command line tells it)
             a = r.trial("gated.fwd", "f32", seed, None, 1, upcoming and ("gated.fwd", "f32", upcoming, None))
@@ -787,13 +813,184 @@ class FastPathsTest(unittest.TestCase):
         self.assertIsNone(ahead.job)
         Gated.gate.set()
         self.assertTrue(late.done.wait(120))
-        ahead.worker.thread.join(120)
-        self.assertFalse(ahead.worker.thread.is_alive())
+        self.assertEqual(len(ahead.workers.workers), 1)
+        ahead.workers.workers[0].thread.join(120)
+        self.assertFalse(ahead.workers.workers[0].thread.is_alive())
         import gc
 
         gc.collect()
         self.assertEqual(len(Gated.made), 3)  # seeds 1, 6 and 7
         self.assertEqual([w() for w in Gated.made], [None] * 3)
+
+    def depth2(self):
+        """Two requests prepared at once (AHEAD_DEPTH 2, each on a worker of its own), for this test."""
+        nwt.BATCH_ALL = True
+        self.addCleanup(setattr, nwt, "AHEAD_DEPTH", nwt.AHEAD_DEPTH)
+        self.addCleanup(setattr, nwt, "AHEAD_TIMEOUT_S", nwt.AHEAD_TIMEOUT_S)
+        self.addCleanup(Gated.reset, True)
+        nwt.AHEAD_DEPTH = 2
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = False, False
+
+    def gated_answers(self, r, seeds, told=False, check="gated.fwd"):
+        """The answers (kernel_us left out) to seeds of check in f32; told: each trial is told the two
+        requests after it (a False after the last), as the command line tells them."""
+        out = []
+        for i, s in enumerate(seeds):
+            up = None
+            if told:
+                up = [(check, "f32", t, None) for t in seeds[i + 1:i + 3]]
+                up += [False] if len(up) < 2 else []
+            a = r.trial(check, "f32", s, None, 1 + s % 2, up)
+            a.pop("kernel_us")
+            out.append(a)
+        return out
+
+    def test_two_workers_prepare_two_requests_at_once(self):
+        """Depth 2: the two requests after a trial are prepared at once, each on a worker of its own
+        (the make_case of seeds 1 and 2 meet at a barrier: neither goes on without the other), and
+        every trial after the first takes its case from ahead, with the in-line answers; the
+        requests told (the command line) or guessed (each the seed after the one before)."""
+        self.depth2()
+        seeds = list(range(8))
+        Gated.reset(True)
+        want = self.gated_answers(nw.Runner(Gated.both(), name="gated 1"), seeds)
+        for told in (False, True):
+            nwt.PREPARE_AHEAD = "thread"
+            ahead = self.fresh_ahead()
+            Gated.reset(True)
+            Gated.together, Gated.meet = threading.Barrier(2), (1, 2)
+            before = dict(nwt.STATS)
+            self.assertEqual(self.gated_answers(nw.Runner(Gated.both(), name="gated 1"), seeds, told), want, told)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            self.assertEqual((d["ahead_hits"], d["ahead_misses"], d["ahead_in_line"], d["ahead_dropped"],
+                              d["ahead_late"], d["ahead_off"]), (len(seeds) - 1, 0, 0, 0, 0, 0), told)
+            self.assertEqual(d["upload_ahead"], len(seeds) - 1)
+            self.assertFalse(Gated.together.broken)
+            self.assertEqual(len(ahead.workers.workers), 2)
+            self.assertNotEqual(Gated.where[1], Gated.where[2])
+            # Guessed, the two after the last seed are being prepared; told, none after it.
+            self.assertEqual([j[1][1] for j in ahead.jobs], [8, 9] if not told else [])
+            nwt._AHEAD.drop()
+
+    def test_a_skip_or_a_return_drops_what_does_not_follow(self):
+        """A request that skips one prepared (told or guessed) takes its own and has the skipped one
+        thrown away; one that goes back has every prepared one thrown away and is prepared in line,
+        after which guessing rests until a run of seeds again. Nothing of a case thrown away is kept;
+        the answers are the in-line ones."""
+        self.depth2()
+        Gated.reset(True)
+        guessed = [0, 2, 3, 1, 2, 3, 4]
+        told = [(0, [1, 2]), (1, [3, 4]), (3, [4, 5]), (0, [1, 2]), (1, [2, False]), (2, False)]
+        r = nw.Runner(Gated.both(), name="gated 1")
+        want = self.gated_answers(r, guessed) + [self.gated_answers(r, [s])[0] for s, _ in told]
+        nwt.PREPARE_AHEAD = "thread"
+        ahead = self.fresh_ahead()
+        r = nw.Runner(Gated.both(), name="gated 1")
+        dropped, got = [], []
+
+        def ask(seed, up=None):
+            jobs = list(ahead.jobs)
+            before = dict(nwt.STATS)
+            a = r.trial("gated.fwd", "f32", seed, None, 1 + seed % 2, up)
+            a.pop("kernel_us")
+            got.append(a)
+            gone = [j for j in jobs if j not in ahead.jobs and not (j[1][1] == seed)]
+            dropped.extend(j[2] for j in gone)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            return (d["ahead_hits"], d["ahead_misses"], d["ahead_dropped"]), sorted(j[1][1] for j in ahead.jobs)
+
+        # guessed: 0 prepares 1, 2; 2 skips 1 (dropped), prepares 3, 4; 3 keeps 4, prepares 5; 1 goes
+        # back (4, 5 dropped; guessing rests); 2 follows 1 (in line, prepares 3, 4); 3 and 4 taken.
+        steps = [ask(s) for s in guessed]
+        self.assertEqual(steps, [((0, 0, 0), [1, 2]), ((1, 0, 1), [3, 4]), ((1, 0, 0), [4, 5]), ((0, 1, 2), []),
+                                 ((0, 0, 0), [3, 4]), ((1, 0, 0), [4, 5]), ((1, 0, 0), [5, 6])])
+        ahead.drop()
+        dropped.extend(j[2] for j in ahead.jobs)
+        # told: 1 is told 3, 4 next (2 dropped); 3 is told 4, 5 (4 kept); back to 0 (4, 5 dropped: a
+        # miss, told 1, 2: prepared, told requests never rest); 1 and 2 taken, none after 2.
+        steps = [ask(s, [("gated.fwd", "f32", t, None) if t is not False else False for t in up] if up else up)
+                 for s, up in told]
+        self.assertEqual(steps, [((0, 0, 0), [1, 2]), ((1, 0, 1), [3, 4]), ((1, 0, 0), [4, 5]), ((0, 1, 2), [1, 2]),
+                                 ((1, 0, 0), [2]), ((1, 0, 0), [])])
+        self.assertEqual(got, want)
+        self.assertGreaterEqual(len(dropped), 6)
+        for h in dropped:
+            self.assertTrue(h.done.wait(120))
+            self.assertIsNone(h.case)
+
+    def test_a_case_dropped_mid_make_is_not_waited_for(self):
+        """Both workers held in make_case (seeds 1 and 2), a request for seed 5: both thrown away,
+        the trial answered without waiting for them; the next requests queue behind them on the
+        workers and are taken once the gate opens; nothing of the dropped cases is kept."""
+        self.depth2()
+        Gated.reset(True)
+        r = nw.Runner(Gated.both(), name="gated 1")
+        want = self.gated_answers(r, [0, 5, 6, 7])
+        nwt.PREPARE_AHEAD = "thread"
+        ahead = self.fresh_ahead()
+        Gated.reset()
+        r = nw.Runner(Gated.both(), name="gated 1")
+        got = self.gated_answers(r, [0])
+        self.assertTrue(Gated.wait_inside(2))  # seeds 1 and 2 at the gate, on two workers
+        held = [j[2] for j in ahead.jobs]
+        self.assertEqual(sorted(Gated.inside), [1, 2])
+        before = dict(nwt.STATS)
+        # Seed 5, told 6 and 7 next: not waited for (they are still at the gate)
+        a = r.trial("gated.fwd", "f32", 5, None, 2, [("gated.fwd", "f32", 6, None), ("gated.fwd", "f32", 7, None)])
+        a.pop("kernel_us")
+        got.append(a)
+        self.assertEqual([h.done.is_set() for h in held], [False, False])
+        self.assertEqual([h.dropped for h in held], [True, True])
+        self.assertEqual([j[1][1] for j in ahead.jobs], [6, 7])
+        Gated.gate.set()
+        got += self.gated_answers(r, [6, 7])
+        self.assertEqual(got, want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertEqual((d["ahead_misses"], d["ahead_dropped"], d["ahead_hits"], d["ahead_late"]), (1, 2, 2, 0))
+        for h in held:
+            self.assertTrue(h.done.wait(120))
+            self.assertIsNone(h.case)
+        ahead.drop()
+        for h in [j for j in ahead.workers.workers]:
+            h.last.done.wait(120)
+        import gc
+
+        gc.collect()
+        made = {Gated.inside[i]: Gated.made[i] for i in range(len(Gated.inside))}
+        self.assertEqual((made[1](), made[2]()), (None, None))
+
+    def test_a_late_case_with_two_workers(self):
+        """Deadlines with two workers: a case later than AHEAD_TIMEOUT_S is prepared in line, every
+        worker is given up (one line on stderr), the other request prepared for is thrown away (not
+        waited for), and every trial after it is prepared in line; the workers end once the check's
+        code returns."""
+        self.depth2()
+        Gated.reset(True)
+        r = nw.Runner(Gated.both(), name="gated 1")
+        want = self.gated_answers(r, [0, 1, 2, 3])
+        nwt.PREPARE_AHEAD = "thread"
+        ahead = self.fresh_ahead()
+        Gated.reset()
+        r = nw.Runner(Gated.both(), name="gated 1")
+        got = self.gated_answers(r, [0])
+        self.assertTrue(Gated.wait_inside(2))
+        held = [j[2] for j in ahead.jobs]
+        nwt.AHEAD_TIMEOUT_S = 0.05  # (both wait at the gate until it opens: late whatever the machine)
+        before = dict(nwt.STATS)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            got += self.gated_answers(r, [1, 2, 3])
+        self.assertEqual(got, want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertEqual((d["ahead_late"], d["ahead_hits"], d["ahead_in_line"]), (1, 0, 1))
+        self.assertEqual(len(err.getvalue().splitlines()), 1, err.getvalue())
+        self.assertIn("given up", err.getvalue())
+        self.assertFalse(ahead.workers.alive)
+        self.assertEqual((ahead.jobs, [h.dropped for h in held]), ([], [True, True]))
+        Gated.gate.set()
+        for w in ahead.workers.workers:
+            w.thread.join(120)
+            self.assertFalse(w.thread.is_alive())
 
     def test_the_thread_makes_cases_as_in_line(self):
         """A make_case that raises on the thread has its case made in line; a case is made under
@@ -966,7 +1163,9 @@ class FastPathsTest(unittest.TestCase):
             for v, want in (("2.5", 2.5), ("0", 0.0), (None, None), ("", None), ("-1", None), ("nan", None),
                             ("inf", None)):
                 self.assertEqual(nwt._parse_wait_s(v), want, v)
-        self.assertEqual(len(err.getvalue().splitlines()), 5, err.getvalue())
+            for v, want in (("1", 1), (" 3 ", 3), ("8", 8), (None, 2), ("", 2), ("0", 2), ("9", 2), ("two", 2)):
+                self.assertEqual(nwt._parse_depth(v), want, v)
+        self.assertEqual(len(err.getvalue().splitlines()), 8, err.getvalue())
 
     def graphed(self, impl=None):
         nwt.BATCH_ALL, nwt.GRAPHS = True, None
@@ -1288,32 +1487,35 @@ class RunnerProcessTest(unittest.TestCase):
                                      (len(answers) - 1, 0, 0), st)
             self.assertEqual(len(out["0"]), 2 * 2 * 6 * 3)
             self.assertEqual(out["thread"], out["0"])
-            # Seed 1 prepared ahead waits in make_case (an hour): bye still ends the runner.
+            # Seeds 1 (and 2) prepared ahead wait in make_case (an hour), one worker each: bye still ends
+            # the runner.
             with open(script, "w") as f:
                 f.write(GATED_SCRIPT % HERE)
             reqs = [{"op": "trial", "id": 1, "check": "gated.fwd", "dtype": "f32", "seed": 0, "repeats": 1},
                     {"op": "bye"}]
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
-                       NUMWATCH_PREPARE_AHEAD="thread", OMP_NUM_THREADS="1")
-            p = subprocess.run([sys.executable, script], input="".join(json.dumps(r) + "\n" for r in reqs), env=env,
-                               capture_output=True, text=True, timeout=600)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            self.assertEqual([strict_json(x)["op"] for x in p.stdout.splitlines()], ["trial", "bye"])
-            self.assertIn("at the gate", p.stderr)
+            for depth in ("1", "2"):
+                env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", NUMWATCH_PROTOCOL="1", CUDA_VISIBLE_DEVICES="",
+                           NUMWATCH_PREPARE_AHEAD="thread", OMP_NUM_THREADS="1", NUMWATCH_PREPARE_AHEAD_DEPTH=depth)
+                p = subprocess.run([sys.executable, script], input="".join(json.dumps(r) + "\n" for r in reqs),
+                                   env=env, capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual([strict_json(x)["op"] for x in p.stdout.splitlines()], ["trial", "bye"])
+                self.assertIn("%s at the gate" % depth, p.stderr)
 
 
-#: A runner of Gated whose make_case, on the thread that prepares ahead, waits an hour at its gate;
-#: bye is answered once it waits there.
+#: A runner of Gated whose make_case, on the threads that prepare ahead, waits an hour at its gate;
+#: bye is answered once every worker (AHEAD_DEPTH of them) waits there.
 GATED_SCRIPT = """import sys, threading
 sys.path.insert(0, %r)
 import test_torchcheck as t
 import numwatch_runner as nw
-t.Gated.gate, t.Gated.entered, t.Gated.gate_s = threading.Event(), threading.Event(), 3600.0
+t.Gated.reset()
+t.Gated.gate_s = 3600.0
 
 class Runner(nw.Runner):
     def answer(self, req, upcoming=None):
-        if req.get("op") == "bye" and t.Gated.entered.wait(600):
-            print("at the gate", file=sys.stderr, flush=True)
+        if req.get("op") == "bye" and t.Gated.wait_inside(t.nwt.AHEAD_DEPTH, 600):
+            print("%%d at the gate" %% len(t.Gated.inside), file=sys.stderr, flush=True)
         return nw.Runner.answer(self, req, upcoming)
 
 sys.exit(Runner(t.Gated.both(), name="gated 1").run())

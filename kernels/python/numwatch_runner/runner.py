@@ -44,6 +44,9 @@ LINE_MAX = 1048576
 REPEATS_MAX = 1000
 #: Error texts are cut here (numwatchd keeps 1023 bytes).
 ERROR_MAX = 1000
+#: How many of the requests after a trial the command line tells it (a check that prepares trials
+#: ahead prepares as many of them as it prepares at once: torchcheck.AHEAD_DEPTH).
+UPCOMING = 8
 
 
 class FatalError(Exception):
@@ -224,7 +227,15 @@ class Runner:
 
     def _upcoming(self, upcoming):
         """The request after this one as a torch check takes it, (check, (dtype, seed, family, index,
-        named)), or False: none, or one that will not run (its own answer says why)."""
+        named)), or False: none, or one that will not run (its own answer says why). A list of
+        requests: a list of those, up to the first False (then False itself)."""
+        if isinstance(upcoming, list):
+            out = []
+            for u in upcoming:
+                out.append(self._upcoming(u))
+                if out[-1] is False:
+                    break
+            return out if out and out[0] is not False else False
         if not upcoming:
             return False
         check, dtype, seed, family = upcoming
@@ -239,7 +250,8 @@ class Runner:
 
         upcoming: the request that follows this one, (check, dtype, seed, family), when the
         caller knows it, or False when it knows there is none (a check that prepares the next
-        trial while this one runs prepares that one; None: it may guess the next seed).
+        trial while this one runs prepares that one; None: it may guess the next seed); or a list
+        of the requests that follow, in order, a False after the last when none follow it.
         Raises TrialError or FatalError for an error answer.
         """
         c, fam, index = self._request(check, dtype, seed, family, repeats)
@@ -504,13 +516,14 @@ class Runner:
                 seed = a.seed + i // a.runs
                 req = {"op": "trial", "id": seed, "check": name, "dtype": dtype, "seed": seed,
                        "repeats": a.repeats, "family": a.family}
-                # The request after this one, known here: a check may prepare it meanwhile.
-                if i + 1 < runs:
-                    upcoming = (name, dtype, a.seed + (i + 1) // a.runs, a.family)
-                elif k + 1 < len(pairs):
-                    upcoming = pairs[k + 1] + (a.seed, a.family)
-                else:
-                    upcoming = False
+                # The requests after this one, known here: a check may prepare them meanwhile.
+                upcoming = []
+                for j in range(i + 1, i + 1 + UPCOMING):
+                    kk, jj = k + j // runs, j % runs
+                    if kk >= len(pairs):
+                        upcoming.append(False)
+                        break
+                    upcoming.append(pairs[kk] + (a.seed + jj // a.runs, a.family))
                 text, _, fatal = self.answer_line(encode(req), upcoming)
                 ans = json.loads(text)
                 v = ans.get("verdict")

@@ -410,6 +410,7 @@ class Case:
         self._dev_kernel = {}  # input name -> the kernel's own copy of it, uploaded with the image (_load)
         self._image = None  # _image(): the bytes of the trial's upload, written ahead of the trial
         self._dev_image = None  # _image(on_device): the upload itself, done ahead (image, event or None)
+        self._placed = None  # _image(on_device): the inputs placed for the trial's stream too (_place)
         self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
         self._digest = None  # case_digest(), when hashed ahead of the trial
         self._douts_ahead = None  # _draw_douts_ahead()
@@ -707,6 +708,12 @@ def _upload_groups(groups, device, image=None, dev_image=None):
         dev = _STAGING.upload(image, sections, nbytes, device)
     else:  # (BATCH_ALL on the CPU: the same layout, in a buffer of this trial's own)
         dev = image if image is not None else _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
+    return _group_views(groups, sections, dev, alone, device)
+
+
+def _group_views(groups, sections, dev, alone, device):
+    """_upload_groups' answer from the image dev on the device: each group's tensors (and float64
+    copies) as views of its sections; the groups of alone uploaded apart."""
     views = iter([_unpack(_section(dev, off, dtype, ts), ts) for off, dtype, ts, _, _ in sections])
     out = []
     for j, (ts, also64) in enumerate(groups):
@@ -766,22 +773,83 @@ def _upload_plan(case):
 UPLOAD_AHEAD = os.environ.get("NUMWATCH_TORCH_UPLOAD_AHEAD", "") != "0"
 
 
+#: What a worker thread that prepares cases ahead (_Worker) works with, set on that thread: its own
+#: page-locked buffers and side stream (staging, an _AheadStaging), and for the job it runs the
+#: trial's stream as the trial's thread had it when it asked (trial_stream: _trial_stream()).
+_TLS = threading.local()
+
+
 def _image(case, on_device=False):
     """The host side of _load, done ahead: the bytes of the case's upload (on a GPU, _together).
-    on_device (the worker thread, UPLOAD_AHEAD): the upload too (case._dev_image): on a GPU from
-    a page-locked buffer on a side stream (_AheadStaging), on the CPU (tests, BATCH_ALL) the image
-    itself, which is what the trial's upload would be there."""
+    on_device (the worker thread, UPLOAD_AHEAD): the upload too, from a page-locked buffer of the
+    worker's on its side stream (_AheadStaging), and the case placed for the trial's stream
+    (_place): the trial's stream is told to wait for the copy and to hold the image's memory while
+    it reads it (both queued here, on the worker), and every input's view of the image is made
+    here, so that the trial's thread only checks that its stream is the one the case was placed
+    for (_load_now). On the CPU (tests, BATCH_ALL) the image itself is the upload, placed the same
+    way. An input that goes up alone (not contiguous), or a GPU whose trial stream is unknown,
+    leaves the views to the trial (case._dev_image)."""
     if _together(case.device):
         groups = _upload_plan(case)
         alone = _alone(groups)
         sections, nbytes = _image_layout([g for j, g in enumerate(groups) if j not in alone])
         if on_device and UPLOAD_AHEAD:
             if torch.device(case.device).type == "cuda":
-                case._dev_image = _AHEAD_STAGING.upload(sections, nbytes, case.device)
+                trial = getattr(_TLS, "trial_stream", None)
+                staging = getattr(_TLS, "staging", None) or _AHEAD_STAGING
+                dev, ev = staging.upload(sections, nbytes, torch.device("cuda", trial[2]) if trial else case.device)
+                if trial is None or alone:
+                    case._dev_image = (dev, ev)
+                    return
+                trial[1].wait_event(ev)
+                dev.record_stream(trial[1])
+                _place(case, _group_views(groups, sections, dev, alone, case.device), (trial[0], trial[2], dev, ev))
             else:
-                case._dev_image = (_write_image(sections, torch.empty(nbytes, dtype=torch.uint8)), None)
+                dev = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
+                if alone:
+                    case._dev_image = (dev, None)
+                    return
+                _place(case, _group_views(groups, sections, dev, alone, case.device), (None, None, dev, None))
             return
         case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
+
+
+#: The trial's stream of each device as _trial_stream() gives it, by (device index, raw stream).
+_STREAMS = {}
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _trial_stream(device):
+    """(raw stream, torch.cuda.Stream, device index) of the current stream of the trial's thread on
+    device (a GPU), or None: what a case prepared ahead is placed for (_image)."""
+    if _RAW_STREAM is None:
+        return None
+    d = torch.device(device)
+    if d.type != "cuda":
+        return None
+    idx = d.index if d.index is not None else torch.cuda.current_device()
+    raw = _RAW_STREAM(idx)
+    c = _STREAMS.get((idx, raw))
+    if c is None:
+        c = _STREAMS[idx, raw] = (raw, torch.cuda.current_stream(idx), idx)
+    return c
+
+
+def _place(case, up, placed):
+    """The case's inputs on the device from _upload_groups' answer up (for _upload_plan's groups):
+    case._dev, _dev64, _douts_dev (the output gradients drawn with the case) and _dev_kernel.
+    placed: set as case._placed (by the worker: (raw stream, device index, image, event))."""
+    keyed = _input_groups(case)
+    for (keys, _), (d, d64) in zip(keyed, up):
+        case._dev.update(zip(keys, d))
+        if d64 is not None:
+            case._dev64.update(zip(keys, d64))
+    at = len(keyed)
+    if case._douts_ahead is not None:
+        case._douts_dev = up[at]
+        at += 1
+    case._dev_kernel = {k: d[0] for k, (d, _) in zip(_kernel_copies(case), up[at:])}
+    case._placed = placed
 
 
 def _load(case):
@@ -796,22 +864,23 @@ def _load(case):
 
 def _load_now(case):
     together = _together(case.device)
+    placed = case._placed if together else None
+    if placed is not None:  # placed by the worker for the trial's stream (_image): nothing left but to check that
+        raw, idx, dev, ev = placed
+        case._placed = None
+        if ev is not None and _RAW_STREAM(idx) != raw:  # (the trial on another stream: it waits here)
+            cur = torch.cuda.current_stream(dev.device)
+            cur.wait_event(ev)
+            dev.record_stream(cur)
+        STATS["upload_ahead"] += 1
+        case._loaded = True
+        return
     image = case._image if case._image is not None and together else None
     dev_image = case._dev_image if together else None
     case._dev_image = None
     if dev_image is not None:
         STATS["upload_ahead"] += 1
-    keyed = _input_groups(case)
-    up = _upload_groups(_upload_plan(case), case.device, image, dev_image)
-    for (keys, _), (d, d64) in zip(keyed, up):
-        case._dev.update(zip(keys, d))
-        if d64 is not None:
-            case._dev64.update(zip(keys, d64))
-    at = len(keyed)
-    if case._douts_ahead is not None:
-        case._douts_dev = up[at]
-        at += 1
-    case._dev_kernel = {k: d[0] for k, (d, _) in zip(_kernel_copies(case), up[at:])}
+    _place(case, _upload_groups(_upload_plan(case), case.device, image, dev_image), None)
     case._loaded = True
 
 
@@ -1288,7 +1357,7 @@ PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
-         "ahead_off": 0, "ahead_late": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "ahead_off": 0, "ahead_late": 0, "ahead_dropped": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
          "graph_off": 0, "graphs_dropped": 0}
 
 
@@ -1383,17 +1452,19 @@ def _douts_rule(case, want):
 
 
 class _Ahead:
-    """The next trial prepared while this one runs (TorchCheck._prepare with ahead), by a worker
-    thread (_Worker) or a helper process (_Helper): after the trial of a seed is taken, the next
-    request's host work starts, before this trial's device work. The next request is the one the
-    command line runs next when the runner says so (upcoming), else a guess: the seed after this
-    one (the daemon sends a part's seeds in order). A request that is not the one prepared has
-    the prepared one thrown away (a job not begun never runs; one running is let finish and
-    dropped, never waited for) and is prepared in line; after a miss, only a request that
-    follows the one before it (a run of seeds again), or every PROBE_EVERY-th, has the next
-    guessed, so out-of-order requests (a bisection's probes) cost the worker's time rarely. The
-    helper process is started by the second of two requests in a row that were foreseen (never
-    for a one-trial run).
+    """The next trials prepared while this one runs (TorchCheck._prepare with ahead), by worker
+    threads (_Workers: up to AHEAD_DEPTH requests at once, each on a worker of its own) or a helper
+    process (_Helper: one request). After the trial of a request is taken, the host work of the
+    requests after it starts, before this trial's device work. The requests after it are those the
+    runner says come next (upcoming: the command line knows its whole run), the rest guessed, each
+    as the seed after the one before it (the daemon sends a part's seeds in order). A request that
+    is not one prepared has them all thrown away, and is prepared in line; one that is, has those
+    kept that are among the requests after it, and the others thrown away (a seed that skips or
+    goes back): a job not begun never runs, one running is let finish and dropped, never waited
+    for. After a miss, only a request that follows the one before it (a run of seeds again), or
+    every PROBE_EVERY-th, has the next guessed, so out-of-order requests (a bisection's probes)
+    cost the workers' time rarely. The helper process is started by the second of two requests in
+    a row that were foreseen (never for a one-trial run).
 
     A prepared case is the in-line one when make_case depends on nothing but the seed and what
     trials do not change (the contract of PREPARE_AHEAD; for the helper, only on what exists at
@@ -1403,9 +1474,8 @@ class _Ahead:
     after, are prepared in line too and compared (_case_difference: the case digest, shape,
     parameters, the inputs' bytes, the generator's state after the draws). A difference turns
     preparing ahead off for that check, with one line on stderr, and the trial takes the in-line
-    case. A preparation that fails ahead, or is not ready in time (the helper's wait; the
-    thread's AHEAD_TIMEOUT_S, after which the worker is given up for the process), is done in
-    line."""
+    case. A preparation that fails ahead, or is not ready in time (the helper's wait; a worker's
+    AHEAD_TIMEOUT_S, after which the workers are given up for the process), is done in line."""
 
     PROBE_EVERY = 16
     VERIFY_FIRST = 2
@@ -1414,9 +1484,11 @@ class _Ahead:
     VERIFY_EVERY = {"thread": 64, "process": 16}
 
     def __init__(self):
-        self.worker = None
+        self.workers = None  # _Workers
         self.helper = None
-        self.job = None  # (check, key, handle, state, mode) of the request prepared for: handle.result() -> case or None
+        # [(check, key, handle, state, mode), ...] of the requests prepared for, the first needed
+        # first: handle.result() -> case or None
+        self.jobs = []
         self.last = None  # (check, key, foreseen) of the request before: foreseen, the (check, key) it expected next
         self.missed = False
         self.since_probe = 0
@@ -1424,30 +1496,92 @@ class _Ahead:
         self.off = set()  # check names whose case prepared ahead was not the in-line one
         self.now = None  # (check, its state) when its case was taken: the next start()'s
 
-    def take(self, check, key):
-        """The case prepared for this request, or None (then prepare it in line)."""
-        job, self.job = self.job, None
+    @property
+    def job(self):
+        """The first request prepared for (the one needed first), or None."""
+        return self.jobs[0] if self.jobs else None
+
+    @staticmethod
+    def depth(mode):
+        """How many requests are prepared at once: AHEAD_DEPTH on worker threads, one by the helper."""
+        return AHEAD_DEPTH if mode == "thread" else 1
+
+    @staticmethod
+    def wanted(check, key, upcoming, depth):
+        """The requests after (check, key) to prepare, [(check, key), ...] (at most depth): those of
+        upcoming (None: none known; False: none come; (check, key); or a list of those, a False
+        ending it), then each guessed as the seed after the one before. And whether the first was
+        guessed."""
+        if upcoming is False:
+            return [], False
+        told = [] if upcoming is None else list(upcoming) if isinstance(upcoming, list) else [upcoming]
+        out, cur = [], (check, key)
+        for i in range(depth):
+            if i < len(told):
+                nxt = told[i]
+                if not nxt:
+                    break
+            else:
+                k = cur[0]._next_key(cur[1])
+                if k is None:
+                    break
+                nxt = (cur[0], k)
+            out.append(nxt)
+            cur = nxt
+        return out, upcoming is None
+
+    @staticmethod
+    def _pair(jobs, want):
+        """Each request of want paired with a job prepared for it (one job each, in order): (the
+        jobs paired, in want's order; the requests of want without one; the jobs left over)."""
+        free = list(jobs)
+        paired, need = [], []
+        for c, k in want:
+            for j in free:
+                if j[0] is c and j[1] == k:
+                    free.remove(j)
+                    paired.append(j)
+                    break
+            else:
+                need.append((c, k))
+        return paired, need, free
+
+    def take(self, check, key, upcoming=None, mode="thread"):
+        """The case prepared for this request, or None (then prepare it in line). The other jobs
+        are kept if they are among the requests after this one (wanted), else thrown away (never
+        waited for)."""
+        jobs, self.jobs = self.jobs, []
         self.now = None
-        if job is None:
+        if not jobs:
             return None
-        if job[0] is not check or job[1] != key:
+        hit, _, rest = self._pair(jobs, [(check, key)])
+        hit = hit[0] if hit else None
+        keep, _, drop = self._pair(rest, self.wanted(check, key, upcoming, self.depth(mode))[0])
+        for j in drop:
+            j[2].discard()
+            STATS["ahead_dropped"] += 1
+        self.jobs = keep
+        if hit is None:
             self.missed = True
             STATS["ahead_misses"] += 1
-            job[2].discard()
             return None
         self.missed = False
-        case = job[2].result()
+        case = hit[2].result()
+        if self.workers is not None and not self.workers.alive:  # given up (a case late): nothing more from them
+            for j in self.jobs:
+                j[2].discard()
+            self.jobs = []
         if case is None:
             STATS["ahead_in_line"] += 1
             return None
         now = _check_state(check)
         self.now = (check, now)
-        if now is None or now != job[3]:  # the check changed since the request (or does not pickle now)
+        if now is None or now != hit[3]:  # the check changed since the request (or does not pickle now)
             STATS["ahead_stale"] += 1
             return None
-        n = self.taken.get((check.name, job[4]), 0)
-        self.taken[check.name, job[4]] = n + 1
-        if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY[job[4]] == 0:
+        n = self.taken.get((check.name, hit[4]), 0)
+        self.taken[check.name, hit[4]] = n + 1
+        if n < self.VERIFY_FIRST or (n - self.VERIFY_FIRST + 1) % self.VERIFY_EVERY[hit[4]] == 0:
             t0 = _now()
             try:
                 mine = check._prepare(key[0], key[1], key[2], key[3])
@@ -1474,68 +1608,99 @@ class _Ahead:
                   file=sys.stderr, flush=True)
 
     def start(self, check, key, mode, upcoming=None):
-        """Starts preparing the request after this one (check, key): upcoming = (check, key) when the
-        runner knows it, False when it knows there is none, None to guess it (unless misses made
-        guessing rest)."""
+        """Starts preparing the requests after this one (check, key) that are not prepared for yet:
+        upcoming as for wanted() (None: guess them, unless misses made guessing rest)."""
         last, now, self.now = self.last, self.now, None
-        if upcoming is None:
-            nxt = check._next_key(key)
-            upcoming = (check, nxt) if nxt is not None else False
-            guessed = True
-        else:
-            guessed = False
-        self.last = (check, key, upcoming)
+        depth = self.depth(mode)
+        want, guessed = self.wanted(check, key, upcoming, depth)
+        self.last = (check, key, want[0] if want else False)
         follows = last is not None and last[2] is not False and last[2][0] is check and last[2][1] == key
-        if upcoming is False:
-            return
-        check, key = upcoming
-        if check.name in self.off:
+        if not want:
             return
         if guessed and self.missed and not follows:
             self.since_probe += 1
             if self.since_probe % self.PROBE_EVERY:
                 return
-        state = now[1] if now is not None and now[0] is check else _check_state(check)
-        if mode == "thread":
-            if self.worker is None:
-                self.worker = _Worker()
-            handle = self.worker.submit(check, key)
-        else:
-            if state is None:  # a check that does not pickle (or holds tensors on the device): in line
-                return
-            if self.helper is None:
-                if not follows:  # started by the second of two foreseen requests: a one-trial run never starts it
+        _, need, _ = self._pair(self.jobs, want)
+        states = {}
+        for c, k in need:
+            if len(self.jobs) >= depth:
+                break
+            if c.name in self.off:
+                continue
+            if c not in states:
+                states[c] = now[1] if now is not None and now[0] is c else _check_state(c)
+            state = states[c]
+            if mode == "thread":
+                if self.workers is None:
+                    self.workers = _Workers()
+                handle = self.workers.submit(c, k, [j[2] for j in self.jobs])
+            else:
+                if state is None:  # a check that does not pickle (or holds tensors on the device): in line
                     return
-                self.helper = _Helper()
-            handle = self.helper.submit(check, key, state)
-        if handle is not None:
-            self.job = (check, key, handle, state, mode)
+                if self.helper is None:
+                    if not follows:  # started by the second of two foreseen requests: a one-trial run never starts it
+                        return
+                    self.helper = _Helper()
+                handle = self.helper.submit(c, k, state)
+            if handle is None:
+                return
+            self.jobs.append((c, k, handle, state, mode))
 
     def drop(self):
         """Forgets what was prepared (prepare-ahead turned off)."""
-        if self.job is not None:
-            self.job[2].discard()
-        self.job = self.last = self.now = None
+        for j in self.jobs:
+            j[2].discard()
+        self.jobs = []
+        self.last = self.now = None
         self.missed = False
 
 
-#: How long a trial waits for the case the worker thread prepares for it (a preparation takes
+def _parse_depth(v):
+    """NUMWATCH_PREPARE_AHEAD_DEPTH: how many requests worker threads prepare at once, 1 to 8 (2
+    where unset or empty; any other value: 2, with one line on stderr)."""
+    v = (v or "").strip()
+    if not v:
+        return 2
+    try:
+        n = int(v)
+        if not 1 <= n <= 8:
+            raise ValueError
+        return n
+    except ValueError:
+        print("numwatch-runner: torchcheck: NUMWATCH_PREPARE_AHEAD_DEPTH=%r is not 1 to 8: 2 requests are prepared "
+              "ahead" % v, file=sys.stderr, flush=True)
+        return 2
+
+
+#: How many requests are prepared ahead at once by worker threads, each on a worker of its own
+#: (the requests after this one: the runner's next, and the one after it, told or guessed): a
+#: case's preparation on a worker takes longer than in line (the workers and the trial share the
+#: GIL), and with one worker the trial waited for it, as the C runner's SDK did
+#: (kernels/sdk/prepare.c, DEPTH 2). NUMWATCH_PREPARE_AHEAD_DEPTH (1 to 8, default 2).
+AHEAD_DEPTH = _parse_depth(os.environ.get("NUMWATCH_PREPARE_AHEAD_DEPTH"))
+
+#: How long a trial waits for the case a worker thread prepares for it (a preparation takes
 #: milliseconds; waiting costs no more than preparing it again in line would, and the worker is
-#: let finish first). Past it, the case is prepared in line and the worker is given up for the
-#: process (one line on stderr): a make_case that blocks on the worker cannot stall the runner.
+#: let finish first). Past it, the case is prepared in line and the workers are given up for the
+#: process (one line on stderr): a make_case that blocks on a worker cannot stall the runner.
 AHEAD_TIMEOUT_S = 60.0
+#: How long the runner's exit waits for the jobs the workers are running (_Workers.close).
+AHEAD_EXIT_S = 3.0
 
 
 class _ThreadJob:
-    """One request prepared on the worker thread: result() is the case, or None (prepare it in line:
+    """One request prepared on a worker thread: result() is the case, or None (prepare it in line:
     it raised, or it is later than AHEAD_TIMEOUT_S); discard() throws it away, never waiting."""
 
-    __slots__ = ("worker", "fn", "args", "grad", "threads", "done", "case", "failed", "dropped")
+    __slots__ = ("worker", "fn", "args", "grad", "threads", "stream", "done", "case", "failed", "dropped")
 
     def __init__(self, worker, fn, args):
         self.worker, self.fn, self.args = worker, fn, args
-        # torch's settings of the trial's thread that are each thread's own: the case is made under them
+        # torch's settings of the trial's thread that are each thread's own: the case is made under
+        # them; and the trial's stream on a GPU, which its upload is placed for (_image)
         self.grad, self.threads = torch.is_grad_enabled(), torch.get_num_threads()
+        self.stream = _trial_stream(DEVICE) if _together(DEVICE) else None
         self.done = threading.Event()
         self.case = None
         self.failed = self.dropped = False
@@ -1544,6 +1709,7 @@ class _ThreadJob:
         t0 = _now()
         if not self.dropped:
             TIMES["worker_jobs"] += 1
+            _TLS.trial_stream = self.stream
             try:
                 if torch.get_num_threads() != self.threads:
                     torch.set_num_threads(self.threads)
@@ -1551,6 +1717,7 @@ class _ThreadJob:
                     self.case = self.fn(*self.args)
             except BaseException:  # met again in line, where the trial reports it
                 self.failed = True
+            _TLS.trial_stream = None
         if self.dropped:  # (thrown away meanwhile: nothing of it is kept)
             self.case = None
         self.fn = self.args = None
@@ -1564,7 +1731,7 @@ class _ThreadJob:
         if not done:
             self.discard()
             STATS["ahead_late"] += 1
-            self.worker.give_up("a case was not prepared in %g s" % AHEAD_TIMEOUT_S)
+            self.worker.pool.give_up("a case was not prepared in %g s" % AHEAD_TIMEOUT_S)
             return None
         case, self.case = self.case, None
         return None if self.failed else case
@@ -1575,38 +1742,87 @@ class _ThreadJob:
 
 
 class _Worker:
-    """The thread that prepares trials ahead (a daemon: one busy in a check's code never holds up
-    the runner's exit). Jobs run one at a time, in order; a job thrown away before it began is
-    skipped. Given up (give_up) when a case is late past AHEAD_TIMEOUT_S: it takes no more jobs."""
+    """A thread that prepares trials ahead (a daemon: one busy in a check's code never holds up the
+    runner's exit), with its own page-locked buffers and side stream for the uploads (_TLS.staging).
+    Jobs run one at a time, in order; a job thrown away before it began is skipped."""
 
-    def __init__(self):
+    def __init__(self, pool, n):
         import queue
 
+        self.pool = pool
         self.jobs = queue.SimpleQueue()
-        self.alive = True
-        self.thread = threading.Thread(target=self._serve, name="numwatch-prepare", daemon=True)
+        self.last = None  # the last job given to it
+        self.staging = _AheadStaging()
+        self.thread = threading.Thread(target=self._serve, name="numwatch-prepare-%d" % n, daemon=True)
         self.thread.start()
 
     def _serve(self):
+        _TLS.staging = self.staging
         while True:
             job = self.jobs.get()
             if job is None:
                 return
             job.run()
 
-    def submit(self, check, key):
-        """A handle to take the case of request key, or None (prepare it in line)."""
+    def idle(self):
+        return self.last is None or self.last.done.is_set()
+
+
+class _Workers:
+    """The worker threads that prepare trials ahead (_Worker), up to AHEAD_DEPTH, started as needed:
+    each request prepared on a worker that holds no other request still wanted, an idle one first
+    (one still busy with a request thrown away runs the new one after it). Given up (give_up) when
+    a case is late past AHEAD_TIMEOUT_S: they take no more jobs."""
+
+    def __init__(self):
+        self.workers = []
+        self.alive = True
+        import atexit
+
+        atexit.register(self.close)
+
+    def close(self, wait_s=None):
+        """At exit: no more jobs, the queued ones skipped, and those running waited for, up to
+        AHEAD_EXIT_S in all: a worker still inside a torch call when the interpreter finalizes is
+        ended by the thread's exit unwinding C++ frames that cannot be unwound (the process aborts:
+        "terminate called without an active exception"). One held longer in a check's own code is
+        not waited for (it waits in Python, which ends it cleanly)."""
+        self.alive = False
+        for w in self.workers:
+            if w.last is not None:
+                w.last.discard()
+            w.jobs.put(None)
+        deadline = time.perf_counter() + (AHEAD_EXIT_S if wait_s is None else wait_s)
+        for w in self.workers:
+            if w.last is not None:
+                w.last.done.wait(max(0.0, deadline - time.perf_counter()))
+
+    def submit(self, check, key, held):
+        """A handle to take the case of request key, or None (prepare it in line). held: the handles
+        of the requests still wanted (their workers are not free)."""
         if not self.alive:
             return None
-        job = _ThreadJob(self, check._prepare, (key[0], key[1], key[2], key[3], "thread"))
-        self.jobs.put(job)
+        busy = {id(h.worker) for h in held if isinstance(h, _ThreadJob)}
+        free = [w for w in self.workers if id(w) not in busy]
+        w = next((w for w in free if w.idle()), None)
+        if w is None and len(self.workers) < max(AHEAD_DEPTH, len(busy) + 1):
+            w = _Worker(self, len(self.workers))
+            self.workers.append(w)
+        if w is None and free:
+            w = free[0]
+        if w is None:
+            return None
+        job = _ThreadJob(w, check._prepare, (key[0], key[1], key[2], key[3], "thread"))
+        w.last = job
+        w.jobs.put(job)
         return job
 
     def give_up(self, why):
         if self.alive:
             self.alive = False
-            self.jobs.put(None)  # (it ends once the job it is on returns, if ever)
-            print("numwatch-runner: torchcheck: the thread that prepares trials ahead is given up, trials are "
+            for w in self.workers:
+                w.jobs.put(None)  # (each ends once the job it is on returns, if ever)
+            print("numwatch-runner: torchcheck: the threads that prepare trials ahead are given up, trials are "
                   "prepared in line (%s)" % why, file=sys.stderr, flush=True)
 
 
@@ -2643,7 +2859,8 @@ class TorchCheck(Check):
         """The answer's fields for one trial (after "op" and "id"); TrialError or FatalError
         for an error answer. named: the request named the family (the next request of a run of
         seeds then names it too). upcoming: the request the runner makes next when it knows it,
-        (check, (dtype, seed, family, index, named)), or False for none (None: unknown)."""
+        (check, (dtype, seed, family, index, named)), or False for none (None: unknown); or a list
+        of the requests it makes next, in order (a False ends it: none after them)."""
         t0 = _now()
         try:
             return self._trial(dtype, seed, family, index, repeats, named, upcoming)
@@ -2733,7 +2950,7 @@ class TorchCheck(Check):
         t0, w0, i0 = _now(), T["case_wait"], T["case_in_line"]
         try:
             if ahead:
-                case = _AHEAD.take(self, key)
+                case = _AHEAD.take(self, key, upcoming, ahead)
             else:
                 _AHEAD.drop()
             t1 = _now()
