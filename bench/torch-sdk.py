@@ -11,9 +11,10 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
    Triton specialisation the shapes need is compiled before either side is timed). The SDK is
    timed as --sides says: sdk, as a runner on the device runs it by default (on a GPU: the next
-   seed prepared ahead by a thread, the metrics replayed from CUDA graphs; on the CPU in line);
-   thread, prepared ahead by a thread with graphs (on the CPU too); graphs, prepared in line with
-   graphs; process, prepared ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process)
+   two seeds prepared ahead, each by a worker thread, the metrics replayed from CUDA graphs; on the
+   CPU in line); thread, prepared ahead by worker threads with graphs (on the CPU too); depth1, the
+   next seed only, by one worker thread, with graphs (the default before AHEAD_DEPTH); graphs,
+   prepared in line with graphs; process, prepared ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process)
    with graphs; inline, no fast path. Each side is timed --rounds times in turn,
    the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
    full contract should keep at least 0.8x the plain loop's rate).
@@ -24,14 +25,15 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
 
 3. Verify (--verify N, before the rates): for every check x dtype of the suite, N seeds at repeats
    1 and 2 answered with the fast paths on (the helper and graphs twice: the second pass replays
-   the graphs the first captured; a thread and graphs, as a GPU runner by default, guessing the
-   next seed; a thread told each next request, as the command line does) and in line (twice: seeds
+   the graphs the first captured; two worker threads and graphs, as a GPU runner by default,
+   guessing the next two seeds, and told them, as the command line does; one worker told the next
+   ones) and in line (twice: seeds
    whose in-line answers differ are left out), every field compared but kernel_us (the thread's
    passes upload each case from the worker thread: UPLOAD_AHEAD); exits 1 on any difference, if no
    case went up from the worker where inputs go up as one image (a GPU, --emulate-graphs), if the SDK turned its graphs off for a check (an error or a disagreement, which it
    logs on stderr), or preparing ahead off for a check (a case that differed from the in-line
-   one), if a case prepared ahead was late past its deadline, or if its helper process is not
-   serving at the end.
+   one), if a case prepared ahead was late past its deadline, if fewer than two worker threads
+   prepared cases, or if its helper process is not serving at the end.
 
 usage (a GPU host with torch 2.x and Triton 3.x, from the numwatch tree):
     python3 bench/torch-sdk.py --seeds 500 --slots 1,2,4,8
@@ -133,19 +135,21 @@ TIME_COLS = ("trial", "case_wait", "case_in_line", "ahead", "upload", "staging_s
 #: graphs; on the CPU: in line, no graphs).
 SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
          "process": ("SDK, helper + graphs", "process", None), "thread": ("SDK, thread + graphs", "thread", None),
-         "inline": ("SDK in line", False, False)}
+         "depth1": ("SDK, one worker + graphs", "thread", None, 1), "inline": ("SDK in line", False, False)}
 
 
 @contextlib.contextmanager
-def mode(nwt, ahead=None, graphs=None):
-    """The SDK's fast paths as given while on (None: the SDK's default)."""
-    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS
+def mode(nwt, ahead=None, graphs=None, depth=None):
+    """The SDK's fast paths as given while on (None: the SDK's default; depth: how many requests
+    worker threads prepare at once)."""
+    saved = nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt.AHEAD_DEPTH
     nwt.PREPARE_AHEAD = ahead if ahead is not None else saved[0]
     nwt.GRAPHS = graphs if graphs is not None else saved[1]
+    nwt.AHEAD_DEPTH = depth if depth is not None else saved[2]
     try:
         yield
     finally:
-        nwt.PREPARE_AHEAD, nwt.GRAPHS = saved
+        nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt.AHEAD_DEPTH = saved
 
 
 def in_line(nwt):
@@ -188,7 +192,7 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
             fns = {}
             for side in sdk_sides:
                 def fn(seed, _m=SIDES[side]):
-                    with mode(nwt, _m[1], _m[2]):
+                    with mode(nwt, *_m[1:]):
                         runner.trial(name, dtype, seed, None, repeats)
                 fns[side] = fn
             fns["plain"] = lambda seed: plain_trial(torch, c, dtype, seed, device)
@@ -246,8 +250,11 @@ def verify(fc, names, dtypes, seeds):
     stats0 = dict(nwt.STATS)
     wait0, nwt.HELPER_WAIT_S = nwt.HELPER_WAIT_S, 60.0  # every case it can make from the helper, to check them
     bad = trials = flaky = 0
-    # (ahead, graphs, told the next request)
-    passes = (("process", None, False), ("process", None, False), ("thread", None, False), ("thread", None, True))
+    # (ahead, graphs, told the next requests, depth): the helper twice; threads two requests ahead (the
+    # default), guessing them and told them; one thread told them
+    depth = max(2, nwt.AHEAD_DEPTH)
+    passes = (("process", None, False, None), ("process", None, False, None), ("thread", None, False, depth),
+              ("thread", None, True, depth), ("thread", None, True, 1))
     print("| check | dtype | repeats | fast trials compared | differences | seeds not deterministic in line |")
     print("| --- | --- | ---: | ---: | --- | ---: |")
     for c in checks:
@@ -258,13 +265,16 @@ def verify(fc, names, dtypes, seeds):
                 continue
             for repeats in (1, 2):
                 def run(s, foresee=False):
-                    nxt = ((c.name, dtype, s + 1, None) if s + 1 < seeds else False) if foresee else None
+                    nxt = None
+                    if foresee:  # (as the command line tells them: the next ones, a False after the last)
+                        nxt = [(c.name, dtype, t, None) for t in range(s + 1, min(s + 1 + depth, seeds))]
+                        nxt += [False] if len(nxt) < depth else []
                     a = runner.trial(c.name, dtype, s, None, repeats, nxt)
                     a.pop("kernel_us", None)
                     return a
                 fast = []
-                for ahead, graphs, foresee in passes:
-                    with mode(nwt, ahead, graphs):
+                for ahead, graphs, foresee, dp in passes:
+                    with mode(nwt, ahead, graphs, dp):
                         fast.append([run(s, foresee) for s in range(seeds)])
                 with in_line(nwt):
                     slow = [run(s) for s in range(seeds)]
@@ -304,7 +314,13 @@ def verify(fc, names, dtypes, seeds):
     no_upload = nwt.UPLOAD_AHEAD and nwt._together(nwt.DEVICE) and not d["upload_ahead"]
     if no_upload:
         print("verify: no case was uploaded by the worker thread", flush=True)
-    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or no_upload or (
+    # (two requests prepared at once: as many workers as that)
+    workers = len(nwt._AHEAD.workers.workers) if nwt._AHEAD.workers is not None else 0
+    print("verify: %d worker threads, %d cases thrown away (a request skipped or gone back)" % (
+        workers, d["ahead_dropped"]), flush=True)
+    if workers < depth:
+        print("verify: fewer than %d worker threads prepared cases" % depth, flush=True)
+    return 1 if bad or d["graph_off"] or d["ahead_off"] or d["ahead_late"] or no_upload or workers < depth or (
         helper is not None and helper.state != "ready") else 0
 
 
@@ -528,13 +544,14 @@ def main():
                     help="instead of the figures: profile N seeds of each check x dtype (SDK and plain loop)")
     ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
     ap.add_argument("--sides", default="sdk,graphs,inline,plain",
-                    help="what the rates time: sdk (the SDK's defaults: on a GPU prepared ahead by a thread, "
-                    "graphs; on the CPU in line), thread (prepared ahead by a thread, graphs), graphs (prepared "
+                    help="what the rates time: sdk (the SDK's defaults: on a GPU two requests prepared ahead by "
+                    "worker threads, graphs; on the CPU in line), thread (prepared ahead by worker threads, "
+                    "graphs), depth1 (one request ahead, by one worker, graphs), graphs (prepared "
                     "in line, graphs), process (prepared ahead by the opt-in helper process, graphs), inline "
                     "(no fast path), plain (the plain loop)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
                     help="first: N seeds of every check x dtype with the fast paths (the helper process, "
-                    "a thread guessing or told the next request, graphs) and in line, compared (exit 1 on a "
+                    "worker threads guessing or told the next requests, graphs) and in line, compared (exit 1 on a "
                     "difference)")
     ap.add_argument("--emulate-graphs", action="store_true",
                     help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
