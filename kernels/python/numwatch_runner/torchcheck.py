@@ -47,9 +47,9 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
   case.buffer()), excluded (case.exclude()), worst and tail, plus a digest.
 
 On a GPU the metrics and digests replay a CUDA graph per padded shape
-(_Graphs; GRAPHS), with the same answers, and the next seed's host work is
-prepared by a worker thread while the trial runs (_Ahead, _Worker;
-PREPARE_AHEAD), under a contract (a check's case depends only on the seed and
+(_Graphs; GRAPHS), with the same answers, and the next two seeds' host work
+and upload are prepared by two worker threads while the trial runs (_Ahead,
+_Workers; PREPARE_AHEAD, AHEAD_DEPTH), under a contract (a check's case depends only on the seed and
 on what trials do not change), sampled against the in-line preparation; a
 helper process (_Helper) instead is opt-in.
 
@@ -635,15 +635,16 @@ _STAGING = _Staging()
 
 
 class _AheadStaging:
-    """The upload of a case prepared ahead by the worker thread (_image with on_device), done by the
-    worker: it writes the image straight into a page-locked buffer and queues the copy to the device
-    on a side stream of its own, recording an event; the trial's stream waits on that event
-    (_upload_groups: a wait queued on the device, no host synchronisation), so that the trial's own
-    thread neither copies the bytes nor waits. Two buffers, used in turn: before one is written
-    again, the copy out of it (queued a case before: long done, as a rule) is waited for on the
-    worker. The image on the device is allocated on the side stream; the trial records its own
-    stream's use of it (record_stream), so that its memory is not given to the next image while the
-    trial's operations may still read it."""
+    """The upload of a case prepared ahead by a worker thread (_image with on_device), done by the
+    worker (each worker has its own: _Worker.staging): it writes the image straight into a
+    page-locked buffer and queues the copy to the device on a side stream of its own, recording an
+    event; the trial's stream waits on that event (a wait queued on the device, no host
+    synchronisation: by the worker when it places the case, _image, else by the trial,
+    _upload_groups), so that the trial's own thread neither copies the bytes nor waits. Two
+    buffers, used in turn: before one is written again, the copy out of it (queued a case before:
+    long done, as a rule) is waited for on the worker. The image on the device is allocated on the
+    side stream; the trial's stream's use of it is recorded (record_stream), so that its memory is
+    not given to the next image while the trial's operations may still read it."""
 
     def __init__(self):
         self.lock = threading.Lock()  # (one worker at a time, but a worker given up may still be busy)
@@ -1342,15 +1343,16 @@ def _parse_prepare_ahead(v):
 
 
 #: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
-#: device, a bwd check's output gradients) is done for the next seed while this trial runs, as the
-#: C runner does (kernels/sdk/prepare.c): "thread" on a worker thread of this process (_Worker: the
-#: seed's draws and the packing are torch operations, which let go of the GIL), "process" in a
+#: device, a bwd check's output gradients) is done for the next seeds while this trial runs, as the
+#: C runner does (kernels/sdk/prepare.c): "thread" on worker threads of this process (_Workers,
+#: AHEAD_DEPTH requests at once: the seed's draws and the packing are torch operations, which let
+#: go of the GIL), "process" in a
 #: helper process (_Helper: opt-in; it cannot see what the runner set at run time, and its cases
 #: travel pickled), False in line. None (unset, the default): "thread" on a GPU, where the
 #: trial's host thread launches the device's work and the case's draws are the CPU's; in line on
-#: the CPU, where the trial itself is host work on every core. The next seed is the one the
-#: command line runs next (--count, --runs), else the seed after this one (the daemon sends a
-#: part's seeds in order). The first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and
+#: the CPU, where the trial itself is host work on every core. The next seeds are those the
+#: command line runs next (--count, --runs), else each the seed after the one before (the daemon
+#: sends a part's seeds in order). The first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and
 #: every VERIFY_EVERY[mode]-th after, are prepared in line too and compared, and a difference turns
 #: the fast path off for that check. NUMWATCH_PREPARE_AHEAD=thread, process or 0 (off).
 PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
