@@ -48,10 +48,10 @@ struct http_req {
 	struct http *h;
 	struct MHD_Connection *conn;
 	bool started, dispatched, ready, too_large;
-	bool handed;        /* given to the loop: from then on the loop's until its reply is handed back */
-	bool was_suspended; /* its connection has the longer timeout (see handoff) */
-	bool nul;           /* the request target holds a NUL byte, raw or as %00 */
-	size_t target_len;  /* the raw target's length as a C string (on_uri) */
+	/* Given to the loop (its connection with a longer timeout): the loop's until its reply is handed back. */
+	bool handed;
+	bool nul;                       /* the request target holds a NUL byte, raw or as %00 */
+	size_t target_len;              /* the raw target's length as a C string (on_uri) */
 	const char *method, *url;       /* libmicrohttpd's, valid while the request lives */
 	struct http_req *next;          /* in the inbox, or in the loop's list of answered requests */
 	struct http_req *wprev, *wnext; /* in the loop's list of waiting requests */
@@ -120,11 +120,9 @@ static enum MHD_Result queue(struct http_req *r)
 	struct MHD_Response *resp;
 	enum MHD_Result ret;
 
-	if (r->was_suspended) {
-		/* The reply is queued: the connection goes back to the default timeout (see on_request). */
+	if (r->handed)
+		/* The reply is queued (once a request): the connection goes back to the default timeout (see handoff). */
 		MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S);
-		r->was_suspended = false;
-	}
 	if (r->shared) {
 		ret = MHD_queue_response(r->conn, r->status, r->shared->resp);
 		http_body_unref(r->shared);
@@ -404,7 +402,6 @@ static bool handoff(struct http_req *r)
 	 * gets a timeout of its own until its reply is queued (queue()).
 	 */
 	MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S + 1);
-	r->was_suspended = true;
 	r->handed = true;
 	atomic_fetch_add(&h->unsent, 1);
 	MHD_suspend_connection(r->conn);

@@ -2,7 +2,8 @@
 # The REST API for CI, end to end against the real daemon: every endpoint,
 # bad input (unknown ids, bad JSON, missing or wrong or revoked token,
 # oversized bodies) answered with the right status and a JSON error, token
-# management, /metrics, and the CLI's ci-wait exit codes.
+# management, /metrics, and the CLI's ci-wait exit codes. A commit's cached answer (sent by
+# the HTTP threads) gives way to a change in the database within the cache's life.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/pg.sh"
@@ -100,6 +101,20 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); k=d["checks"][0]
 assert d["verdict"] == "regressed" and k["regression"]["id"] == int(sys.argv[2]) and k["regression"]["new"] is True, k
 assert k["regression"]["new_at"] == d["sha"] and k["changed_seeds"] == 0 and k["failing_since"] is None and k["baseline"], k' "$work/body" "$rid" ||
 	fail "the commit's regression wrong: $(head -c 800 "$work/body")"
+# A commit's answer is cached and sent by the HTTP threads alone while fresh; a change in the
+# database that this daemon did not make shows within the cache's life (1 s), read again by the
+# loop, and the threads then send the new answer.
+expect GET "/api/v1/commits/$bad" 200
+expect GET "/api/v1/commits/$bad" 200
+pg_psql "UPDATE commits SET title = 'retitled behind the daemon' WHERE sha = '$bad'" >/dev/null
+retitled() {
+	expect GET "/api/v1/commits/$bad" 200 && grep -q "retitled behind the daemon" "$work/body"
+}
+nw_wait 15 "the commit's new title in its answer (the cache lives 1 s)" retitled
+for _ in 1 2 3; do
+	expect GET "/api/v1/commits/$bad" 200
+	grep -q "retitled behind the daemon" "$work/body" || fail "a read after the new title was served sent the old one"
+done
 expect GET /api/v1/commits 200
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r={c["position"]: c["regressions"] for c in d["commits"]}
 assert r == {2: {"fake.fwd/f32": {"id": int(sys.argv[2]), "new": True}}, 1: {}, 0: {}}, r' "$work/body" "$rid" ||
