@@ -1095,15 +1095,23 @@ oom:
 	return p->rc;
 }
 
+/* One connection per 'per' slots (rounded up), from 'min' to 'max'. */
+static unsigned connections_for(unsigned nslots, unsigned per, unsigned min, unsigned max)
+{
+	unsigned n = (nslots + per - 1) / per;
+
+	return n < min ? min : n > max ? max : n;
+}
+
 unsigned config_store_connections(unsigned nslots)
 {
-	unsigned n = (nslots + NW_STORE_SLOTS_PER_CONNECTION - 1) / NW_STORE_SLOTS_PER_CONNECTION;
+	return connections_for(nslots, NW_STORE_SLOTS_PER_CONNECTION, NW_STORE_CONNECTIONS_MIN_DEFAULT,
+			       NW_STORE_CONNECTIONS_MAX_DEFAULT);
+}
 
-	if (n < NW_STORE_CONNECTIONS_MIN_DEFAULT)
-		n = NW_STORE_CONNECTIONS_MIN_DEFAULT;
-	if (n > NW_STORE_CONNECTIONS_MAX_DEFAULT)
-		n = NW_STORE_CONNECTIONS_MAX_DEFAULT;
-	return n;
+unsigned config_judge_connections(unsigned nslots)
+{
+	return connections_for(nslots, NW_JUDGE_DB_SLOTS, NW_JUDGE_DB_POOL, NW_JUDGE_DB_POOL_MAX);
 }
 
 /* Fills in what the file left out, and checks what it must not leave out. */

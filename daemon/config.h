@@ -151,6 +151,12 @@ int config_load(struct config *cfg, const char *path, char *err, size_t errlen);
  * and at most NW_STORE_CONNECTIONS_MAX_DEFAULT (caps.h).
  */
 unsigned config_store_connections(unsigned nslots);
+/*
+ * The judge's read connections for 'nslots' slots: one per NW_JUDGE_DB_SLOTS
+ * slots, from NW_JUDGE_DB_POOL to NW_JUDGE_DB_POOL_MAX (caps.h): a slot's
+ * verdict waits for one of them.
+ */
+unsigned config_judge_connections(unsigned nslots);
 
 /*
  * The settings every daemon sharing a database must agree on, since they

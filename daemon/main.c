@@ -167,14 +167,6 @@ static void on_term(uv_signal_t *s, int signum)
 }
 
 /* Options that only a restart changes keep their running values. */
-/* The judge's connections: its reads grow with the slots whose verdicts they are. */
-static unsigned judge_connections(unsigned nslots)
-{
-	unsigned n = nslots / NW_JUDGE_DB_SLOTS;
-
-	return n < NW_JUDGE_DB_POOL ? NW_JUDGE_DB_POOL : n > NW_JUDGE_DB_POOL_MAX ? NW_JUDGE_DB_POOL_MAX : n;
-}
-
 static void keep_restart_only(struct config *next, struct config *cur)
 {
 #define KEEP(field)                                                                                          \
@@ -407,7 +399,7 @@ int main(int argc, char **argv)
 	if (db_open(d->loop, d->cfg.database, "main", d->cfg.query_timeout_s * 1000, &d->db) < 0 ||
 	    db_open_pool(d->loop, d->cfg.database, "http", NW_HTTP_DB_POOL,
 			 d->cfg.http_query_timeout_s * 1000, &d->db_http) < 0 ||
-	    db_open_pool(d->loop, d->cfg.database, "judge", judge_connections(d->cfg.nslots),
+	    db_open_pool(d->loop, d->cfg.database, "judge", config_judge_connections(d->cfg.nslots),
 			 d->cfg.query_timeout_s * 1000, &d->db_judge) < 0 ||
 	    store_init(d->loop, d->cfg.database, d->cfg.node_name, d->cfg.query_timeout_s * 1000,
 		       d->cfg.store_connections, &d->store) < 0) {

@@ -1073,6 +1073,11 @@ static void test_store_connections(void **state)
 	assert_int_equal(config_store_connections(0), 2);
 	assert_int_equal(config_store_connections(17), 3);
 	assert_int_equal(config_store_connections(1000), 8);
+	/* The judge's: one per 4 slots, 4 to 16. */
+	assert_int_equal(config_judge_connections(1), 4);
+	assert_int_equal(config_judge_connections(24), 6);
+	assert_int_equal(config_judge_connections(25), 7);
+	assert_int_equal(config_judge_connections(1000), 16);
 	load_extra("[store]\nconnections = auto\n", &cfg, NULL);
 	assert_int_equal(cfg.store_connections, 2);
 	config_release(&cfg);
