@@ -403,15 +403,15 @@ def profile(fc, device, names, dtypes, seeds, repeats):
                 sync(torch, device)
                 per = (time.perf_counter() - t0) / seeds * 1e6
                 print("\n## %s %s %s: %.0f us a trial\n" % (name, dtype, side, per))
-                if side == "sdk":
-                    prof = cProfile.Profile()
-                    prof.enable()
-                    for s in range(seeds):
-                        fn(s)
-                    prof.disable()
+                prof = cProfile.Profile()
+                prof.enable()
+                for s in range(seeds):
+                    fn(s)
+                prof.disable()
+                for key, n in (("cumulative", 40), ("tottime", 40)):
                     out = io.StringIO()
-                    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
-                    print("```\n" + out.getvalue()[-6000:] + "\n```")
+                    pstats.Stats(prof, stream=out).sort_stats(key).print_stats(n)
+                    print("```\n" + out.getvalue()[-8000:] + "\n```")
                 with tprofile(activities=acts) as p:
                     for s in range(seeds):
                         fn(s)
@@ -555,7 +555,12 @@ def main():
                     "difference)")
     ap.add_argument("--emulate-graphs", action="store_true",
                     help="the SDK's graph path on the CPU too (each replay runs the captured operations again)")
+    ap.add_argument("--switch-interval", type=float, default=None, metavar="S",
+                    help="the interpreter's thread switch interval (sys.setswitchinterval; 0.005 by default): "
+                    "how long a thread that wants the GIL waits before it asks the holder to let go")
     a = ap.parse_args()
+    if a.switch_interval is not None:
+        sys.setswitchinterval(a.switch_interval)
     fc = setup(a.device)
     import torch
 
@@ -565,10 +570,11 @@ def main():
     if a.emulate_graphs:  # (graphs measure a trial's outputs together, as a GPU does: BATCH_ALL)
         nwt._GRAPH_IMPL, nwt.BATCH_ALL = nwt._EmulatedGraph, True
 
-    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; the SDK's defaults: prepared ahead %s, graphs %s" % (
+    print("torch-sdk bench: %s, torch %s, fusedops backend %s, %s; the SDK's defaults: prepared ahead %s, graphs %s; "
+          "switch interval %g s" % (
         a.device if a.device == "cpu" else torch.cuda.get_device_name(0), torch.__version__, fusedops.BACKEND,
         time.strftime("%Y-%m-%d"), nwt._ahead_mode(nwt.DEVICE) or "in line",
-        ("emulated" if nwt._GRAPH_IMPL else "on") if nwt._graphs_on(nwt.DEVICE) else "off"))
+        ("emulated" if nwt._GRAPH_IMPL else "on") if nwt._graphs_on(nwt.DEVICE) else "off", sys.getswitchinterval()))
     print()
     rc = 0
     if a.verify:

@@ -61,6 +61,24 @@ if torch is not None:
                 dw[cols - cols % 8:] = math.nan
             return dx, dw
 
+    class Counted(nwt.TorchCheck):
+        """y = 2x, whose case records the intra-op threads make_case ran with (a parameter: the case
+        digest hashes it)."""
+
+        op = "counted"
+        dtypes = ("f32",)
+        families = ("ok",)
+
+        def make_case(self, g, family, dtype):
+            n = g.randint(1, 64)
+            return nwt.Case([n], {"x": g.normal((n,), dtype)}, params={"threads": torch.get_num_threads()})
+
+        def reference(self, case, x):
+            return 2 * x
+
+        def kernel(self, case, x):
+            return 2 * x
+
     class Planted(nwt.TorchCheck):
         """y = x * w + 1 on (rows, cols); each family plants one kind of wrong result."""
 
@@ -626,8 +644,10 @@ class FastPathsTest(unittest.TestCase):
         def restore():
             nwt.PREPARE_AHEAD, nwt.GRAPHS, nwt._GRAPH_IMPL, nwt.BATCH_ALL, nwt.HELPER_WAIT_S = saved
             nwt._AHEAD.drop()
-            if nwt._AHEAD.helper is not None and nwt._AHEAD.helper.state == "dead":
-                nwt._AHEAD.helper = None  # a new one for the next test
+            if any(h.state == "dead" for h in nwt._AHEAD.helpers):  # new ones for the next test
+                for h in nwt._AHEAD.helpers:
+                    h.close()
+                nwt._AHEAD.helpers = []
             nwt._AHEAD.off.clear()
             nwt._AHEAD.taken.clear()
             nwt._GRAPHS.__init__()
@@ -669,17 +689,18 @@ class FastPathsTest(unittest.TestCase):
         return self.answers(nw.Runner(self.checks, name="planted 1"), requests or self.requests())
 
     def start_helper(self, r, check="planted.fwd"):
-        """Two consecutive seeds (the second starts the helper process), then waits until it serves."""
+        """Two consecutive seeds (the second starts the helper processes), then waits until they
+        serve; the first of them."""
         r.trial(check, "f32", 0, None, 1)
         r.trial(check, "f32", 1, None, 1)
-        helper = nwt._AHEAD.helper
-        self.assertIsNotNone(helper)
-        for _ in range(2400):
-            if helper.ready() or helper.state != "starting":
-                break
-            time.sleep(0.05)
-        self.assertEqual(helper.state, "ready")
-        return helper
+        self.assertEqual(len(nwt._AHEAD.helpers), nwt.AHEAD_DEPTH)
+        for helper in nwt._AHEAD.helpers:
+            for _ in range(2400):
+                if helper.ready() or helper.state != "starting":
+                    break
+                time.sleep(0.05)
+            self.assertEqual(helper.state, "ready")
+        return nwt._AHEAD.helper
 
     def test_prepared_ahead_gives_the_same_answers(self):
         nwt.BATCH_ALL = True  # packed inputs, as on a GPU
@@ -699,6 +720,50 @@ class FastPathsTest(unittest.TestCase):
             self.assertGreaterEqual(d["ahead_verified"], 2 * len(self.checks), mode)
             self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
             nwt._AHEAD.drop()
+
+    @unittest.skipUnless(hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"), "memory files")
+    def test_the_helpers_cases_cross_in_shared_memory(self):
+        """A helper writes a case's upload image into memory it shares with the runner, and the
+        case's inputs are views of it: the in-line answers. A case larger than the shared buffer
+        comes through the pipe, and the buffers grow to it: the next such cases are shared again."""
+        nwt.BATCH_ALL = True  # packed inputs, as on a GPU
+        want = self.in_line()
+        self.addCleanup(setattr, nwt, "SLOT_BYTES_MIN", nwt.SLOT_BYTES_MIN)
+        nwt.SLOT_BYTES_MIN = 4096  # (the planted cases' images are 1-4 KB or more: some do not fit at first)
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
+        self.fresh_ahead()
+        r = nw.Runner(self.checks, name="planted 1")
+        self.start_helper(r)
+        before = dict(nwt.STATS)
+        self.assertEqual(self.answers(r, self.requests()), want)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertGreater(d["ahead_shared"], d["ahead_hits"] // 2, d)
+        self.assertLess(d["ahead_shared"], d["ahead_hits"], d)  # (some came through the pipe, before growing)
+        self.assertGreater(max(h.need for h in nwt._AHEAD.helpers), 4096)
+        self.assertTrue(all(sl.size >= 8192 for h in nwt._AHEAD.helpers for sl in h.slots if sl.buf is not None))
+
+    def test_cases_are_made_on_one_thread(self):
+        """make_case runs with one intra-op thread in line, on a worker and in a helper (a seed's case
+        does not depend on the machine's cores), and the thread count is given back after it."""
+        nwt.BATCH_ALL = True
+        self.addCleanup(torch.set_num_threads, torch.get_num_threads())
+        torch.set_num_threads(2)
+        c = Counted(backward=False)
+        case = c._prepare("f32", 0, "ok", 0)
+        self.assertEqual((case["threads"], torch.get_num_threads()), (1, 2))
+        for mode in ("thread", "process"):
+            nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
+            self.fresh_ahead()
+            r = nw.Runner([c], name="counted 1")
+            if mode == "process":
+                self.start_helper(r, "counted.fwd")
+            before = dict(nwt.STATS)
+            for seed in range(6):  # (a case of another thread count has another digest: turned off)
+                r.trial("counted.fwd", "f32", seed, None, 1)
+            d = {k: nwt.STATS[k] - before[k] for k in before}
+            self.assertGreater(d["ahead_hits"], 2, mode)
+            self.assertEqual((d["ahead_off"], nwt._AHEAD.off), (0, set()), mode)
+            self.assertEqual(torch.get_num_threads(), 2)
 
     def test_uploaded_ahead_gives_the_same_answers(self):
         """The worker thread's upload of the case it prepared (UPLOAD_AHEAD: on the CPU the image it
@@ -1042,8 +1107,8 @@ class FastPathsTest(unittest.TestCase):
         mine = nwt._AHEAD
 
         def back():
-            if mine.helper is not None:
-                mine.helper.close()
+            for h in mine.helpers:
+                h.close()
             nwt._AHEAD = saved
         self.addCleanup(back)
         return mine

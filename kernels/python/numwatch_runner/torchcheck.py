@@ -375,6 +375,26 @@ def near_integer(values, atol):
 # ---- the case -----------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _one_thread():
+    """Torch's CPU operations on one thread of this thread's (the OpenMP setting is the calling
+    thread's): a case is made so (TorchCheck._prepare), in line, on a worker or in a helper, so
+    that a seed's case does not depend on how many cores a machine has (a CPU reduction's order
+    does), and so that its small operations do not wake a team of threads on cores the helper
+    processes and the trial's thread are using (a team waits for its slowest member: a
+    millisecond where one thread takes microseconds)."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+
 class Case:
     """One trial's inputs, made by TorchCheck.make_case().
 
@@ -412,6 +432,7 @@ class Case:
         self._dev_image = None  # _image(on_device): the upload itself, done ahead (image, event or None)
         self._placed = None  # _image(on_device): the inputs placed for the trial's stream too (_place)
         self._douts_dev = None  # (_load) the output gradients drawn with the case, on the device
+        self._slot = None  # the _SharedSlot that _image lies in (a case from a helper process)
         self._digest = None  # case_digest(), when hashed ahead of the trial
         self._douts_ahead = None  # _draw_douts_ahead()
         self.gen = None
@@ -683,14 +704,15 @@ class _AheadStaging:
 _AHEAD_STAGING = _AheadStaging()
 
 
-def _upload_groups(groups, device, image=None, dev_image=None):
+def _upload_groups(groups, device, image=None, dev_image=None, slot=None):
     """The CPU tensors of groups [(tensors, also64), ...] (each group of one dtype) on device, as
     [(tensors, their float64 copies or None), ...]. On a GPU (_together) one image goes up with one
     copy (_image_layout: every group, and its float64 values converted on the host) and each
     tensor is a view of it, but a group of one tensor that is not contiguous, which goes up alone
     with its strides; on the CPU each tensor is itself (nothing is copied). image: the bytes
     already written (_image of a case prepared ahead); dev_image: (the image already on the
-    device, the event after its copy or None), uploaded by the worker thread (_AheadStaging)."""
+    device, the event after its copy or None), uploaded by the worker thread (_AheadStaging); slot:
+    the _SharedSlot image lies in (a case from a helper process), copied up straight from it."""
     if not _together(device):
         out = []
         for ts, also64 in groups:
@@ -705,6 +727,8 @@ def _upload_groups(groups, device, image=None, dev_image=None):
             cur = torch.cuda.current_stream(dev.device)
             cur.wait_event(ev)
             dev.record_stream(cur)
+    elif slot is not None and slot.registered and torch.device(device).type == "cuda":
+        dev = slot.upload(image, device)  # (page-locked: one copy straight from it)
     elif torch.device(device).type == "cuda":
         dev = _STAGING.upload(image, sections, nbytes, device)
     else:  # (BATCH_ALL on the CPU: the same layout, in a buffer of this trial's own)
@@ -812,7 +836,11 @@ def _image(case, on_device=False):
                     return
                 _place(case, _group_views(groups, sections, dev, alone, case.device), (None, None, dev, None))
             return
-        case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
+        out = _HELPER_OUT[0]
+        if out is not None and nbytes <= out.numel():  # (in the helper: straight into the buffer it shares)
+            case._image = _write_image(sections, out[:nbytes])
+        else:
+            case._image = _write_image(sections, torch.empty(nbytes, dtype=torch.uint8))
 
 
 #: The trial's stream of each device as _trial_stream() gives it, by (device index, raw stream).
@@ -881,7 +909,8 @@ def _load_now(case):
     case._dev_image = None
     if dev_image is not None:
         STATS["upload_ahead"] += 1
-    _place(case, _upload_groups(_upload_plan(case), case.device, image, dev_image), None)
+    _place(case, _upload_groups(_upload_plan(case), case.device, image, dev_image, case._slot), None)
+    case._slot = None
     case._loaded = True
 
 
@@ -1359,7 +1388,7 @@ PREPARE_AHEAD = _parse_prepare_ahead(os.environ.get("NUMWATCH_PREPARE_AHEAD"))
 
 #: Counters of the fast paths, for the bench and the tests (never reset by the SDK).
 STATS = {"ahead_hits": 0, "ahead_misses": 0, "ahead_in_line": 0, "ahead_stale": 0, "ahead_verified": 0,
-         "ahead_off": 0, "ahead_late": 0, "ahead_dropped": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
+         "ahead_off": 0, "ahead_late": 0, "ahead_dropped": 0, "ahead_shared": 0, "shared_uploads": 0, "douts_ahead": 0, "upload_ahead": 0, "graph_captures": 0, "graph_replays": 0, "graph_verified": 0,
          "graph_off": 0, "graphs_dropped": 0}
 
 
@@ -1412,6 +1441,9 @@ def times_per_trial(after=None, before=None):
 
 #: True in the helper process: it prepares in line whatever the settings (no helper of its own).
 _IN_HELPER = False
+#: In the helper process, the buffer it shares with the runner for the request it prepares (a byte
+#: tensor over the runner's _SharedSlot), or None: where _image writes the case's upload.
+_HELPER_OUT = [None]
 
 
 def _print_stats():
@@ -1487,7 +1519,7 @@ class _Ahead:
 
     def __init__(self):
         self.workers = None  # _Workers
-        self.helper = None
+        self.helpers = []  # _Helper: AHEAD_DEPTH of them, started together
         # [(check, key, handle, state, mode), ...] of the requests prepared for, the first needed
         # first: handle.result() -> case or None
         self.jobs = []
@@ -1505,8 +1537,9 @@ class _Ahead:
 
     @staticmethod
     def depth(mode):
-        """How many requests are prepared at once: AHEAD_DEPTH on worker threads, one by the helper."""
-        return AHEAD_DEPTH if mode == "thread" else 1
+        """How many requests are prepared at once: AHEAD_DEPTH, each by a worker thread or a helper
+        process of its own."""
+        return AHEAD_DEPTH
 
     @staticmethod
     def wanted(check, key, upcoming, depth):
@@ -1640,14 +1673,36 @@ class _Ahead:
             else:
                 if state is None:  # a check that does not pickle (or holds tensors on the device): in line
                     return
-                if self.helper is None:
-                    if not follows:  # started by the second of two foreseen requests: a one-trial run never starts it
-                        return
-                    self.helper = _Helper()
-                handle = self.helper.submit(c, k, state)
+                helper = self._idle_helper(follows)
+                if helper is None:
+                    return
+                handle = helper.submit(c, k, state)
             if handle is None:
                 return
             self.jobs.append((c, k, handle, state, mode))
+
+    def _idle_helper(self, follows):
+        """A helper process a request can be sent to now, or None. The helpers (AHEAD_DEPTH) are
+        started together by the second of two foreseen requests (follows), so that a one-trial run
+        never starts them; one that failed stops them all (every trial in line from then on)."""
+        if not self.helpers:
+            if not follows:
+                return None
+            self.helpers = [_Helper() for _ in range(AHEAD_DEPTH)]
+        for h in self.helpers:
+            if h.state != "dead" and h.idle():
+                return h
+            if h.state == "dead":  # (it said why, once: the others stop without a word)
+                for other in self.helpers:
+                    other.state = "dead"
+                    other.close()
+                return None
+        return None
+
+    @property
+    def helper(self):
+        """The first helper process (None before they start): the tests' and the bench's handle."""
+        return self.helpers[0] if self.helpers else None
 
     def drop(self):
         """Forgets what was prepared (prepare-ahead turned off)."""
@@ -1893,6 +1948,80 @@ _AHEAD = _Ahead()
 
 # ---- the helper process that prepares trials ahead ---------------------------------------------
 
+#: A buffer shared with a helper starts this large and grows to what a case needs, up to
+#: SLOT_BYTES_MAX (a larger case comes through the pipe, as every case did before).
+SLOT_BYTES_MIN = 8 << 20
+SLOT_BYTES_MAX = 1 << 30
+
+
+class _SharedSlot:
+    """Memory this process shares with one helper process: an anonymous memory file (memfd) that
+    the helper maps through /proc/<runner>/fd/<fd> and writes a case's upload image into (_image),
+    so that the case's bytes cross without a pipe, and that is page-locked here on a GPU
+    (cudaHostRegister), so that the image goes up with one asynchronous copy straight from it
+    (no copy into the staging buffer on the trial's thread). The case's CPU inputs are views of it.
+    A helper has two, used in turn: a case's buffer is written again only after its trial ended
+    (the helper answers one request at a time, and a trial holds one case), and after the last
+    copy out of it (an event, done by then as a rule)."""
+
+    def __init__(self):
+        self.fd = os.memfd_create("numwatch-case", getattr(os, "MFD_CLOEXEC", 1))
+        self.size = 0
+        self.buf = None  # a byte tensor over the mapping
+        self.registered = None  # the address cudaHostRegister took, or None
+        self.copied = None  # the event after the last copy out of it
+
+    def ready(self, nbytes):
+        """Before the helper writes into it: the last copy out of it done, and room for nbytes (grown
+        to the next power of two from SLOT_BYTES_MIN). False where it cannot be had."""
+        if self.copied is not None:
+            t0 = _now()
+            self.copied.synchronize()
+            TIMES["staging_sync"] += _now() - t0
+            self.copied = None
+        if self.buf is not None and nbytes <= self.size:
+            return True
+        size = max(SLOT_BYTES_MIN, 1 << max(nbytes - 1, 1).bit_length())
+        if size > SLOT_BYTES_MAX:
+            return False
+        import mmap
+
+        self._unregister()
+        self.buf = None  # (the old mapping goes with the last view of it)
+        os.ftruncate(self.fd, size)
+        self.buf = torch.frombuffer(mmap.mmap(self.fd, size), dtype=torch.uint8)
+        self.size = size
+        if torch.device(DEVICE).type == "cuda":
+            ptr = self.buf.data_ptr()
+            if int(torch.cuda.cudart().cudaHostRegister(ptr, size, 0)) == 0:
+                self.registered = ptr
+        return True
+
+    def upload(self, image, device):
+        """image (a view of the buffer) on device: one copy, without waiting; the event after it."""
+        dev = image.to(device, non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record()
+        STATS["shared_uploads"] += 1
+        return dev
+
+    def _unregister(self):
+        if self.registered is not None:
+            if self.copied is not None:
+                self.copied.synchronize()
+            torch.cuda.cudart().cudaHostUnregister(self.registered)
+            self.registered = None
+
+    def close(self):
+        try:
+            self._unregister()
+        except Exception:
+            pass
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 #: How long an answer of the helper may take before the helper is taken as stuck and stopped (a
 #: preparation takes milliseconds; the first of a check also imports the check's module).
 HELPER_TIMEOUT_S = 60.0
@@ -1974,9 +2103,10 @@ class _CasePickler(pickle.Pickler):
     """Pickles a prepared Case with its tensors out of band: each a contiguous CPU tensor that
     shares no memory with another, sent as its bytes (_case_to_frames)."""
 
-    def __init__(self, f, tensors):
+    def __init__(self, f, tensors, places=None):
         super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
         self.tensors = tensors
+        self.places = places or {}
         self.ids = {}
 
     def persistent_id(self, obj):
@@ -1984,6 +2114,9 @@ class _CasePickler(pickle.Pickler):
             raise pickle.PicklingError("a torch.Generator in the case")
         if not isinstance(obj, torch.Tensor):
             return None
+        at = self.places.get(id(obj))
+        if at is not None:  # its bytes lie in the shared buffer: sent as where
+            return ("slot", at[0], str(obj.dtype).replace("torch.", ""), tuple(obj.shape))
         j = self.ids.get(id(obj))
         if j is None:
             if (obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided or not obj.is_contiguous()
@@ -2000,16 +2133,39 @@ _BYTE_DTYPES = {torch.float64: torch.float64, torch.float32: torch.float32, torc
                 torch.int16: torch.int16, torch.int8: torch.int8, torch.uint8: torch.uint8, torch.bool: torch.bool}
 
 
-def _case_to_frames(case):
-    """A prepared case as frames: the pickle (tensors by number), their layout, their bytes (each
-    at a multiple of 64 bytes)."""
+def _slot_places(case, out):
+    """{id(tensor): (offset, tensor)} of the case's tensors whose bytes lie in out (the buffer the
+    helper shares, where _image wrote the case's upload): the image itself, and each contiguous
+    tensor of its sections in its own dtype (the inputs, the output gradients drawn with the case),
+    end to end there as _write_image laid them. Empty where the image is not in out."""
+    img = case._image
+    if out is None or img is None or img.numel() == 0 or img.data_ptr() != out.data_ptr():
+        return {}
+    places = {id(img): (0, img)}
+    groups = _upload_plan(case)
+    alone = _alone(groups)
+    sections, _ = _image_layout([g for j, g in enumerate(groups) if j not in alone])
+    for off, dtype, ts, _, conv in sections:
+        if conv:
+            continue
+        for t in ts:
+            if t.is_contiguous() and type(t) is torch.Tensor and not t.requires_grad:
+                places.setdefault(id(t), (off, t))
+            off += t.numel() * _element_size(dtype)
+    return places
+
+
+def _case_to_frames(case, out=None):
+    """A prepared case as frames: the pickle (tensors by number, or by where they lie in out, the
+    buffer shared with the runner: _slot_places), the layout of the others, their bytes (each at a
+    multiple of 64 bytes)."""
     import io
 
     tensors = []
     f = io.BytesIO()
     gen, case.gen = case.gen, None
     try:
-        _CasePickler(f, tensors).dump((case, gen.g.get_state()))
+        _CasePickler(f, tensors, _slot_places(case, out)).dump((case, gen.g.get_state()))
     finally:
         case.gen = gen
     spans, at = [], 0
@@ -2031,11 +2187,25 @@ def _case_to_frames(case):
 
 
 class _CaseUnpickler(pickle.Unpickler):
-    def __init__(self, f, tensors):
+    def __init__(self, f, tensors, slot=None):
         super().__init__(f)
         self.tensors = tensors
+        self.slot = slot
+        self.in_slot = False  # whether a tensor of the case lies in the shared buffer
 
     def persistent_load(self, pid):
+        if isinstance(pid, tuple):  # ("slot", offset, dtype, shape): a view of the shared buffer
+            _, off, dt, shape = pid
+            dtype = getattr(torch, dt)
+            n = 1
+            for d in shape:
+                n *= d
+            nb = n * _element_size(dtype)
+            if self.slot is None or self.slot.buf is None or off + nb > self.slot.size:
+                raise pickle.UnpicklingError("a tensor beyond the shared buffer")
+            self.in_slot = True
+            v = self.slot.buf[off:off + nb]
+            return (v if dtype == torch.uint8 else v.view(dtype)).view(shape)
         return self.tensors[pid]
 
 
@@ -2067,9 +2237,19 @@ class _Helper:
         self.sent_at = 0.0
         self.took = None  # how long the helper takes to answer, about (a moving average, seconds)
         self.started = time.perf_counter()
+        # The buffers it writes cases into (_SharedSlot: two, in turn), or None where this system has
+        # no memory files (every case comes through the pipe); need: the largest image it could
+        # not fit (they grow to it).
+        self.slots, self.turn, self.need = None, 0, 0
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            try:
+                self.slots = [_SharedSlot(), _SharedSlot()]
+            except OSError:
+                self.slots = None
         # No GPU in the helper (a case is made on the CPU: a check that reaches for the device there
         # fails, and its case is prepared in line); its parent's pid, to die with it (_helper_main).
         env = dict(os.environ, NUMWATCH_PREPARE_AHEAD="0", NUMWATCH_TORCH_DEVICE=DEVICE,
+                   OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY") or "PASSIVE",
                    PYTHONDONTWRITEBYTECODE="1", CUDA_VISIBLE_DEVICES="", NUMWATCH_HELPER_PARENT=str(os.getpid()))
         env.pop("NUMWATCH_TORCH_STATS", None)
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -2077,10 +2257,10 @@ class _Helper:
         code = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import sys; sys.path.insert(0, %r); "
                 "from numwatch_runner.torchcheck import _helper_main; _helper_main()" % here)
         main = sys.modules.get("__main__")
-        # What the cases depend on besides the seed: the same modules, and torch's process-wide
-        # settings that CPU arithmetic follows (set at run time; those the main module sets when
-        # imported, the helper sets too).
-        init = {"path": list(sys.path), "main_path": None, "main_name": None, "threads": torch.get_num_threads(),
+        # What the cases depend on besides the seed: the same modules, and torch's default dtype
+        # (set at run time; what the main module sets when imported, the helper sets too). Cases
+        # are made on one CPU thread everywhere (_one_thread).
+        init = {"path": list(sys.path), "main_path": None, "main_name": None,
                 "default_dtype": str(torch.get_default_dtype()).replace("torch.", "")}
         spec = getattr(main, "__spec__", None)
         if spec is not None and getattr(spec, "name", None):
@@ -2128,22 +2308,51 @@ class _Helper:
             self.state = "ready"
         return self.state == "ready"
 
+    def idle(self):
+        """Whether a request can be sent to it now: it serves, and the answer of its last request
+        was taken, or was thrown away and has come (read and dropped here: answers stay in step;
+        waiting HELPER_WAIT_S for it, no time by default)."""
+        if not self.ready():
+            return False
+        job = self.pending
+        if job is None:
+            return True
+        if not job.dropped or not self._arrived(HELPER_WAIT_S or 0.0):
+            return False
+        self._read(job, False)
+        return self.state == "ready"
+
+    def _next_slot(self):
+        """The shared buffer the next case goes into (the last copy out of it done, grown to the
+        largest case seen), or None: through the pipe."""
+        if self.slots is None:
+            return None
+        slot = self.slots[self.turn]
+        try:
+            if not slot.ready(self.need):
+                return None
+        except Exception as e:  # (no room for a memory file, a page-locking refused): the pipe from now on
+            print("numwatch-runner: torchcheck: no memory shared with the helper (%s: %s): its cases come "
+                  "through a pipe" % (type(e).__name__, e), file=sys.stderr, flush=True)
+            for sl in self.slots:
+                sl.close()
+            self.slots = None
+            return None
+        self.turn ^= 1
+        return slot
+
     def submit(self, check, key, blob):
         """Sends the request of key; a handle to take its case, or None (prepare it in line).
         blob: _check_state(check), the check as the helper is to have it."""
-        if not self.ready():
+        if not self.idle():
             return None
-        if self.pending is not None:  # an answer not taken: read it first (answers stay in step), or
-            if not self._arrived(HELPER_WAIT_S or 0.0):  # while it is being made, send nothing (in line)
-                return None
-            self._read(self.pending, False)
-            if self.state != "ready":
-                return None
+        slot = self._next_slot()
         # The check as the helper has it: its class and attributes, sent again when their pickle
-        # changes (the output gradients' guess goes with each request).
+        # changes (the output gradients' guess goes with each request); the buffer to write into.
         last = self.sent.get(check.name)
         same = last is not None and last[0] is check and last[1] == blob
-        req = (check.name, None if same else blob, key, check._douts_rule, _together(DEVICE))
+        req = (check.name, None if same else blob, key, check._douts_rule, _together(DEVICE),
+               (slot.fd, slot.size) if slot is not None else None)
         try:
             _write_frames(self.wfd, [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)])
         except Exception as e:
@@ -2151,7 +2360,7 @@ class _Helper:
             return None
         if not same:
             self.sent[check.name] = (check, blob)
-        self.pending = _HelperJob(self, check, key)
+        self.pending = _HelperJob(self, check, key, slot)
         self.sent_at = time.perf_counter()
         return self.pending
 
@@ -2173,22 +2382,30 @@ class _Helper:
         if self.pending is not job or self.state != "ready":
             return None
         wait = 0.010 if self.took is None else min(4.0 * self.took + 0.001, 1.0)
+        # (a request sent trials ago, and begun late behind one thrown away, still gets about twice
+        # a preparation's time: less than preparing it here would cost)
+        left = max(wait - (time.perf_counter() - self.sent_at), min(wait / 2, 0.5))
         if HELPER_WAIT_S is not None:
-            wait = HELPER_WAIT_S
-        if not want or not self._arrived(max(0.0, wait - (time.perf_counter() - self.sent_at))):
-            return None  # read later (submit), or never: a discarded answer need not be waited for
+            left = max(0.0, HELPER_WAIT_S - (time.perf_counter() - self.sent_at))
+        if not want or not self._arrived(left):
+            job.dropped = True  # read when it comes, before the next request (idle), and dropped
+            return None
         return self._read(job, want)
 
     def _read(self, job, want):
         self.pending = None
         try:
             deadline = time.perf_counter() + HELPER_FRAME_S  # (it writes an answer at once)
-            name, key, ok, took, head, layout = pickle.loads(_read_frame(self.rfd, deadline))
+            name, key, ok, took, head, layout, need = pickle.loads(_read_frame(self.rfd, deadline))
+            self.need = max(self.need, need)  # (an image that did not fit: the buffers grow to it)
             if (name, key) != (job.check.name, job.key):
                 raise RuntimeError("answers out of step: %r for %r" % ((name, key), (job.check.name, job.key)))
             # How long it takes to prepare a case, as it measured it (the first of a check, which
             # imports the check's module, left out when it is far longer than the rest).
             self.took = took if self.took is None else 0.8 * self.took + 0.2 * min(took, 10 * self.took)
+            if ok:
+                TIMES["worker_jobs"] += 1
+                TIMES["worker"] += int(took * 1e9)
             if not ok:
                 return None  # it could not prepare the case (an exception, or a case it does not send)
             buf = _read_frame(self.rfd, deadline)
@@ -2208,9 +2425,13 @@ class _Helper:
                     tensors.append(torch.frombuffer(buf, dtype=dtype, count=n, offset=at).view(shape))
                 else:
                     tensors.append(torch.empty(shape, dtype=dtype))
-            case, state = _CaseUnpickler(io.BytesIO(head), tensors).load()
+            unpickler = _CaseUnpickler(io.BytesIO(head), tensors, job.slot)
+            case, state = unpickler.load()
         except Exception:  # (a class of the case this process cannot find, ...): prepared in line
             return None
+        if unpickler.in_slot:
+            case._slot = job.slot
+            STATS["ahead_shared"] += 1
         dtype, seed, family, index = job.key[:4]
         g = Gen.__new__(Gen)  # the trial's generator where make_case left it (no seeding: the state is whole)
         g.g = torch.Generator(device="cpu")
@@ -2232,6 +2453,9 @@ class _Helper:
         if proc is None:
             return
         self.proc = None
+        for slot in self.slots or ():
+            slot.close()
+        self.slots = None
         try:
             proc.stdout.close()  # an answer it is writing fails,
             proc.stdin.close()  # and its end of input ends it
@@ -2245,10 +2469,12 @@ class _Helper:
 
 
 class _HelperJob:
-    """The handle of a request sent to the helper."""
+    """The handle of a request sent to a helper (slot: the _SharedSlot its case is written into, or
+    None)."""
 
-    def __init__(self, helper, check, key):
-        self.helper, self.check, self.key = helper, check, key
+    def __init__(self, helper, check, key, slot=None):
+        self.helper, self.check, self.key, self.slot = helper, check, key, slot
+        self.dropped = False
 
     def result(self):
         t0 = _now()
@@ -2258,6 +2484,7 @@ class _HelperJob:
             TIMES["case_wait"] += _now() - t0
 
     def discard(self):
+        self.dropped = True
         self.helper.answer(self, False)
 
 
@@ -2276,6 +2503,29 @@ def _die_with_parent():
             pass
     if parent and os.getppid() != int(parent):
         os._exit(0)
+
+
+def _shared_buffer(shared, parent, slot):
+    """The runner's shared buffer slot = (its fd, its size) as a byte tensor (mapped once through
+    /proc/<parent>/fd, again when it grew), or None (no slot, or it cannot be mapped: the pipe)."""
+    if slot is None:
+        return None
+    fd, size = slot
+    m = shared.get(fd)
+    if m is None or m[0] != size:
+        import mmap
+
+        shared.pop(fd, None)
+        try:
+            with open("/proc/%d/fd/%d" % (parent, fd), "r+b") as f:
+                m = shared[fd] = (size, torch.frombuffer(mmap.mmap(f.fileno(), size), dtype=torch.uint8))
+        except (OSError, ValueError):
+            if os.environ.get("NUMWATCH_HELPER_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
+            return None
+    return m[1]
 
 
 def _helper_main():
@@ -2300,7 +2550,7 @@ def _helper_main():
     try:
         init = pickle.loads(_read_frame(rfd))
         sys.path[:] = init["path"]
-        torch.set_num_threads(init["threads"])
+        torch.set_num_threads(1)  # (it makes cases only: on one thread, as everywhere: _one_thread)
         torch.set_default_dtype(getattr(torch, init["default_dtype"]))
         if init["main_path"] or init["main_name"]:  # the runner's main module, where its checks may be
             mod = types.ModuleType("__mp_main__")
@@ -2317,13 +2567,16 @@ def _helper_main():
             pass
         return
     checks = {}
+    shared = {}  # the runner's fd -> (its size, a byte tensor over it)
+    parent = int(os.environ.get("NUMWATCH_HELPER_PARENT") or os.getppid())
     while True:
         try:
-            name, blob, key, rule, together = pickle.loads(_read_frame(rfd))
+            name, blob, key, rule, together, slot = pickle.loads(_read_frame(rfd))
         except EOFError:
             return
         t0 = time.perf_counter()
         frames = None
+        need = 0
         try:
             if blob is not None:
                 cls, state = pickle.loads(blob)
@@ -2333,17 +2586,24 @@ def _helper_main():
             c = checks[name]
             c._douts_rule = rule
             BATCH_ALL = together
-            head, layout, n, blobs = _case_to_frames(c._prepare(key[0], key[1], key[2], key[3], True))
+            _HELPER_OUT[0] = _shared_buffer(shared, parent, slot)
+            case = c._prepare(key[0], key[1], key[2], key[3], True)
+            out, _HELPER_OUT[0] = _HELPER_OUT[0], None
+            if out is not None and case._image is not None and case._image.numel() > out.numel():
+                need = case._image.numel()  # (it did not fit: the runner grows the buffer)
+            head, layout, n, blobs = _case_to_frames(case, out)
         except Exception:
+            _HELPER_OUT[0] = None
             if os.environ.get("NUMWATCH_HELPER_DEBUG"):
                 traceback.print_exc()
         else:
             frames = (head, layout, n, blobs)
         try:
             # The answer: (the request, whether prepared, how long it took, the case's pickle, its
-            # tensors' layout), then the tensors' bytes.
+            # tensors' layout, the bytes an image that did not fit the shared buffer needs), then the
+            # bytes of the tensors that are not in the shared buffer.
             head, layout, n, blobs = frames or (None, None, 0, [])
-            meta = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0, head, layout),
+            meta = pickle.dumps((name, key, frames is not None, time.perf_counter() - t0, head, layout, need),
                                 protocol=pickle.HIGHEST_PROTOCOL)
             if frames is None:
                 _write_frames(wfd, [meta])
@@ -2877,6 +3137,10 @@ class TorchCheck(Check):
             TIMES["trial"] += _now() - t0
 
     def _prepare(self, dtype, seed, family, index, ahead=False):
+        with _one_thread():
+            return self._prepare_case(dtype, seed, family, index, ahead)
+
+    def _prepare_case(self, dtype, seed, family, index, ahead=False):
         """A trial's host work: its case from the seed (make_case) and the case's checks, and for a
         bwd check whose inputs go up together (on a GPU) or that is prepared ahead, the output
         gradients where their shapes can be told from the inputs (_draw_douts_ahead: they go up
