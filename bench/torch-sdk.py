@@ -11,11 +11,10 @@ several runners keep a GPU (issue 15's figure; the numbers go to docs/benchmarks
    after a warm-up (module load, and the plain loop over the timed seeds once, so that every
    Triton specialisation the shapes need is compiled before either side is timed). The SDK is
    timed as --sides says: sdk, as a runner on the device runs it by default (on a GPU: the next
-   two seeds prepared ahead, each by a worker thread, the metrics replayed from CUDA graphs; on the
-   CPU in line); thread, prepared ahead by worker threads with graphs (on the CPU too); depth1, the
-   next seed only, by one worker thread, with graphs (the default before AHEAD_DEPTH); graphs,
-   prepared in line with graphs; process, prepared ahead by the helper process (opt-in: NUMWATCH_PREPARE_AHEAD=process)
-   with graphs; inline, no fast path. Each side is timed --rounds times in turn,
+   two seeds prepared ahead, each by a helper process, the metrics replayed from CUDA graphs; on
+   the CPU in line); process, the same on the CPU too; thread, prepared ahead by two worker
+   threads with graphs (the default before the helpers); depth1, the next seed only, by one
+   worker thread, with graphs; graphs, prepared in line with graphs; inline, no fast path. Each side is timed --rounds times in turn,
    the best rate of each kept. Prints a markdown table: trials/s of each and the ratios (the SDK's
    full contract should keep at least 0.8x the plain loop's rate).
 
@@ -134,7 +133,7 @@ TIME_COLS = ("trial", "case_wait", "case_in_line", "ahead", "upload", "staging_s
 #: the SDK's default (on a GPU: the next seed prepared ahead by a thread, metrics replayed from
 #: graphs; on the CPU: in line, no graphs).
 SIDES = {"sdk": ("SDK", None, None), "graphs": ("SDK, graphs only", False, None),
-         "process": ("SDK, helper + graphs", "process", None), "thread": ("SDK, thread + graphs", "thread", None),
+         "process": ("SDK, helpers + graphs", "process", None), "thread": ("SDK, threads + graphs", "thread", None),
          "depth1": ("SDK, one worker + graphs", "thread", None, 1), "inline": ("SDK in line", False, False)}
 
 
@@ -164,12 +163,12 @@ def wait_helper(nwt, runner, name, dtype):
         return
     runner.trial(name, dtype, 0, None, 1)
     runner.trial(name, dtype, 1, None, 1)
-    h = nwt._AHEAD.helper
     t0 = time.time()
-    while h is not None and h.state == "starting" and not h.ready() and time.time() - t0 < 120:
-        time.sleep(0.05)
-    print("(the helper that prepares trials ahead: %s after %.1f s)" % (h.state if h else "none", time.time() - t0),
-          file=sys.stderr, flush=True)
+    for h in nwt._AHEAD.helpers:
+        while h.state == "starting" and not h.ready() and time.time() - t0 < 120:
+            time.sleep(0.05)
+    print("(the helpers that prepare trials ahead: %s after %.1f s)" % (
+        ", ".join(h.state for h in nwt._AHEAD.helpers) or "none", time.time() - t0), file=sys.stderr, flush=True)
 
 
 def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
@@ -202,9 +201,10 @@ def bench_rates(fc, device, names, dtypes, seeds, repeats, rounds, sides):
             # for a new specialisation: the side timed first used to pay them all.
             for s in range(seeds):
                 fns["plain"](s)
-            if "process" in sdk_sides:
-                with mode(nwt, *SIDES["process"][1:]):
-                    wait_helper(nwt, runner, name, dtype)
+            for side in ("process", "sdk"):  # (the SDK's default on a GPU: helper processes)
+                if side in sdk_sides:
+                    with mode(nwt, *SIDES[side][1:]):
+                        wait_helper(nwt, runner, name, dtype)
             best, spent = {}, {}
             for _ in range(rounds):  # in turn, the best of each: a host's speed drifts during a run
                 for side in sdk_sides + ["plain"]:
@@ -310,10 +310,19 @@ def verify(fc, names, dtypes, seeds):
               d["ahead_stale"], d["douts_ahead"], d["upload_ahead"], d["ahead_off"],
               " (%s)" % ", ".join(sorted(nwt._AHEAD.off)) if nwt._AHEAD.off else "", helper.state if helper else "none", d["graph_captures"], d["graph_replays"], d["graph_verified"],
               d["graph_off"], " (%s)" % ", ".join(sorted(nwt._GRAPHS.off)) if nwt._GRAPHS.off else ""), flush=True)
-    # (where a trial's inputs go up as one image, the worker's upload of them must have been used)
+    # (where a trial's inputs go up as one image, the worker's upload of them must have been used,
+    # and the helpers' shared memory)
     no_upload = nwt.UPLOAD_AHEAD and nwt._together(nwt.DEVICE) and not d["upload_ahead"]
     if no_upload:
         print("verify: no case was uploaded by the worker thread", flush=True)
+    print("verify: %d cases from the helpers through shared memory (%d copied up straight from it)" % (
+        d["ahead_shared"], d["shared_uploads"]), flush=True)
+    if nwt._together(nwt.DEVICE) and not d["ahead_shared"]:
+        print("verify: no case came through the memory shared with the helpers", flush=True)
+        no_upload = True
+    if any(h.state != "ready" for h in nwt._AHEAD.helpers):
+        print("verify: helpers not serving: %s" % ", ".join(h.state for h in nwt._AHEAD.helpers), flush=True)
+        no_upload = True
     # (two requests prepared at once: as many workers as that)
     workers = len(nwt._AHEAD.workers.workers) if nwt._AHEAD.workers is not None else 0
     print("verify: %d worker threads, %d cases thrown away (a request skipped or gone back)" % (
@@ -545,10 +554,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="rate rounds: each side timed in turn, the best kept")
     ap.add_argument("--sides", default="sdk,graphs,inline,plain",
                     help="what the rates time: sdk (the SDK's defaults: on a GPU two requests prepared ahead by "
-                    "worker threads, graphs; on the CPU in line), thread (prepared ahead by worker threads, "
-                    "graphs), depth1 (one request ahead, by one worker, graphs), graphs (prepared "
-                    "in line, graphs), process (prepared ahead by the opt-in helper process, graphs), inline "
-                    "(no fast path), plain (the plain loop)")
+                    "helper processes, graphs; on the CPU in line), process (prepared ahead by helper processes, "
+                    "graphs), thread (by worker threads, graphs), depth1 (one request ahead, by one worker, "
+                    "graphs), graphs (prepared in line, graphs), inline (no fast path), plain (the plain loop)")
     ap.add_argument("--verify", type=int, default=0, metavar="N",
                     help="first: N seeds of every check x dtype with the fast paths (the helper process, "
                     "worker threads guessing or told the next requests, graphs) and in line, compared (exit 1 on a "

@@ -185,10 +185,15 @@ if torch is not None:
         def floor_scales(self, case, inputs, douts):
             return {"dx": inputs["x"].abs().max()} if douts is not None else {}
 
+    #: A module's setting that a script's main block changes at run time (what a helper process,
+    #: which imports the module, does not see).
+    SETTINGS = {"scale": 1.0}
+
     class Configured(Planted):
         """A check whose cases depend on state of the runner's, not of import time (what breaks the
-        contract of preparing ahead): a class attribute set at run time (as a script's main block
-        sets one from its arguments) and an instance attribute changed in place."""
+        contract of preparing ahead): a module global set at run time (as a script's main block
+        sets one from its arguments), a class attribute set at run time, and an instance attribute
+        changed in place. The helper gets the check's attributes and its class's, not the module's."""
 
         op = "configured"
         scale = 1.0
@@ -199,17 +204,14 @@ if torch is not None:
 
         def make_case(self, g, family, dtype):
             rows, cols = self.rows[0], g.tail(8, 9, 200)
-            return nwt.Case([rows, cols], {"x": g.normal((rows, cols), dtype) * Configured.scale,
-                                           "w": g.normal((cols,), dtype)})
+            x = g.normal((rows, cols), dtype) * (SETTINGS["scale"] if self.op == "configured" else Configured.scale)
+            return nwt.Case([rows, cols], {"x": x, "w": g.normal((cols,), dtype)})
 
     class Resized(Configured):
-        """Changed in place only (its attributes' pickle changes: the helper gets them again)."""
+        """A class attribute set at run time and an instance attribute changed in place (the
+        attributes' pickle changes: the helper gets them again)."""
 
         op = "resized"
-
-        def make_case(self, g, family, dtype):
-            rows, cols = self.rows[0], g.tail(8, 9, 200)
-            return nwt.Case([rows, cols], {"x": g.normal((rows, cols), dtype), "w": g.normal((cols,), dtype)})
 
     def on_worker():
         """Whether this is the thread that prepares trials ahead (not the trial's own)."""
@@ -1114,13 +1116,15 @@ class FastPathsTest(unittest.TestCase):
         return mine
 
     def test_a_case_that_is_not_the_in_line_one_turns_the_helper_off(self):
-        """The contract broken, as a reviewer found it: a class attribute set at run time (as under
-        a script's main guard: the helper, which imports the module, never sees it) and an
-        attribute changed in place between two trials. The answers are the in-line ones; the check
-        whose case from the helper differed has the helper turned off, with one line on stderr; the
-        one changed in place has that case prepared in line (its new state goes to the helper)."""
+        """The contract broken, as a reviewer found it: a module global set at run time (as under a
+        script's main guard: the helper, which imports the module, never sees it), a class
+        attribute set at run time (the helper gets it with the check) and an attribute changed in
+        place between two trials. The answers are the in-line ones; the check whose case from the
+        helper differed has the helper turned off, with one line on stderr; the one changed in
+        place has that case prepared in line (its new state goes to the helper)."""
         nwt.BATCH_ALL = True
         self.addCleanup(setattr, Configured, "scale", 1.0)
+        self.addCleanup(SETTINGS.update, {"scale": 1.0})
 
         def run(mode):
             nwt.PREPARE_AHEAD, nwt.GRAPHS = mode, False
@@ -1128,14 +1132,14 @@ class FastPathsTest(unittest.TestCase):
             r = nw.Runner(checks, name="configured 1")
             if mode == "process":
                 self.start_helper(r)
-            Configured.scale = 3.0
+            Configured.scale = SETTINGS["scale"] = 3.0
             got = []
             for c in checks:
                 for seed in range(12):
                     if seed == 6 and hasattr(c, "rows"):
                         c.rows[0] = 3  # in place, within a run of seeds
                     got += self.answers(r, [(c.name, "f32", seed, None, 1)])
-            Configured.scale = 1.0
+            Configured.scale = SETTINGS["scale"] = 1.0
             return got
 
         want = run(False)
@@ -1217,10 +1221,11 @@ class FastPathsTest(unittest.TestCase):
             for v, want in (("process", "process"), (" Thread ", "thread"), ("0", False), ("", None), (None, None),
                             ("off", False), ("1", False), ("yes", False)):
                 self.assertEqual(repr(nwt._parse_prepare_ahead(v)), repr(want), v)  # (False is not None)
-            # Unset: a thread on a GPU, in line on the CPU; off or in the helper: in line.
+            # Unset: helper processes on a GPU, in line on the CPU; off or in the helper: in line.
             saved = nwt.PREPARE_AHEAD
             try:
-                for v, cuda, cpu in ((None, "thread", None), (False, None, None), ("process", "process", "process")):
+                for v, cuda, cpu in ((None, "process", None), (False, None, None), ("process", "process", "process"),
+                                     ("thread", "thread", "thread")):
                     nwt.PREPARE_AHEAD = v
                     self.assertEqual((nwt._ahead_mode("cuda"), nwt._ahead_mode("cpu")), (cuda, cpu), v)
             finally:

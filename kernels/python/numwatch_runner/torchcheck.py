@@ -48,10 +48,12 @@ use, else "cpu"; NUMWATCH_TORCH_DEVICE overrides):
 
 On a GPU the metrics and digests replay a CUDA graph per padded shape
 (_Graphs; GRAPHS), with the same answers, and the next two seeds' host work
-and upload are prepared by two worker threads while the trial runs (_Ahead,
-_Workers; PREPARE_AHEAD, AHEAD_DEPTH), under a contract (a check's case depends only on the seed and
-on what trials do not change), sampled against the in-line preparation; a
-helper process (_Helper) instead is opt-in.
+is done by two helper processes while the trial runs, each writing its case
+into memory it shares with the runner, from which it goes up with one copy
+(_Ahead, _Helper, _SharedSlot; PREPARE_AHEAD, AHEAD_DEPTH), under a contract
+(a check's case depends only on the seed, the check's attributes and its
+class's, and what trials do not change), sampled against the in-line
+preparation; worker threads instead (_Workers) are opt-in.
 
 Standard library and torch only (torch 1.13 on the CPU, torch 2.x with
 Triton on the GPU).
@@ -1373,13 +1375,14 @@ def _parse_prepare_ahead(v):
 
 #: Whether a trial's host work (the case from the seed, its digest, its inputs packed for the
 #: device, a bwd check's output gradients) is done for the next seeds while this trial runs, as the
-#: C runner does (kernels/sdk/prepare.c): "thread" on worker threads of this process (_Workers,
-#: AHEAD_DEPTH requests at once: the seed's draws and the packing are torch operations, which let
-#: go of the GIL), "process" in a
-#: helper process (_Helper: opt-in; it cannot see what the runner set at run time, and its cases
-#: travel pickled), False in line. None (unset, the default): "thread" on a GPU, where the
-#: trial's host thread launches the device's work and the case's draws are the CPU's; in line on
-#: the CPU, where the trial itself is host work on every core. The next seeds are those the
+#: C runner does (kernels/sdk/prepare.c): "process" in helper processes (_Helper, AHEAD_DEPTH of
+#: them, a request each: the case written into memory shared with the runner, _SharedSlot; they
+#: see the check's attributes and its class's as the runner has them, not a module global the
+#: runner changed at run time), "thread" on worker threads of this process (_Workers: they share
+#: the trial's interpreter lock, so on an H100 host a trial gained nothing from them), False in
+#: line. None (unset, the default): "process" on a GPU, where the trial's host thread launches
+#: the device's work and the case's draws are the CPU's; in line on the CPU, where the trial
+#: itself is host work on every core. The next seeds are those the
 #: command line runs next (--count, --runs), else each the seed after the one before (the daemon
 #: sends a part's seeds in order). The first _Ahead.VERIFY_FIRST cases of a check taken from ahead, and
 #: every VERIFY_EVERY[mode]-th after, are prepared in line too and compared, and a difference turns
@@ -1467,7 +1470,7 @@ def _ahead_mode(device):
         return None
     m = PREPARE_AHEAD
     if m is None:
-        return "thread" if torch.device(device).type == "cuda" else None
+        return "process" if torch.device(device).type == "cuda" else None
     return m or None
 
 
@@ -1609,7 +1612,7 @@ class _Ahead:
         if case is None:
             STATS["ahead_in_line"] += 1
             return None
-        now = _check_state(check)
+        now = _check_state(check, hit[4] == "process")
         self.now = (check, now)
         if now is None or now != hit[3]:  # the check changed since the request (or does not pickle now)
             STATS["ahead_stale"] += 1
@@ -1664,7 +1667,7 @@ class _Ahead:
             if c.name in self.off:
                 continue
             if c not in states:
-                states[c] = now[1] if now is not None and now[0] is c else _check_state(c)
+                states[c] = now[1] if now is not None and now[0] is c else _check_state(c, mode == "process")
             state = states[c]
             if mode == "thread":
                 if self.workers is None:
@@ -1893,16 +1896,32 @@ class _StatePickler(pickle.Pickler):
         return None
 
 
-def _check_state(check):
-    """The check as the helper gets it (its class and attributes, pickled), or None where it does
-    not pickle. Compared as bytes: an attribute changed in place changes them."""
+def _class_state(cls):
+    """The data attributes of cls and of its bases below TorchCheck, by class (what a script's main
+    block may set at run time, as it sets an instance's): [(class, {name: value}), ...]."""
+    out = []
+    for klass in cls.__mro__:
+        if klass in (TorchCheck, Check, object):
+            break
+        attrs = {k: v for k, v in vars(klass).items() if not k.startswith("__") and not callable(v)
+                 and not isinstance(v, (staticmethod, classmethod, property))}
+        if attrs:
+            out.append((klass, attrs))
+    return out
+
+
+def _check_state(check, classes=True):
+    """The check as the helper gets it (its class, its class's data attributes and its own,
+    pickled), or None where it does not pickle. Compared as bytes: an attribute changed in place
+    changes them. classes=False: its own attributes only (a worker thread sees its class's)."""
     import io
 
     state = dict(vars(check))
     state.pop("_douts_rule", None)
     f = io.BytesIO()
     try:
-        _StatePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump((type(check), state))
+        _StatePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(
+            (type(check), state, _class_state(type(check)) if classes else []))
     except Exception:
         return None
     return f.getvalue()
@@ -2212,19 +2231,23 @@ class _CaseUnpickler(pickle.Unpickler):
 class _Helper:
     """A process that prepares trials ahead (TorchCheck._prepare with ahead): a Python of its own
     (the same interpreter, sys.path and main module, as multiprocessing's spawn starts one, so
-    that it has the checks' classes), started with the first trial, answering one request at a
-    time on pipes of its own (its stdin and stdout; what it prints goes to stderr). A request is
-    (check name, the check as a pickle when it changed, the trial's key, the output gradients'
-    guess, BATCH_ALL); the answer the prepared Case, its tensors as raw bytes, and the generator's
-    state, from which the trial's Gen is made again here. It is started by the second of two
-    consecutive seeds (_Ahead.start), with no GPU visible (CUDA_VISIBLE_DEVICES=""), SIGINT
+    that it has the checks' classes), answering one request at a time on pipes of its own (its
+    stdin and stdout; what it prints goes to stderr); a runner has AHEAD_DEPTH of them, so that
+    two requests are prepared at once (one helper alone takes about as long as a trial). A
+    request is (check name, the check as a pickle when it changed: its attributes and its
+    class's, the trial's key, the output gradients' guess, BATCH_ALL, the shared buffer to write
+    into); the answer the prepared Case (its upload image and the tensors in it as places in the
+    shared buffer, _SharedSlot; other tensors as raw bytes) and the generator's state, from which
+    the trial's Gen is made again here. They are started by the second of two consecutive seeds
+    (_Ahead.start), with no GPU visible (CUDA_VISIBLE_DEVICES=""), OpenMP's idle threads asleep
+    (OMP_WAIT_POLICY=PASSIVE unless set: spinning ones took the cores the runner needed), SIGINT
     ignored, and PR_SET_PDEATHSIG on Linux (it dies with the runner's thread that started it).
     Until it says it is ready (it imports torch and the checks' module, a few seconds; stopped
     after HELPER_START_S) trials are prepared in line; a check that does not pickle or holds a
     tensor off the CPU, or a case that does not pickle (a generator, tensors that share memory,
     ...), is prepared in line; a helper that fails, dies or stalls (an answer later than
-    HELPER_TIMEOUT_S, or one that stops in the middle for HELPER_FRAME_S) is stopped, and every
-    trial is prepared in line, with one line on stderr. It ends when this process's end of its
+    HELPER_TIMEOUT_S, or one that stops in the middle for HELPER_FRAME_S) is stopped with the
+    others, and every trial is prepared in line, with one line on stderr. It ends when this process's end of its
     stdin closes (at exit, or when this process dies: numwatchd kills the runner's process group
     anyway)."""
 
@@ -2579,7 +2602,10 @@ def _helper_main():
         need = 0
         try:
             if blob is not None:
-                cls, state = pickle.loads(blob)
+                cls, state, classes = pickle.loads(blob)
+                for klass, attrs in classes:  # (as the runner has them now)
+                    for k, v in attrs.items():
+                        setattr(klass, k, v)
                 c = cls.__new__(cls)
                 c.__dict__.update(state)
                 checks[name] = c
