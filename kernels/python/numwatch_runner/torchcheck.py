@@ -178,6 +178,13 @@ class Gen:
     #: it: the value read without a dispatch (.item() is one more torch call a draw).
     _one = _one_np = None
 
+    def get_state(self):
+        """The generator's state (a byte tensor)."""
+        return self.g.get_state()
+
+    def set_state(self, state):
+        self.g.set_state(state)
+
     def _rand(self, shape):
         return torch.rand(tuple(shape), generator=self.g, dtype=torch.float64)
 
@@ -312,6 +319,32 @@ class Gen:
             if put[0]:
                 x[torch.tensor(put[0]), torch.tensor(put[1])] = torch.tensor(put[2], dtype=f64)
         return self._cast(x, dtype)
+
+
+class _StoredGen(Gen):
+    """The Gen of a case made elsewhere (a helper process), as make_case left it: its generator is
+    made from the stored state when a draw needs it (a forward check's never does, and a backward
+    check's output gradients drawn with the case only move the state)."""
+
+    def __init__(self, state, seed, index, family, dtype):
+        self._state, self._g = state, None
+        self.seed, self.index, self.family, self.dtype = seed, index, family, dtype
+
+    @property
+    def g(self):
+        if self._g is None:
+            self._g = torch.Generator(device="cpu")
+            self._g.set_state(self._state)
+        return self._g
+
+    def get_state(self):
+        return self._state if self._g is None else self._g.get_state()
+
+    def set_state(self, state):
+        if self._g is None:
+            self._state = state
+        else:
+            self._g.set_state(state)
 
 
 def _affine(lo, scale, t):
@@ -738,10 +771,33 @@ def _upload_groups(groups, device, image=None, dev_image=None, slot=None):
     return _group_views(groups, sections, dev, alone, device)
 
 
+def _strides(shape):
+    out, n = [], 1
+    for d in reversed(shape):
+        out.append(n)
+        n *= max(d, 1)
+    return tuple(reversed(out))
+
+
 def _group_views(groups, sections, dev, alone, device):
     """_upload_groups' answer from the image dev on the device: each group's tensors (and float64
-    copies) as views of its sections; the groups of alone uploaded apart."""
-    views = iter([_unpack(_section(dev, off, dtype, ts), ts) for off, dtype, ts, _, _ in sections])
+    copies) as views of its sections (one typed view of the image a dtype, and each tensor one
+    as_strided of it: a section starts at a multiple of _SECTION_ALIGN, the image is as long);
+    the groups of alone uploaded apart."""
+    typed = {}
+    out_views = []
+    for off, dtype, ts, _, _ in sections:
+        base = typed.get(dtype)
+        if base is None:
+            base = typed[dtype] = dev if dtype == torch.uint8 else dev.view(dtype)
+        at = off // _element_size(dtype)
+        vs = []
+        for t in ts:
+            shape = tuple(t.shape)
+            vs.append(base.as_strided(shape, _strides(shape), at))
+            at += t.numel()
+        out_views.append(vs)
+    views = iter(out_views)
     out = []
     for j, (ts, also64) in enumerate(groups):
         if j in alone:
@@ -914,14 +970,6 @@ def _load_now(case):
     _place(case, _upload_groups(_upload_plan(case), case.device, image, dev_image, case._slot), None)
     case._slot = None
     case._loaded = True
-
-
-def _unpack(flat, like):
-    """Views of the 1-dimensional flat, end to end, with the shapes of the tensors 'like'."""
-    if len(like) == 1:
-        return [flat if like[0].dim() == 1 else flat.view(like[0].shape)]
-    parts = flat.split_with_sizes([t.numel() for t in like])
-    return [p if t.dim() == 1 else p.view(t.shape) for p, t in zip(parts, like)]
 
 
 #: (kind, device, dtype) -> a constant tensor, made once: 0-dimensional zero and NaN for where(),
@@ -1957,7 +2005,7 @@ def _case_difference(ahead, mine):
     for what in ("family", "dtype", "seed", "index"):
         if getattr(ahead, what) != getattr(mine, what):
             return what
-    if not torch.equal(ahead.gen.g.get_state(), mine.gen.g.get_state()):
+    if not torch.equal(ahead.gen.get_state(), mine.gen.get_state()):
         return "the generator's state after the draws"
     return None
 
@@ -2184,7 +2232,7 @@ def _case_to_frames(case, out=None):
     f = io.BytesIO()
     gen, case.gen = case.gen, None
     try:
-        _CasePickler(f, tensors, _slot_places(case, out)).dump((case, gen.g.get_state()))
+        _CasePickler(f, tensors, _slot_places(case, out)).dump((case, gen.get_state()))
     finally:
         case.gen = gen
     spans, at = [], 0
@@ -2456,11 +2504,8 @@ class _Helper:
             case._slot = job.slot
             STATS["ahead_shared"] += 1
         dtype, seed, family, index = job.key[:4]
-        g = Gen.__new__(Gen)  # the trial's generator where make_case left it (no seeding: the state is whole)
-        g.g = torch.Generator(device="cpu")
-        g.g.set_state(state)
-        g.seed, g.index, g.family, g.dtype = seed, index, family, dtype
-        case.gen = g
+        # the trial's generator where make_case left it (no seeding: the state is whole)
+        case.gen = _StoredGen(state, seed, index, family, dtype)
         case.device = DEVICE
         return case
 
@@ -3095,8 +3140,8 @@ class TorchCheck(Check):
         if self.backward:
             want = [(k, tuple(ref[k].shape)) for k in ref]
             pre = case._douts_ahead
-            if pre is not None and pre[0] == want and torch.equal(case.gen.g.get_state(), pre[1]):
-                case.gen.g.set_state(pre[2])  # as if drawn here
+            if pre is not None and pre[0] == want and torch.equal(case.gen.get_state(), pre[1]):
+                case.gen.set_state(pre[2])  # as if drawn here
                 d, d64 = case._douts_dev  # (uploaded with the inputs)
                 STATS["douts_ahead"] += 1
             else:
