@@ -2259,6 +2259,7 @@ class _CaseUnpickler(pickle.Unpickler):
         self.tensors = tensors
         self.slot = slot
         self.in_slot = False  # whether a tensor of the case lies in the shared buffer
+        self.typed = {}  # dtype -> the shared buffer as that dtype
 
     def persistent_load(self, pid):
         if isinstance(pid, tuple):  # ("slot", offset, dtype, shape): a view of the shared buffer
@@ -2267,12 +2268,15 @@ class _CaseUnpickler(pickle.Unpickler):
             n = 1
             for d in shape:
                 n *= d
-            nb = n * _element_size(dtype)
-            if self.slot is None or self.slot.buf is None or off + nb > self.slot.size:
+            size = _element_size(dtype)
+            buf = self.slot.buf if self.slot is not None else None
+            if buf is None or off % size or off + n * size > self.slot.size:
                 raise pickle.UnpicklingError("a tensor beyond the shared buffer")
             self.in_slot = True
-            v = self.slot.buf[off:off + nb]
-            return (v if dtype == torch.uint8 else v.view(dtype)).view(shape)
+            base = self.typed.get(dtype)
+            if base is None:  # (its size, a power of two from SLOT_BYTES_MIN, is a multiple of any)
+                base = self.typed[dtype] = buf if dtype == torch.uint8 else buf.view(dtype)
+            return base.as_strided(tuple(shape), _strides(shape), off // size)
         return self.tensors[pid]
 
 
