@@ -79,6 +79,18 @@ if torch is not None:
         def kernel(self, case, x):
             return 2 * x
 
+    class Keeper(Counted):
+        """Keeps every case's CPU input past its trial (a check's cache, a "last case" for a report),
+        with a copy of it as the trial saw it; a class attribute that does not pickle (a lock)."""
+
+        op = "keeper"
+        kept = []
+        lock = threading.Lock()
+
+        def reference(self, case, x):
+            Keeper.kept.append((case["x"], case["x"].clone()))
+            return 2 * x
+
     class Planted(nwt.TorchCheck):
         """y = x * w + 1 on (rows, cols); each family plants one kind of wrong result."""
 
@@ -743,6 +755,24 @@ class FastPathsTest(unittest.TestCase):
         self.assertLess(d["ahead_shared"], d["ahead_hits"], d)  # (some came through the pipe, before growing)
         self.assertGreater(max(h.need for h in nwt._AHEAD.helpers), 4096)
         self.assertTrue(all(sl.size >= 8192 for h in nwt._AHEAD.helpers for sl in h.slots if sl.buf is not None))
+
+    def test_an_input_kept_past_its_trial_is_never_written_over(self):
+        """A case from a helper has its inputs in shared memory: a check that keeps one past its
+        trial keeps its values (the buffer is replaced, not written again), and a class attribute
+        that does not pickle (a lock) leaves the helpers to the others (the samples compare)."""
+        nwt.BATCH_ALL = True
+        nwt.PREPARE_AHEAD, nwt.GRAPHS = "process", False
+        self.fresh_ahead()
+        self.addCleanup(Keeper.kept.clear)
+        r = nw.Runner([Keeper(backward=False)], name="keeper 1")
+        self.start_helper(r, "keeper.fwd")
+        before = dict(nwt.STATS)
+        for seed in range(2, 30):
+            r.trial("keeper.fwd", "f32", seed, None, 1)
+        d = {k: nwt.STATS[k] - before[k] for k in before}
+        self.assertGreater(d["ahead_shared"], 20, d)
+        changed = [i for i, (kept, then) in enumerate(Keeper.kept) if not torch.equal(kept, then)]
+        self.assertEqual(changed, [])
 
     def test_cases_are_made_on_one_thread(self):
         """make_case runs with one intra-op thread in line, on a worker and in a helper (a seed's case

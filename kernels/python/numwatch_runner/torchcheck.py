@@ -1947,12 +1947,23 @@ class _StatePickler(pickle.Pickler):
 def _class_state(cls):
     """The data attributes of cls and of its bases below TorchCheck, by class (what a script's main
     block may set at run time, as it sets an instance's): [(class, {name: value}), ...]."""
+    import io
+    import types
+
     out = []
     for klass in cls.__mro__:
         if klass in (TorchCheck, Check, object):
             break
-        attrs = {k: v for k, v in vars(klass).items() if not k.startswith("__") and not callable(v)
-                 and not isinstance(v, (staticmethod, classmethod, property))}
+        attrs = {}
+        for k, v in vars(klass).items():
+            if (k.startswith("__") or k == "_abc_impl" or callable(v) or isinstance(v, types.ModuleType)
+                    or hasattr(type(v), "__get__")):  # (descriptors: properties, slots, cached properties)
+                continue
+            try:  # (one that does not pickle stays as the helper imported it: the samples compare)
+                _StatePickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(v)
+            except Exception:
+                continue
+            attrs[k] = v
         if attrs:
             out.append((klass, attrs))
     return out
@@ -2021,11 +2032,44 @@ SLOT_BYTES_MIN = 8 << 20
 SLOT_BYTES_MAX = 1 << 30
 
 
+_LIBCUDA = []
+
+
+def _libcuda():
+    """The CUDA driver library (ctypes), or None."""
+    if not _LIBCUDA:
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            lib.cuMemHostRegister_v2.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)
+            lib.cuMemHostUnregister.argtypes = (ctypes.c_void_p,)
+        except (OSError, AttributeError):
+            lib = None
+        _LIBCUDA.append(lib)
+    return _LIBCUDA[0]
+
+
+def _host_register(ptr, size):
+    """Page-locks [ptr, ptr + size) for the device's copies: whether it could. Through the driver:
+    the runtime's cudaHostRegister, refused, would leave its error for the next launch's check to
+    raise (a trial's fatal error); a refusal here only leaves the buffer pageable (the staging
+    buffer's copy)."""
+    lib = _libcuda()
+    return lib is not None and lib.cuMemHostRegister_v2(ptr, size, 0) == 0
+
+
+def _host_unregister(ptr):
+    lib = _libcuda()
+    if lib is not None:
+        lib.cuMemHostUnregister(ptr)
+
+
 class _SharedSlot:
     """Memory this process shares with one helper process: an anonymous memory file (memfd) that
     the helper maps through /proc/<runner>/fd/<fd> and writes a case's upload image into (_image),
     so that the case's bytes cross without a pipe, and that is page-locked here on a GPU
-    (cudaHostRegister), so that the image goes up with one asynchronous copy straight from it
+    (_host_register), so that the image goes up with one asynchronous copy straight from it
     (no copy into the staging buffer on the trial's thread). The case's CPU inputs are views of it.
     A helper has two, used in turn: a case's buffer is written again only after its trial ended
     (the helper answers one request at a time, and a trial holds one case), and after the last
@@ -2033,9 +2077,12 @@ class _SharedSlot:
 
     def __init__(self):
         self.fd = os.memfd_create("numwatch-case", getattr(os, "MFD_CLOEXEC", 1))
+        self.ino = os.fstat(self.fd).st_ino  # (names this file to the helper: fd numbers are reused)
         self.size = 0
+        self.mm = None  # the mapping
         self.buf = None  # a byte tensor over the mapping
-        self.registered = None  # the address cudaHostRegister took, or None
+        self.lent = None  # a weak reference to the storage the last case's views share (lend)
+        self.registered = None  # the address _host_register page-locked, or None
         self.copied = None  # the event after the last copy out of it
 
     def ready(self, nbytes):
@@ -2054,15 +2101,27 @@ class _SharedSlot:
         import mmap
 
         self._unregister()
-        self.buf = None  # (the old mapping goes with the last view of it)
+        self.buf = self.mm = None  # (the old mapping goes with the last view of it)
         os.ftruncate(self.fd, size)
-        self.buf = torch.frombuffer(mmap.mmap(self.fd, size), dtype=torch.uint8)
+        self.mm = mmap.mmap(self.fd, size)
+        self.buf = torch.frombuffer(self.mm, dtype=torch.uint8)
         self.size = size
-        if torch.device(DEVICE).type == "cuda":
-            ptr = self.buf.data_ptr()
-            if int(torch.cuda.cudart().cudaHostRegister(ptr, size, 0)) == 0:
-                self.registered = ptr
+        if torch.device(DEVICE).type == "cuda" and _host_register(self.buf.data_ptr(), size):
+            self.registered = self.buf.data_ptr()
         return True
+
+    def lend(self):
+        """The buffer as a byte tensor of its own storage, for one case's views: while any of them
+        lives (a check that kept an input past its trial), the buffer is not written again
+        (in_use)."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        t = torch.frombuffer(self.mm, dtype=torch.uint8)
+        self.lent = StorageWeakRef(t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage())
+        return t
+
+    def in_use(self):
+        return self.lent is not None and not self.lent.expired()
 
     def upload(self, image, device):
         """image (a view of the buffer) on device: one copy, without waiting; the event after it."""
@@ -2076,7 +2135,7 @@ class _SharedSlot:
         if self.registered is not None:
             if self.copied is not None:
                 self.copied.synchronize()
-            torch.cuda.cudart().cudaHostUnregister(self.registered)
+            _host_unregister(self.registered)
             self.registered = None
 
     def close(self):
@@ -2084,6 +2143,7 @@ class _SharedSlot:
             self._unregister()
         except Exception:
             pass
+        self.buf = None  # (the mapping stays while a case's views of it live)
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -2260,6 +2320,7 @@ class _CaseUnpickler(pickle.Unpickler):
         self.slot = slot
         self.in_slot = False  # whether a tensor of the case lies in the shared buffer
         self.typed = {}  # dtype -> the shared buffer as that dtype
+        self.lent = None  # the buffer as the slot lent it for this case (_SharedSlot.lend)
 
     def persistent_load(self, pid):
         if isinstance(pid, tuple):  # ("slot", offset, dtype, shape): a view of the shared buffer
@@ -2272,7 +2333,10 @@ class _CaseUnpickler(pickle.Unpickler):
             buf = self.slot.buf if self.slot is not None else None
             if buf is None or off % size or off + n * size > self.slot.size:
                 raise pickle.UnpicklingError("a tensor beyond the shared buffer")
+            if not self.in_slot:
+                self.lent = self.slot.lend()
             self.in_slot = True
+            buf = self.lent
             base = self.typed.get(dtype)
             if base is None:  # (its size, a power of two from SLOT_BYTES_MIN, is a multiple of any)
                 base = self.typed[dtype] = buf if dtype == torch.uint8 else buf.view(dtype)
@@ -2317,9 +2381,13 @@ class _Helper:
         # not fit (they grow to it).
         self.slots, self.turn, self.need = None, 0, 0
         if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+            self.slots = []
             try:
-                self.slots = [_SharedSlot(), _SharedSlot()]
+                for _ in range(2):
+                    self.slots.append(_SharedSlot())
             except OSError:
+                for sl in self.slots:
+                    sl.close()
                 self.slots = None
         # No GPU in the helper (a case is made on the CPU: a check that reaches for the device there
         # fails, and its case is prepared in line); its parent's pid, to die with it (_helper_main).
@@ -2404,6 +2472,10 @@ class _Helper:
             return None
         slot = self.slots[self.turn]
         try:
+            if slot.in_use():  # (a case's input kept past its trial: never written over)
+                new = _SharedSlot()
+                slot.close()
+                slot = self.slots[self.turn] = new
             if not slot.ready(self.need):
                 return None
         except Exception as e:  # (no room for a memory file, a page-locking refused): the pipe from now on
@@ -2427,7 +2499,7 @@ class _Helper:
         last = self.sent.get(check.name)
         same = last is not None and last[0] is check and last[1] == blob
         req = (check.name, None if same else blob, key, check._douts_rule, _together(DEVICE),
-               (slot.fd, slot.size) if slot is not None else None)
+               (slot.fd, slot.size, slot.ino) if slot is not None else None)
         try:
             _write_frames(self.wfd, [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)])
         except Exception as e:
@@ -2522,22 +2594,21 @@ class _Helper:
 
     def close(self):
         proc = getattr(self, "proc", None)
-        if proc is None:
-            return
         self.proc = None
-        for slot in self.slots or ():
-            slot.close()
-        self.slots = None
-        try:
-            proc.stdout.close()  # an answer it is writing fails,
-            proc.stdin.close()  # and its end of input ends it
-            proc.wait(2)
-        except Exception:
-            proc.kill()
+        if proc is not None:
             try:
+                proc.stdout.close()  # an answer it is writing fails,
+                proc.stdin.close()  # and its end of input ends it
                 proc.wait(2)
             except Exception:
-                pass
+                proc.kill()
+                try:
+                    proc.wait(2)
+                except Exception:
+                    pass
+        for slot in getattr(self, "slots", None) or ():  # (after it: it maps them by their numbers)
+            slot.close()
+        self.slots = None
 
 
 class _HelperJob:
@@ -2582,15 +2653,17 @@ def _shared_buffer(shared, parent, slot):
     /proc/<parent>/fd, again when it grew), or None (no slot, or it cannot be mapped: the pipe)."""
     if slot is None:
         return None
-    fd, size = slot
+    fd, size, ino = slot
     m = shared.get(fd)
-    if m is None or m[0] != size:
+    if m is None or m[0] != (size, ino):
         import mmap
 
         shared.pop(fd, None)
         try:
             with open("/proc/%d/fd/%d" % (parent, fd), "r+b") as f:
-                m = shared[fd] = (size, torch.frombuffer(mmap.mmap(f.fileno(), size), dtype=torch.uint8))
+                if os.fstat(f.fileno()).st_ino != ino:  # (not the runner's buffer: that number is another file now)
+                    return None
+                m = shared[fd] = ((size, ino), torch.frombuffer(mmap.mmap(f.fileno(), size), dtype=torch.uint8))
         except (OSError, ValueError):
             if os.environ.get("NUMWATCH_HELPER_DEBUG"):
                 import traceback
