@@ -372,6 +372,20 @@ void jobs_strike(struct nwd *d, long long job_id, int strikes)
 		log_warn("jobs: cannot record strike %d of job %lld", strikes, job_id);
 }
 
+void jobs_grow(struct nwd *d, long long job_id, unsigned planned)
+{
+	char id[24], n[16];
+	const char *params[2] = {id, n};
+
+	if (d->read_only)
+		return;
+	snprintf(id, sizeof(id), "%lld", job_id);
+	snprintf(n, sizeof(n), "%u", planned);
+	if (db_query(d->db, "UPDATE jobs SET planned = greatest(planned, $2::int) WHERE id = $1", 2, params,
+		     log_error_cb, "recording a grown plan") < 0)
+		log_warn("jobs: cannot record job %lld's plan of %u seeds", job_id, planned);
+}
+
 void jobs_requeue_own(struct nwd *d)
 {
 	const char *params[1] = {d->cfg.node_name};

@@ -76,6 +76,13 @@ void jobs_finish_in(struct db_txn *t, long long job_id);
 void jobs_release(struct nwd *d, long long job_id);
 /* Records one more infrastructure fault against a job. */
 void jobs_strike(struct nwd *d, long long job_id, int strikes);
+/*
+ * Records that a trials job's plan grew to 'planned' seeds (adaptive trials):
+ * whoever takes the job next (it is judged again, taken over, or this daemon
+ * restarts) runs and judges that many. Lost (a crash before it is written),
+ * the judge asks for the seeds again at its next look.
+ */
+void jobs_grow(struct nwd *d, long long job_id, unsigned planned);
 /* At start-up: jobs this node held when it died go back to the queue at once. */
 void jobs_requeue_own(struct nwd *d);
 

@@ -11,6 +11,7 @@
 #include "jobs.h"
 #include "log.h"
 #include "nwd.h"
+#include "verdict.h"
 
 struct judging {
 	struct nwd *d;
@@ -268,6 +269,18 @@ static void on_input(PGresult *res, const char *error, void *data)
 		hit->base_first = outcome_parse(PQgetvalue(res, row, 4));
 		hit->base_rerun = db_get(res, row, 5) ? outcome_parse(PQgetvalue(res, row, 5)) : OUTCOME_NONE;
 		hit->base_ratio = db_get_double(res, row, 6, NAN);
+		/*
+		 * A deterministic check's failure at the baseline counts once it is
+		 * confirmed there (stats.c classify()): a seed the baseline ran once
+		 * and failed (a probe's seed) runs again there, by the same probe.
+		 * Left out, the verdict waited for a rerun nothing would run.
+		 */
+		if (j->job.deterministic && hit->cand_first != OUTCOME_NONE &&
+		    verdict_seed_needs_rerun(
+			&(struct verdict_seed){.first = hit->base_first, .second = hit->base_rerun})) {
+			missing[hit - ss] = true;
+			nmissing++;
+		}
 	}
 	/*
 	 * No earlier commit to compare with (the start of the check's history):

@@ -77,6 +77,7 @@ struct slot_work {
 	struct seed_rec *seeds; /* sorted by seed */
 	unsigned nseeds;
 	bool plan;         /* the commit's plan (reruns, a verdict) rather than a probe's seed list */
+	bool reruns;       /* a seed list whose failures run again, as a plan's do (a baseline's probe) */
 	bool first_failed; /* a seed's first run failed */
 	/* A split search probe's other part failed: this part ends too (stop_siblings()). */
 	bool sibling_failed;
@@ -869,7 +870,7 @@ static bool pick_first_run(struct slot *s, unsigned *index)
 	return false;
 }
 
-/* The next seed to run: every seed once, then (for a plan) reruns of seeds that failed once. */
+/* The next seed to run: every seed once, then (for a plan or a baseline's probe) reruns of seeds that failed once. */
 static bool pick_seed(struct slot *s, unsigned *index)
 {
 	if (s->san_stop)
@@ -892,10 +893,11 @@ static bool pick_seed(struct slot *s, unsigned *index)
 	}
 	if (s->next_first < s->w.nseeds)
 		return pick_first_run(s, index);
-	while (s->w.plan && s->next_rerun < s->w.nseeds &&
-	       !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
+	if (!s->w.plan && !s->w.reruns)
+		return false;
+	while (s->next_rerun < s->w.nseeds && !verdict_seed_needs_rerun(&s->w.seeds[s->next_rerun].v))
 		s->next_rerun++;
-	if (s->w.plan && s->next_rerun < s->w.nseeds) {
+	if (s->next_rerun < s->w.nseeds) {
 		*index = s->next_rerun;
 		return true;
 	}
@@ -1229,17 +1231,29 @@ static bool extend_plan(struct slot *s, struct slot_work *w, unsigned more)
 	return true;
 }
 
-/* The job's stored trials: each seed's next attempt, and the runs that count. */
+/*
+ * The job's stored trials (sql/queries/slot_load.sql): each seed's next
+ * attempt, and the runs that count; the job's rerun flag and grown plan come
+ * with every row (a row of its own, the trial's columns NULL, where none is
+ * stored).
+ */
 static void work_load(struct slot *s, struct slot_work *w, PGresult *res)
 {
 	int rows = PQntuples(res);
 
-	/* A plan that grew (adaptive trials) before a restart keeps its extra seeds. */
+	if (rows > 0)
+		w->reruns = !w->plan && strcmp(PQgetvalue(res, 0, 5), "t") == 0;
+	/*
+	 * A plan that grew (adaptive trials) before it was looked at again, taken
+	 * over or restarted keeps its extra seeds: as many as the job recorded
+	 * (jobs_grow()), not as the highest seed stored at the commit says, which
+	 * counts a bisection's fresh seeds there too.
+	 */
 	if (w->plan && rows > 0) {
-		long long top = db_get_ll(res, rows - 1, 0, -1);
+		long long planned = db_get_ll(res, 0, 6, 0);
 
-		if (top >= (long long)w->nseeds && top < (long long)s->d->cfg.trials_max)
-			extend_plan(s, w, (unsigned)(top + 1 - w->nseeds));
+		if (planned > (long long)w->nseeds && planned <= (long long)s->d->cfg.trials_max)
+			extend_plan(s, w, (unsigned)(planned - w->nseeds));
 	}
 	for (int i = 0; i < rows; i++) {
 		long long seed = db_get_ll(res, i, 0, -1);
@@ -1321,8 +1335,8 @@ static void on_ahead_loaded(PGresult *res, const char *error, void *data)
 static void load_ahead(void *data)
 {
 	struct slot *s = data;
-	char commit[24], check[16], lo[24], hi[24];
-	const char *params[5] = {commit, check, s->ahead.job.dtype, "0", NULL};
+	char commit[24], check[16], lo[24], hi[24], id[24];
+	const char *params[6] = {commit, check, s->ahead.job.dtype, "0", NULL, id};
 	unsigned long long first, last;
 
 	s->ahead_state = AHEAD_LOADING;
@@ -1330,6 +1344,7 @@ static void load_ahead(void *data)
 		set_state(s, SLOT_LOADING);
 	snprintf(commit, sizeof(commit), "%lld", s->ahead.job.commit_id);
 	snprintf(check, sizeof(check), "%d", s->ahead.job.check_id);
+	snprintf(id, sizeof(id), "%lld", s->ahead.job.id);
 	if (!s->ahead.plan && s->ahead.nseeds > 0) {
 		work_range(&s->ahead, &first, &last);
 		snprintf(lo, sizeof(lo), "%llu", first);
@@ -1338,7 +1353,7 @@ static void load_ahead(void *data)
 		params[4] = hi;
 	}
 	/* A read: on the judge's pool, beside the claims and ends on the one scheduler connection. */
-	if (db_query(s->d->db_judge, nwq_slot_load, 5, params, on_ahead_loaded, s) < 0)
+	if (db_query(s->d->db_judge, nwq_slot_load, 6, params, on_ahead_loaded, s) < 0)
 		on_ahead_loaded(NULL, "cannot queue the query", s);
 }
 
@@ -1527,6 +1542,7 @@ static void on_judged(void *data, enum judge_result r, unsigned more)
 		return;
 	case JUDGE_MORE:
 		if (extend_plan(s, &s->w, more)) {
+			jobs_grow(s->d, s->w.job.id, s->w.nseeds);
 			set_state(s, SLOT_RUNNING);
 			advance(s);
 			return;
