@@ -358,31 +358,32 @@ void jobs_release(struct nwd *d, long long job_id)
 			 job_id);
 }
 
-void jobs_strike(struct nwd *d, long long job_id, int strikes)
+/*
+ * Sets one number of one job (sql: an UPDATE of job $1 with the number $2),
+ * queued on the scheduler's connection; false where it cannot be queued.
+ */
+static bool set_number(struct nwd *d, long long job_id, const char *sql, long long value, const char *what)
 {
-	char id[24], n[16];
+	char id[24], n[24];
 	const char *params[2] = {id, n};
 
-	if (d->read_only)
-		return;
 	snprintf(id, sizeof(id), "%lld", job_id);
-	snprintf(n, sizeof(n), "%d", strikes);
-	if (db_query(d->db, "UPDATE jobs SET strikes = $2 WHERE id = $1", 2, params, log_error_cb,
-		     "recording a strike") < 0)
+	snprintf(n, sizeof(n), "%lld", value);
+	return db_query(d->db, sql, 2, params, log_error_cb, (void *)what) >= 0;
+}
+
+void jobs_strike(struct nwd *d, long long job_id, int strikes)
+{
+	if (!d->read_only && !set_number(d, job_id, "UPDATE jobs SET strikes = $2 WHERE id = $1", strikes,
+					 "recording a strike"))
 		log_warn("jobs: cannot record strike %d of job %lld", strikes, job_id);
 }
 
 void jobs_grow(struct nwd *d, long long job_id, unsigned planned)
 {
-	char id[24], n[16];
-	const char *params[2] = {id, n};
-
-	if (d->read_only)
-		return;
-	snprintf(id, sizeof(id), "%lld", job_id);
-	snprintf(n, sizeof(n), "%u", planned);
-	if (db_query(d->db, "UPDATE jobs SET planned = greatest(planned, $2::int) WHERE id = $1", 2, params,
-		     log_error_cb, "recording a grown plan") < 0)
+	if (!d->read_only &&
+	    !set_number(d, job_id, "UPDATE jobs SET planned = greatest(planned, $2::int) WHERE id = $1",
+			planned, "recording a grown plan"))
 		log_warn("jobs: cannot record job %lld's plan of %u seeds", job_id, planned);
 }
 

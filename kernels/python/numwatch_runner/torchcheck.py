@@ -429,7 +429,6 @@ def _one_thread():
         torch.set_num_threads(n)
 
 
-
 class Case:
     """One trial's inputs, made by TorchCheck.make_case().
 
@@ -771,12 +770,18 @@ def _upload_groups(groups, device, image=None, dev_image=None, slot=None):
     return _group_views(groups, sections, dev, alone, device)
 
 
-def _strides(shape):
-    out, n = [], 1
+def _view_at(buf, typed, dtype, off, shape):
+    """The contiguous tensor of dtype and shape at byte off of the byte tensor buf: one as_strided
+    of buf's view as dtype (typed: those views by dtype, made as needed; buf's length and off are
+    multiples of the element size)."""
+    base = typed.get(dtype)
+    if base is None:
+        base = typed[dtype] = buf if dtype == torch.uint8 else buf.view(dtype)
+    strides, n = [], 1
     for d in reversed(shape):
-        out.append(n)
+        strides.append(n)
         n *= max(d, 1)
-    return tuple(reversed(out))
+    return base.as_strided(shape, tuple(reversed(strides)), off // _element_size(dtype))
 
 
 def _group_views(groups, sections, dev, alone, device):
@@ -787,15 +792,10 @@ def _group_views(groups, sections, dev, alone, device):
     typed = {}
     out_views = []
     for off, dtype, ts, _, _ in sections:
-        base = typed.get(dtype)
-        if base is None:
-            base = typed[dtype] = dev if dtype == torch.uint8 else dev.view(dtype)
-        at = off // _element_size(dtype)
         vs = []
         for t in ts:
-            shape = tuple(t.shape)
-            vs.append(base.as_strided(shape, _strides(shape), at))
-            at += t.numel()
+            vs.append(_view_at(dev, typed, dtype, off, tuple(t.shape)))
+            off += t.numel() * _element_size(dtype)
         out_views.append(vs)
     views = iter(out_views)
     out = []
@@ -1946,7 +1946,7 @@ class _StatePickler(pickle.Pickler):
 
 def _class_state(cls):
     """The data attributes of cls and of its bases below TorchCheck, by class (what a script's main
-    block may set at run time, as it sets an instance's): [(class, {name: value}), ...]."""
+    block may set at run time, as it sets an instance's): [(class, {name: the value pickled}), ...]."""
     import io
     import types
 
@@ -1959,11 +1959,12 @@ def _class_state(cls):
             if (k.startswith("__") or k == "_abc_impl" or callable(v) or isinstance(v, types.ModuleType)
                     or hasattr(type(v), "__get__")):  # (descriptors: properties, slots, cached properties)
                 continue
+            f = io.BytesIO()
             try:  # (one that does not pickle stays as the helper imported it: the samples compare)
-                _StatePickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(v)
+                _StatePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(v)
             except Exception:
                 continue
-            attrs[k] = v
+            attrs[k] = f.getvalue()  # (pickled once: the check's state carries the bytes)
         if attrs:
             out.append((klass, attrs))
     return out
@@ -2336,11 +2337,8 @@ class _CaseUnpickler(pickle.Unpickler):
             if not self.in_slot:
                 self.lent = self.slot.lend()
             self.in_slot = True
-            buf = self.lent
-            base = self.typed.get(dtype)
-            if base is None:  # (its size, a power of two from SLOT_BYTES_MIN, is a multiple of any)
-                base = self.typed[dtype] = buf if dtype == torch.uint8 else buf.view(dtype)
-            return base.as_strided(tuple(shape), _strides(shape), off // size)
+            # (the buffer's size, a power of two from SLOT_BYTES_MIN, is a multiple of any element's)
+            return _view_at(self.lent, self.typed, dtype, off, tuple(shape))
         return self.tensors[pid]
 
 
@@ -2727,7 +2725,7 @@ def _helper_main():
                 cls, state, classes = pickle.loads(blob)
                 for klass, attrs in classes:  # (as the runner has them now)
                     for k, v in attrs.items():
-                        setattr(klass, k, v)
+                        setattr(klass, k, pickle.loads(v))
                 c = cls.__new__(cls)
                 c.__dict__.update(state)
                 checks[name] = c
